@@ -1,0 +1,47 @@
+# Two commands do all set-up: `make run` and `make test` (see README.md).
+# Both are idempotent: the virtualenv is (re)built only when pyproject.toml changes.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+SYSTEM_STAMP := $(VENV)/.system-stamp
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test lint typecheck bench install clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[all,test]'
+	touch $(STAMP)
+
+$(SYSTEM_STAMP): scripts/ensure-system-deps.sh | $(PY)
+	bash scripts/ensure-system-deps.sh
+	touch $(SYSTEM_STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/dpcurator serve --demo --host $(HOST) --port $(PORT)
+
+test: $(STAMP) $(SYSTEM_STAMP)
+	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff format --check src tests benchmarks
+	$(PY) -m mypy
+	$(PY) -m pytest -n 2 --dist loadgroup
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff format --check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+bench: $(STAMP)
+	$(PY) benchmarks/noise.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,80 @@
+"""Validation helpers that produce the one message format of :mod:`dpcurator.errors`.
+
+Each helper checks one constraint and raises :class:`~dpcurator.errors.ParameterError` naming the
+parameter, its owner (the function or class being built), the constraint and the value received.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from fractions import Fraction
+from numbers import Real
+
+from dpcurator.errors import ParameterError
+
+Number = int | float | Fraction
+
+
+def fail(owner: str, name: str, constraint: str, value: object, hint: str = "") -> ParameterError:
+    """Build the standard error: "The 'name' parameter of owner must be constraint. Got value."."""
+    message = f"The '{name}' parameter of {owner} must be {constraint}. Got {value!r}."
+    if hint:
+        message += f" {hint}"
+    return ParameterError(message)
+
+
+def check_real(owner: str, name: str, value: object, *, allow_inf: bool = False) -> Number:
+    """Return ``value`` if it is a real number (not bool, not NaN; infinite only if allowed)."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise fail(owner, name, "a real number", value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            raise fail(owner, name, "a number, not NaN", value)
+        if math.isinf(value) and not allow_inf:
+            raise fail(owner, name, "finite", value)
+    if not isinstance(value, int | float | Fraction):
+        return Fraction(value)  # type: ignore[arg-type]  # numpy scalars and other Reals
+    return value
+
+
+def check_positive(owner: str, name: str, value: object, *, allow_inf: bool = False) -> Number:
+    """Return ``value`` if it is a real number > 0."""
+    number = check_real(owner, name, value, allow_inf=allow_inf)
+    if not number > 0:
+        raise fail(owner, name, "> 0", value)
+    return number
+
+
+def check_nonnegative(owner: str, name: str, value: object, *, allow_inf: bool = False) -> Number:
+    """Return ``value`` if it is a real number >= 0."""
+    number = check_real(owner, name, value, allow_inf=allow_inf)
+    if not number >= 0:
+        raise fail(owner, name, ">= 0", value)
+    return number
+
+
+def check_probability(
+    owner: str, name: str, value: object, *, open_low: bool = False, open_high: bool = False
+) -> Number:
+    """Return ``value`` if it lies in [0, 1] (ends excluded when ``open_low``/``open_high``)."""
+    number = check_real(owner, name, value)
+    low_ok = number > 0 if open_low else number >= 0
+    high_ok = number < 1 if open_high else number <= 1
+    if not (low_ok and high_ok):
+        interval = ("(" if open_low else "[") + "0, 1" + (")" if open_high else "]")
+        raise fail(owner, name, f"in {interval}", value)
+    return number
+
+
+def check_int(owner: str, name: str, value: object, *, minimum: int | None = None) -> int:
+    """Return ``value`` as an int if it is an integer (numpy integers too, not bool)."""
+    if isinstance(value, bool):
+        raise fail(owner, name, "an integer", value)
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise fail(owner, name, "an integer", value) from exc
+    if minimum is not None and number < minimum:
+        raise fail(owner, name, f">= {minimum}", value)
+    return number

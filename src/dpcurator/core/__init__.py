@@ -1,0 +1,1 @@
+"""Mathematics only: exact privacy arithmetic, privacy measures and measurements. No I/O."""

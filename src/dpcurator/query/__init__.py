@@ -1,0 +1,1 @@
+"""The query layer: public metadata, query IR, SQL front end, planner, sessions and engines."""

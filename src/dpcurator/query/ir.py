@@ -1,0 +1,202 @@
+"""The frozen intermediate representation shared by the front ends, the planner and the backends.
+
+Two levels:
+
+* **Expressions** (:class:`Col`, :class:`Lit`, :class:`BinOp`, ...) describe row-level values:
+  filters, derived columns and the value an aggregate reads. Literals are values, never SQL text:
+  backends bind them as parameters or engine literals, so no string-built SQL reaches an engine.
+* **The exact-aggregate plan** (:class:`AggregatePlan`) is what a backend executes. It contains
+  everything the engine must do — filter, bound each person's contribution, clamp, discretise,
+  group, aggregate — and nothing random that matters for privacy. Backends return the EXACT
+  aggregates (:class:`ExactResult`); noise is added afterwards by :mod:`dpcurator.mechanisms`.
+
+Semantics that every backend must reproduce bit-for-bit (the in-memory backend is the oracle):
+
+* ``where`` keeps rows for which the predicate is TRUE (NULL counts as false).
+* Group keys: when ``group_keys`` is given (public key sets), rows whose key is not in the set are
+  dropped before contribution bounding. Groups absent from the data are NOT added by backends; the
+  planner adds them from the public key set.
+* Contribution bounding (``bound``, when ``bound.person_column`` is set): each person keeps at most
+  ``max_groups`` groups and, within each kept group, at most ``max_rows_per_group`` rows. Which
+  groups/rows are kept is decided by a deterministic hash ordering seeded by ``bound.seed``
+  (utility only: privacy never depends on which rows are kept, only on how many). Row-level privacy
+  (no person column) applies no bounding: each row is its own person.
+* Aggregate values: ``value = fill`` if the expression is NULL or NaN, else clamp(expr, lower, upper).
+  ``sum`` returns sum(round_half_even(value / 2**grid_exponent)) as an exact integer (fixed-point
+  sum: the defence against float-sum sensitivity attacks, Casacuberta et al. 2022);
+  ``sum_squares`` the same for value**2 on the grid of ``grid_exponent``: round(value**2 / 2**k);
+  ``count`` counts the rows of the group; ``count_persons`` counts distinct persons of the group;
+  ``histogram`` counts rows per bin: bin = min(floor((value - lower) / (upper - lower) * bins),
+  bins - 1), returned as an int64 array of length ``bins``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+# ----------------------------------------------------------------------------------------------
+# Expressions
+
+ScalarValue = int | float | str | bool | None
+
+ArithmeticOp = Literal["+", "-", "*", "/"]
+ComparisonOp = Literal["=", "!=", "<", "<=", ">", ">="]
+FunctionName = Literal["abs", "round", "floor", "ceil", "lower", "upper", "length", "coalesce"]
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column of the private table (or a derived column defined earlier in the query)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Lit:
+    """A literal value (bound as a parameter by every backend)."""
+
+    value: ScalarValue
+
+
+@dataclass(frozen=True)
+class BinOp:
+    """Arithmetic: ``left op right``. Division by zero yields NULL on every backend."""
+
+    op: ArithmeticOp
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class Compare:
+    """Comparison ``left op right`` (NULL if either side is NULL)."""
+
+    op: ComparisonOp
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class And:
+    """Logical conjunction of two or more predicates."""
+
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Or:
+    """Logical disjunction of two or more predicates."""
+
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    """Logical negation."""
+
+    arg: Expr
+
+
+@dataclass(frozen=True)
+class IsNull:
+    """``arg IS NULL`` (NaN is not NULL here; aggregates treat both via ``fill``)."""
+
+    arg: Expr
+
+
+@dataclass(frozen=True)
+class In:
+    """``arg IN (values...)``."""
+
+    arg: Expr
+    values: tuple[ScalarValue, ...]
+
+
+@dataclass(frozen=True)
+class Between:
+    """``low <= arg <= high``."""
+
+    arg: Expr
+    low: Expr
+    high: Expr
+
+
+@dataclass(frozen=True)
+class Case:
+    """``CASE WHEN c1 THEN v1 ... ELSE default END`` (default NULL when omitted)."""
+
+    whens: tuple[tuple[Expr, Expr], ...]
+    default: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Func:
+    """A whitelisted scalar function applied to arguments."""
+
+    name: FunctionName
+    args: tuple[Expr, ...]
+
+
+Expr = Col | Lit | BinOp | Compare | And | Or | Not | IsNull | In | Between | Case | Func
+
+# ----------------------------------------------------------------------------------------------
+# The exact-aggregate plan
+
+AggregateKind = Literal["count", "count_persons", "sum", "sum_squares", "histogram"]
+
+
+@dataclass(frozen=True)
+class ExactAggregate:
+    """One exact aggregate the engine computes per group (see the module docstring)."""
+
+    name: str
+    kind: AggregateKind
+    expr: Expr | None = None
+    lower: float | None = None
+    upper: float | None = None
+    fill: float | None = None
+    grid_exponent: int = 0
+    bins: int = 0
+
+
+@dataclass(frozen=True)
+class ContributionBound:
+    """How many rows and groups each person may contribute (public metadata)."""
+
+    person_column: str | None = None
+    max_groups: int = 1
+    max_rows_per_group: int = 1
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class GroupColumn:
+    """A grouping column: a name and the expression that computes it."""
+
+    name: str
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class AggregatePlan:
+    """Everything a backend must compute for one release (see the module docstring)."""
+
+    table: str
+    aggregates: tuple[ExactAggregate, ...]
+    where: Expr | None = None
+    group_by: tuple[GroupColumn, ...] = ()
+    group_keys: tuple[tuple[ScalarValue, ...], ...] | None = None
+    bound: ContributionBound = field(default_factory=ContributionBound)
+
+
+@dataclass(frozen=True)
+class ExactResult:
+    """Exact aggregates per group present in the data.
+
+    ``groups`` maps a key tuple (``()`` for an ungrouped plan; an ungrouped plan always has this one
+    entry, even over zero rows) to a mapping from aggregate name to an ``int`` (count, sums) or an
+    int64 numpy array (histogram).
+    """
+
+    groups: dict[tuple[ScalarValue, ...], dict[str, object]]

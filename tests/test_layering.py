@@ -1,0 +1,122 @@
+"""Architecture rules enforced by walking the source's import graph (ARCHITECTURE.md, "Layers").
+
+1. Only ``dpcurator.random`` touches entropy (random, secrets, numpy.random, os.urandom).
+2. Only ``dpcurator.mechanisms`` draws noise (imports ``dpcurator.random.samplers``); backends never
+   import random, mechanisms or accounting.
+3. Imports point downward only: a module never imports a module of a higher layer.
+4. No function-local imports (a cycle means the layering is wrong); the one exception is the
+   optional PySpark engine, imported lazily where it is used.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "dpcurator"
+
+LAYERS: list[tuple[str, int]] = [
+    ("dpcurator.errors", 0),
+    ("dpcurator._validation", 0),
+    ("dpcurator.core", 1),
+    ("dpcurator.random", 1),
+    ("dpcurator.mechanisms", 2),
+    ("dpcurator.accounting", 2),
+    ("dpcurator.estimators", 3),
+    ("dpcurator.query.ir", 3),
+    ("dpcurator.query.schema", 3),
+    ("dpcurator.query.builder", 3),
+    ("dpcurator.query.sql", 3),
+    ("dpcurator.query.release", 3),
+    ("dpcurator.query.backends", 3),
+    ("dpcurator.query.planner", 4),
+    ("dpcurator.query.session", 4),
+    ("dpcurator.synth", 4),
+    ("dpcurator.streams", 4),
+    ("dpcurator.service", 5),
+    ("dpcurator.cli", 5),
+    ("dpcurator.demo", 5),
+]
+ENTROPY_MODULES = ("random", "secrets", "numpy.random")
+LAZY_IMPORT_ALLOWED = ("pyspark",)
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of a dpcurator module (None for package roots such as ``dpcurator``)."""
+    for prefix, layer in LAYERS:
+        if module == prefix or module.startswith(prefix + "."):
+            return layer
+    return None
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(tree: ast.AST, module: str) -> list[tuple[str, ast.AST]]:
+    """Absolute names imported anywhere in the tree, with the node that imports them."""
+    found: list[tuple[str, ast.AST]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, node) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.rsplit(".", node.level)[0]
+                base = f"{package}.{base}" if base else package
+            found.append((base, node))
+            found.extend((f"{base}.{alias.name}", node) for alias in node.names)
+    return found
+
+
+SOURCES = sorted(SRC.rglob("*.py"))
+
+
+def test_sources_found() -> None:
+    assert len(SOURCES) > 10
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(SRC)))
+def test_module_respects_layering(path: Path) -> None:
+    module = module_name(path)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    own_layer = layer_of(module)
+    in_random = module.startswith("dpcurator.random")
+    in_mechanisms = module.startswith("dpcurator.mechanisms")
+    in_backends = module.startswith("dpcurator.query.backends")
+    problems: list[str] = []
+    for name, _node in imports_of(tree, module):
+        if not in_random and (name in ENTROPY_MODULES or name.startswith("numpy.random")):
+            problems.append(f"imports entropy source {name}")
+        if name.startswith("dpcurator.random.samplers") and not (in_random or in_mechanisms):
+            problems.append(f"draws noise outside mechanisms ({name})")
+        if in_backends and name.startswith(
+            ("dpcurator.random", "dpcurator.mechanisms", "dpcurator.accounting")
+        ):
+            problems.append(f"backend imports {name}")
+        target = layer_of(name)
+        if own_layer is not None and target is not None and target > own_layer:
+            problems.append(f"layer {own_layer} imports {name} (layer {target})")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "urandom" and not in_random:
+            problems.append("calls os.urandom")
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Import | ast.ImportFrom):
+                    names = [a.name for a in inner.names] + [getattr(inner, "module", "") or ""]
+                    if not any(n.startswith(LAZY_IMPORT_ALLOWED) for n in names):
+                        problems.append(f"function-local import in {node.name}()")
+    assert not problems, f"{module}: " + "; ".join(sorted(set(problems)))
+
+
+def test_rule_catches_a_violation(tmp_path: Path) -> None:
+    """The walker must see an entropy import and an upward import (the test can fail)."""
+    tree = ast.parse("import numpy.random\nfrom dpcurator.service import app\n")
+    names = [name for name, _ in imports_of(tree, "dpcurator.core.numbers")]
+    assert "numpy.random" in names
+    assert layer_of("dpcurator.service.app") == 5 > (layer_of("dpcurator.core.numbers") or 0)
