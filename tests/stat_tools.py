@@ -45,9 +45,15 @@ def chi_square_pvalue(
 
 def clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, float]:
     """Two-sided exact (Clopper-Pearson) interval for a binomial proportion at level 1 - alpha."""
-    low = 0.0 if successes == 0 else float(stats.beta.ppf(alpha / 2, successes, trials - successes + 1))
+    low = (
+        0.0
+        if successes == 0
+        else float(stats.beta.ppf(alpha / 2, successes, trials - successes + 1))
+    )
     high = (
-        1.0 if successes == trials else float(stats.beta.ppf(1 - alpha / 2, successes + 1, trials - successes))
+        1.0
+        if successes == trials
+        else float(stats.beta.ppf(1 - alpha / 2, successes + 1, trials - successes))
     )
     return low, high
 
@@ -79,24 +85,28 @@ def epsilon_lower_bound(
             return int(sorted_values.size - np.searchsorted(sorted_values, c, side="left"))
         return int(np.searchsorted(sorted_values, c, side="right"))
 
+    def bound(big: int, big_n: int, small: int, small_n: int) -> float:
+        big_low = clopper_pearson(big, big_n, alpha)[0] - delta
+        small_high = clopper_pearson(small, small_n, alpha)[1]
+        return math.log(big_low / small_high) if big_low > 0 else -math.inf
+
+    # Choose the event whose bound is best on the selection sample (not the raw ratio, which
+    # favours noisy far-tail events).
     best: tuple[float, int, bool, bool] | None = None
     for c in candidates:
         for upper in (True, False):
             a, b = counts(sel_a, int(c), upper), counts(sel_b, int(c), upper)
-            for big, small, swapped in ((b, a, False), (a, b, True)):
-                if small >= min_count and big >= min_count:
-                    ratio = (big / sel_b.size if not swapped else big / sel_a.size) / (
-                        small / (sel_a.size if not swapped else sel_b.size)
-                    )
-                    if best is None or math.log(ratio) > best[0]:
-                        best = (math.log(ratio), int(c), upper, swapped)
+            for swapped in (False, True):
+                big, small = (a, b) if swapped else (b, a)
+                big_n, small_n = (sel_a.size, sel_b.size) if swapped else (sel_b.size, sel_a.size)
+                if big < min_count:
+                    continue
+                value = bound(big, big_n, small, small_n)
+                if best is None or value > best[0]:
+                    best = (value, int(c), upper, swapped)
     if best is None:
         return 0.0
     _, c, upper, swapped = best
     big_sample, small_sample = (est_a, est_b) if swapped else (est_b, est_a)
     big_count, small_count = counts(big_sample, c, upper), counts(small_sample, c, upper)
-    big_low = clopper_pearson(big_count, big_sample.size, alpha)[0]
-    small_high = clopper_pearson(small_count, small_sample.size, alpha)[1]
-    if big_low - delta <= 0:
-        return 0.0
-    return math.log((big_low - delta) / small_high)
+    return max(0.0, bound(big_count, big_sample.size, small_count, small_sample.size))

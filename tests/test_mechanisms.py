@@ -35,7 +35,9 @@ def discrete_laplace_tail(scale: Fraction, m: int) -> mpmath.mpf:
     return 2 * p**m / (1 + p)
 
 
-@pytest.mark.parametrize(("epsilon", "sensitivity"), [(1, 1), (0.5, 3), (Fraction(1, 3), 2), (7.5, 10)])
+@pytest.mark.parametrize(
+    ("epsilon", "sensitivity"), [(1, 1), (0.5, 3), (Fraction(1, 3), 2), (7.5, 10)]
+)
 def test_laplace_privacy_map_is_exact(epsilon: object, sensitivity: int) -> None:
     mech = Laplace.for_epsilon(epsilon, sensitivity)
     assert mech.scale == Fraction(sensitivity) / Fraction(epsilon)  # type: ignore[arg-type]
@@ -43,7 +45,9 @@ def test_laplace_privacy_map_is_exact(epsilon: object, sensitivity: int) -> None
     assert mech.epsilon(2 * sensitivity) == 2 * Fraction(epsilon)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("epsilon", "sensitivity", "dimension"), [(1, 1, 1), (0.1, 100.0, 5), (3, 0.25, 1000)])
+@pytest.mark.parametrize(
+    ("epsilon", "sensitivity", "dimension"), [(1, 1, 1), (0.1, 100.0, 5), (3, 0.25, 1000)]
+)
 def test_laplace_float_release_accounts_for_grid_rounding(
     epsilon: float, sensitivity: float, dimension: int
 ) -> None:
@@ -74,7 +78,7 @@ def discrete_gaussian_tail_above(sigma: float, t: int) -> mpmath.mpf:
     """P[|Z| > t] for the discrete Gaussian, by direct summation at 50 digits."""
     s2 = 2 * mpmath.mpf(sigma) ** 2
     limit = int(60 * sigma) + 10
-    weights = [mpmath.exp(-mpmath.mpf(z) ** 2 / s2) for z in range(limit)]
+    weights = [mpmath.exp(-(mpmath.mpf(z) ** 2) / s2) for z in range(limit)]
     total = weights[0] + 2 * mpmath.fsum(weights[1:])
     return 2 * mpmath.fsum(weights[t + 1 :]) / total
 
@@ -146,7 +150,9 @@ def test_randomized_response_estimator_recovers_truth_at_high_epsilon() -> None:
 
 
 @pytest.mark.parametrize(("epsilon", "delta", "m"), [(1, 1e-6, 1), (0.5, 1e-9, 4), (2, 1e-3, 10)])
-def test_partition_selection_threshold_bounds_delta_tightly(epsilon: float, delta: float, m: int) -> None:
+def test_partition_selection_threshold_bounds_delta_tightly(
+    epsilon: float, delta: float, m: int
+) -> None:
     selection = partition_selection_threshold(epsilon, delta, m)
     scale = selection.laplace.scale
     assert scale == Fraction(m) / Fraction(epsilon)

@@ -114,7 +114,9 @@ def test_laplace_float_noise_has_the_discrete_law_on_its_grid() -> None:
     # Scale 1.5: the grid is 2^-30, so noise in grid units is discrete Laplace(1.5 * 2^30);
     # bucket it into unit-width cells and compare with the Laplace(1.5) cell probabilities.
     edges = np.arange(-15, 16, dtype=float)
-    observed = np.histogram(np.clip(out, -15.5, 15.5), bins=np.concatenate(([-16.0], edges[1:] - 0.5, [16.0])))[0]
+    observed = np.histogram(
+        np.clip(out, -15.5, 15.5), bins=np.concatenate(([-16.0], edges[1:] - 0.5, [16.0]))
+    )[0]
     cdf = stats.laplace(scale=1.5).cdf
     cuts = np.concatenate(([-np.inf], edges[1:] - 0.5, [np.inf]))
     expected = np.diff(cdf(cuts))

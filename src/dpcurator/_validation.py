@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import operator
 from fractions import Fraction
-from numbers import Real
+from numbers import Integral, Real
 
 from dpcurator.errors import ParameterError
 
@@ -28,14 +28,19 @@ def check_real(owner: str, name: str, value: object, *, allow_inf: bool = False)
     """Return ``value`` if it is a real number (not bool, not NaN; infinite only if allowed)."""
     if isinstance(value, bool) or not isinstance(value, Real):
         raise fail(owner, name, "a real number", value)
-    if isinstance(value, float):
-        if math.isnan(value):
+    number: Number
+    if isinstance(value, int | float | Fraction):
+        number = value
+    elif isinstance(value, Integral):  # numpy integers and other Integrals
+        number = int(value)
+    else:  # numpy floats of other widths and other Reals
+        number = float(value)
+    if isinstance(number, float):
+        if math.isnan(number):
             raise fail(owner, name, "a number, not NaN", value)
-        if math.isinf(value) and not allow_inf:
+        if math.isinf(number) and not allow_inf:
             raise fail(owner, name, "finite", value)
-    if not isinstance(value, int | float | Fraction):
-        return Fraction(value)  # type: ignore[arg-type]  # numpy scalars and other Reals
-    return value
+    return number
 
 
 def check_positive(owner: str, name: str, value: object, *, allow_inf: bool = False) -> Number:

@@ -11,7 +11,8 @@ Sheldon 2020 for permute-and-flip, which is never less accurate). When scores ar
 exponent can be dropped. Internally ε is rounded DOWN to a dyadic rational (less privacy loss than
 claimed, never more) so that all arithmetic is exact in 64-bit integers.
 
-Permute-and-flip is also report-noisy-max with exponential noise (Ding, Kifer, Saghaian et al. 2021).
+Permute-and-flip is also report-noisy-max with exponential noise (Ding, Kifer, Saghaian et al.
+2021).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dpcurator.core.numbers import dyadic_down, to_fraction
 from dpcurator.random import Rng, default_rng
 from dpcurator.random.samplers import bernoulli_exp
 
-#: int64 headroom: gap * epsilon numerator and 2 * sensitivity * epsilon denominator stay below this.
+#: int64 headroom: gap * ε numerator and 2 * sensitivity * ε denominator stay below this.
 _INT_LIMIT = 2**62
 
 

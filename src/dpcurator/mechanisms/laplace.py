@@ -52,7 +52,9 @@ class Laplace:
         return cls(laplace_scale(epsilon, l1_sensitivity))
 
     @classmethod
-    def for_epsilon_floats(cls, epsilon: object, l1_sensitivity: object, dimension: int = 1) -> Laplace:
+    def for_epsilon_floats(
+        cls, epsilon: object, l1_sensitivity: object, dimension: int = 1
+    ) -> Laplace:
         """The mechanism whose float releases (grid-rounded, ``dimension`` coordinates) are ε-DP."""
         check_int("Laplace.for_epsilon_floats", "dimension", dimension, minimum=1)
         eps = to_fraction(check_positive("Laplace.for_epsilon_floats", "epsilon", epsilon))
@@ -68,7 +70,7 @@ class Laplace:
         return laplace_epsilon(self.scale, l1_sensitivity)
 
     def epsilon_for_floats(self, l1_sensitivity: object, dimension: int = 1) -> Fraction:
-        """ε for float statistics rounded to this mechanism's grid (sensitivity inflated by rounding)."""
+        """ε for float statistics rounded to this mechanism's grid (rounding inflates Δ₁)."""
         sens = to_fraction(check_positive("Laplace", "l1_sensitivity", l1_sensitivity))
         k = grid_exponent(self.scale)
         units = grid_sensitivity(sens, k, dimension)
@@ -78,7 +80,9 @@ class Laplace:
         """The accounting event of one release of a Δ₁-sensitive integer statistic."""
         return LaplaceEvent(self.scale, l1_sensitivity)
 
-    def release_integers(self, values: npt.ArrayLike, rng: Rng | None = None) -> npt.NDArray[np.int64]:
+    def release_integers(
+        self, values: npt.ArrayLike, rng: Rng | None = None
+    ) -> npt.NDArray[np.int64]:
         """Add independent discrete Laplace noise to each integer value."""
         array = np.asarray(values)
         if array.dtype.kind not in "iu":
@@ -88,7 +92,9 @@ class Laplace:
         noise = discrete_laplace(rng or default_rng(), self.scale, array.size)
         return array.astype(np.int64) + noise.reshape(array.shape)
 
-    def release_floats(self, values: npt.ArrayLike, rng: Rng | None = None) -> npt.NDArray[np.float64]:
+    def release_floats(
+        self, values: npt.ArrayLike, rng: Rng | None = None
+    ) -> npt.NDArray[np.float64]:
         """Round values to the public grid, add discrete Laplace noise in grid units, scale back."""
         k = grid_exponent(self.scale)
         units = to_grid(values, k)

@@ -94,7 +94,9 @@ class KaryRandomizedResponse:
         With observed share f_j, E[f_j] = q + (p - q) π_j, so π̂_j = (f_j - q) / (p - q);
         Var[π̂_j] = f_j (1 - f_j) / (n (p - q)²) estimated by plug-in.
         """
-        a = float(check_probability("estimate_frequencies", "alpha", alpha, open_low=True, open_high=True))
+        a = float(
+            check_probability("estimate_frequencies", "alpha", alpha, open_low=True, open_high=True)
+        )
         array = np.asarray(reports).reshape(-1)
         n = array.size
         if n == 0:
@@ -131,8 +133,12 @@ class RandomizedResponse:
             raise fail("RandomizedResponse.randomize", "answers", "a boolean array", array.dtype)
         return self.kary.randomize(array.astype(np.int64), rng).astype(np.bool_)
 
-    def estimate_proportion(self, reports: npt.ArrayLike, alpha: object = 0.05) -> FrequencyEstimate:
+    def estimate_proportion(
+        self, reports: npt.ArrayLike, alpha: object = 0.05
+    ) -> FrequencyEstimate:
         """Unbiased estimate (with CI) of the true share of "yes" answers."""
         as_int = np.asarray(reports).astype(np.int64)
         result = self.kary.estimate_frequencies(as_int, alpha)
-        return FrequencyEstimate(result.estimate[1:], result.ci_low[1:], result.ci_high[1:], result.alpha)
+        return FrequencyEstimate(
+            result.estimate[1:], result.ci_low[1:], result.ci_high[1:], result.alpha
+        )

@@ -1,0 +1,67 @@
+"""Privacy accounting: events (what was released), accountants (how it composes), budgets,
+filters (charge before release) and calibration (noise scale <-> privacy parameters)."""
+
+from __future__ import annotations
+
+from dpcurator.accounting.accountants import (
+    Accountant,
+    AdvancedCompositionAccountant,
+    BasicAccountant,
+    PLDAccountant,
+    RDPAccountant,
+    ZCDPAccountant,
+    group_privacy,
+    parallel_composition,
+)
+from dpcurator.accounting.budget import Budget
+from dpcurator.accounting.calibration import (
+    gaussian_delta,
+    gaussian_epsilon,
+    gaussian_rho,
+    gaussian_sigma_for_approx,
+    gaussian_sigma_for_rho,
+    laplace_epsilon,
+    laplace_scale,
+)
+from dpcurator.accounting.events import (
+    ApproxEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    ParallelEvent,
+    PrivacyEvent,
+    PureEvent,
+    RepeatedEvent,
+    ZCDPEvent,
+)
+from dpcurator.accounting.filter import BudgetFilter, PrivacyFilter, PrivacyOdometer, Reservation
+
+__all__ = [
+    "Accountant",
+    "AdvancedCompositionAccountant",
+    "ApproxEvent",
+    "BasicAccountant",
+    "Budget",
+    "BudgetFilter",
+    "GaussianEvent",
+    "LaplaceEvent",
+    "PLDAccountant",
+    "ParallelEvent",
+    "PrivacyEvent",
+    "PrivacyFilter",
+    "PrivacyOdometer",
+    "PureEvent",
+    "RDPAccountant",
+    "RepeatedEvent",
+    "Reservation",
+    "ZCDPAccountant",
+    "ZCDPEvent",
+    "gaussian_delta",
+    "gaussian_epsilon",
+    "gaussian_rho",
+    "gaussian_sigma_for_approx",
+    "gaussian_sigma_for_rho",
+    "group_privacy",
+    "laplace_epsilon",
+    "laplace_scale",
+    "parallel_composition",
+]

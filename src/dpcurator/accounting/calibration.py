@@ -1,0 +1,177 @@
+"""Calibration: noise scales from privacy parameters and privacy parameters from noise scales.
+
+Laplace (Dwork, McSherry, Nissim & Smith 2006): noise of scale b on a statistic of L1
+sensitivity Δ gives ε = Δ/b pure DP. The same holds for the discrete Laplace on any grid that
+contains the statistic's values (Ghosh, Roughgarden & Sundararajan 2009; Canonne, Kamath &
+Steinke 2020, "CKS20").
+
+Gaussian: noise N(0, σ²) on a statistic of L2 sensitivity Δ gives ρ = Δ²/(2σ²)-zCDP (Bun &
+Steinke 2016, Proposition 1.6); the discrete Gaussian N_Z(0, σ²) gives the same ρ (CKS20,
+Theorem 4), so every zCDP or Rényi statement here holds for both.
+
+For (ε, δ) the exact curve of the continuous Gaussian is the analytic Gaussian mechanism of
+Balle & Wang 2018, Theorem 8:
+
+    δ(ε) = Φ(Δ/(2σ) - εσ/Δ) - e^ε Φ(-Δ/(2σ) - εσ/Δ).
+
+Caveat for the discrete Gaussian: its exact curve (CKS20, Theorem 7) depends on the grid and is
+not proved to lie below the continuous one; CKS20 (Section 4 and Figure 2) find the two curves
+numerically indistinguishable once σ is a few grid steps, which is the regime of our samplers.
+A release that needs a proven (ε, δ) for the discrete Gaussian should use
+:func:`gaussian_rho` and convert with :meth:`dpcurator.core.measures.ZCDP.to_approx`.
+
+All results are exact Fractions where the formula is rational, and otherwise rounded in the safe
+direction: ε and δ up, noise scales up (never down).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from scipy.special import log_ndtr
+
+from dpcurator._validation import check_nonnegative, check_positive, check_probability
+from dpcurator.core.numbers import float_down, float_up, to_fraction, widen_up
+
+#: Model of the error of one ``scipy.special.log_ndtr`` evaluation: at most this many ulps of
+#: max(1, |result|). Tested against mpmath at 50 digits in tests/test_accounting_calibration.py.
+_LOG_NDTR_ERROR = 2.0**-40
+
+#: Bisections stop once the bracket's relative width is below this.
+_RELATIVE_TOLERANCE = 2.0**-44
+
+
+def _positive(owner: str, name: str, value: object) -> Fraction:
+    check_positive(owner, name, value)
+    return to_fraction(value, owner=owner, name=name)
+
+
+def _open_probability(owner: str, name: str, value: object) -> Fraction:
+    check_probability(owner, name, value, open_low=True, open_high=True)
+    return to_fraction(value, owner=owner, name=name)
+
+
+def laplace_scale(epsilon: object, l1_sensitivity: object) -> Fraction:
+    """The Laplace scale b = Δ/ε that makes a release of L1 sensitivity Δ ε-DP (exact).
+
+    Dwork, McSherry, Nissim & Smith 2006, Proposition 1.
+    """
+    eps = _positive("laplace_scale", "epsilon", epsilon)
+    delta_1 = _positive("laplace_scale", "l1_sensitivity", l1_sensitivity)
+    return delta_1 / eps
+
+
+def laplace_epsilon(scale: object, l1_sensitivity: object) -> Fraction:
+    """The ε = Δ/b of Laplace noise of scale b on a release of L1 sensitivity Δ (exact).
+
+    Dwork, McSherry, Nissim & Smith 2006, Proposition 1.
+    """
+    b = _positive("laplace_epsilon", "scale", scale)
+    delta_1 = _positive("laplace_epsilon", "l1_sensitivity", l1_sensitivity)
+    return delta_1 / b
+
+
+def gaussian_rho(sigma: object, l2_sensitivity: object) -> Fraction:
+    """The ρ = Δ²/(2σ²) of (discrete) Gaussian noise of parameter σ, exact.
+
+    Bun & Steinke 2016, Proposition 1.6 (continuous); CKS20, Theorem 4 (discrete).
+    """
+    s = _positive("gaussian_rho", "sigma", sigma)
+    delta_2 = _positive("gaussian_rho", "l2_sensitivity", l2_sensitivity)
+    return delta_2**2 / (2 * s**2)
+
+
+def gaussian_sigma_for_rho(rho: object, l2_sensitivity: object) -> Fraction:
+    """The smallest float σ >= Δ/sqrt(2ρ), as a Fraction: noise that gives ρ-zCDP or better.
+
+    The square root is verified exactly (σ² >= Δ²/(2ρ) in Fractions), so rounding only adds noise.
+    Bun & Steinke 2016, Proposition 1.6; CKS20, Theorem 4.
+    """
+    r = _positive("gaussian_sigma_for_rho", "rho", rho)
+    delta_2 = _positive("gaussian_sigma_for_rho", "l2_sensitivity", l2_sensitivity)
+    target = delta_2**2 / (2 * r)
+    sigma = math.sqrt(float_up(target))
+    while Fraction(sigma) ** 2 < target:
+        sigma = math.nextafter(sigma, math.inf)
+    return Fraction(sigma)
+
+
+def _delta_upper(sigma: float, sensitivity: float, epsilon: float) -> float:
+    """An upper bound on the analytic Gaussian δ(ε) (Balle & Wang 2018, Theorem 8).
+
+    Computed in log space, δ = Φ(a)·(1 - exp(ε + log Φ(b) - log Φ(a))), which has no cancellation
+    between the two terms, then widened by the modelled error of log_ndtr (:data:`_LOG_NDTR_ERROR`)
+    in the direction that increases δ.
+    """
+    ratio = sigma / sensitivity
+    a = 1 / (2 * ratio) - epsilon * ratio
+    b = -1 / (2 * ratio) - epsilon * ratio
+    log_a = float(log_ndtr(a))
+    log_b = float(log_ndtr(b))
+    slack = _LOG_NDTR_ERROR * (2 + abs(log_a) + abs(log_b) + epsilon)
+    exponent = min(epsilon + log_b - log_a - slack, 0.0)
+    return widen_up(math.exp(log_a + slack) * -math.expm1(exponent), 8)
+
+
+def gaussian_delta(sigma: object, l2_sensitivity: object, epsilon: object) -> float:
+    """δ at ε of Gaussian noise N(0, σ²) on a release of L2 sensitivity Δ, rounded up.
+
+    The exact (ε, δ) curve of the continuous Gaussian (Balle & Wang 2018, Theorem 8); see the
+    module docstring for the discrete Gaussian caveat. ``epsilon`` may be 0.
+    """
+    owner = "gaussian_delta"
+    s = float_down(_positive(owner, "sigma", sigma))
+    sens = float_up(_positive(owner, "l2_sensitivity", l2_sensitivity))
+    check_nonnegative(owner, "epsilon", epsilon)
+    eps = float_down(to_fraction(epsilon, owner=owner, name="epsilon"))
+    return min(_delta_upper(s, sens, eps), 1.0)
+
+
+def gaussian_sigma_for_approx(epsilon: object, delta: object, l2_sensitivity: object) -> Fraction:
+    """The smallest σ (up to a relative 2^-44, rounded up) with gaussian_delta(σ, Δ, ε) <= δ.
+
+    Bisection on the analytic Gaussian curve (Balle & Wang 2018, Theorem 8), which decreases in σ.
+    The returned σ always satisfies the bound; a σ smaller by a relative 1e-9 does not.
+    """
+    owner = "gaussian_sigma_for_approx"
+    eps = float_down(_positive(owner, "epsilon", epsilon))
+    target = float_down(_open_probability(owner, "delta", delta))
+    sens = float_up(_positive(owner, "l2_sensitivity", l2_sensitivity))
+    hi = sens * math.sqrt(2 * math.log(1.25 / target)) / min(eps, 1.0)
+    while _delta_upper(hi, sens, eps) > target:
+        hi *= 2
+    lo = hi / 2
+    while _delta_upper(lo, sens, eps) <= target:
+        hi, lo = lo, lo / 2
+    while hi - lo > _RELATIVE_TOLERANCE * hi:
+        mid = (lo + hi) / 2
+        if _delta_upper(mid, sens, eps) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return Fraction(hi)
+
+
+def gaussian_epsilon(sigma: object, l2_sensitivity: object, delta: object) -> Fraction:
+    """The smallest ε (up to an absolute/relative 2^-44, rounded up) with gaussian_delta <= δ.
+
+    Bisection on the analytic Gaussian curve (Balle & Wang 2018, Theorem 8), decreasing in ε.
+    Returns 0 when δ already holds at ε = 0.
+    """
+    owner = "gaussian_epsilon"
+    s = float_down(_positive(owner, "sigma", sigma))
+    sens = float_up(_positive(owner, "l2_sensitivity", l2_sensitivity))
+    target = float_down(_open_probability(owner, "delta", delta))
+    if _delta_upper(s, sens, 0.0) <= target:
+        return Fraction(0)
+    lo, hi = 0.0, 1.0
+    while _delta_upper(s, sens, hi) > target:
+        lo, hi = hi, hi * 2
+    while hi - lo > _RELATIVE_TOLERANCE * max(hi, 1.0):
+        mid = (lo + hi) / 2
+        if _delta_upper(s, sens, mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return Fraction(hi)
