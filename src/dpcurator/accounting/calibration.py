@@ -29,10 +29,12 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import numpy as np
 from scipy.special import log_ndtr
 
-from dpcurator._validation import check_nonnegative, check_positive, check_probability
+from dpcurator._validation import check_int, check_nonnegative, check_positive, check_probability
 from dpcurator.core.numbers import float_down, float_up, to_fraction, widen_up
+from dpcurator.errors import ParameterError
 
 #: Model of the error of one ``scipy.special.log_ndtr`` evaluation: at most this many ulps of
 #: max(1, |result|). Tested against mpmath at 50 digits in tests/test_accounting_calibration.py.
@@ -171,6 +173,84 @@ def gaussian_epsilon(sigma: object, l2_sensitivity: object, delta: object) -> Fr
     while hi - lo > _RELATIVE_TOLERANCE * max(hi, 1.0):
         mid = (lo + hi) / 2
         if _delta_upper(s, sens, mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return Fraction(hi)
+
+
+#: Above this σ the exact discrete-Gaussian tails would need too many terms; callers fall back to
+#: the zCDP route, which is proven in any regime.
+DISCRETE_GAUSSIAN_EXACT_MAX_SIGMA = 10_000.0
+
+#: Relative error allowed for the float tail sums of the discrete Gaussian (pairwise summation of
+#: at most ~4e5 positive terms errs far less); δ is widened by this share of the terms it subtracts.
+_TAIL_SUM_RELATIVE_ERROR = 1e-9
+
+
+def _discrete_gaussian_tail(sigma: float, t: float) -> float:
+    """P[Y > t] for Y ~ N_Z(0, σ²), summed directly (unnormalised terms exp(-y²/(2σ²)))."""
+    reach = math.ceil(40 * sigma) + 10
+    support = np.arange(0, reach, dtype=np.float64)
+    weights = np.exp(-(support**2) / (2 * sigma**2))
+    normaliser = weights[0] + 2 * weights[1:].sum()
+    start = math.floor(t) + 1
+    if start >= reach:
+        return 0.0
+    # For start <= 0, symmetry gives P[Y >= start] = 1 - P[Y >= 1 - start].
+    tail = weights[start:].sum() if start >= 0 else normaliser - weights[1 - start :].sum()
+    return float(tail / normaliser)
+
+
+def discrete_gaussian_delta(sigma: object, sensitivity: object, epsilon: object) -> float:
+    """The exact δ(ε) of ONE integer release with discrete Gaussian noise, rounded up.
+
+    Canonne, Kamath & Steinke 2020, Theorem 7: for integer sensitivity Δ,
+    δ = P[Y > εσ²/Δ - Δ/2] - e^ε P[Y > εσ²/Δ + Δ/2] with Y ~ N_Z(0, σ²). The tails are summed
+    in floats and the result is widened by their modelled rounding error. Scalar releases only:
+    vectors go through zCDP. σ must not exceed :data:`DISCRETE_GAUSSIAN_EXACT_MAX_SIGMA`.
+    """
+    owner = "discrete_gaussian_delta"
+    s = float(_positive(owner, "sigma", sigma))
+    if s > DISCRETE_GAUSSIAN_EXACT_MAX_SIGMA:
+        raise ParameterError(
+            f"The 'sigma' parameter of {owner} must be <= {DISCRETE_GAUSSIAN_EXACT_MAX_SIGMA:g} "
+            f"for exact tail sums. Got {s!r}. Use gaussian_rho with ZCDP.to_approx instead."
+        )
+    delta_units = check_int(owner, "sensitivity", sensitivity, minimum=1)
+    check_nonnegative(owner, "epsilon", epsilon)
+    eps = float(to_fraction(epsilon, owner=owner, name="epsilon"))
+    centre = eps * s * s / delta_units
+    first = _discrete_gaussian_tail(s, centre - delta_units / 2)
+    second = math.exp(eps) * _discrete_gaussian_tail(s, centre + delta_units / 2)
+    slack = _TAIL_SUM_RELATIVE_ERROR * (first + second) + 1e-300
+    return min(1.0, widen_up(max(first - second, 0.0) + slack))
+
+
+def discrete_gaussian_sigma_for_approx(
+    epsilon: object, delta: object, sensitivity: object
+) -> Fraction:
+    """The smallest σ (relative precision 2^-30, rounded up) whose exact discrete δ(ε) is <= δ.
+
+    Bisection on :func:`discrete_gaussian_delta`, which decreases as σ grows. Returns a σ above
+    :data:`DISCRETE_GAUSSIAN_EXACT_MAX_SIGMA` as an error: use the zCDP route there.
+    """
+    owner = "discrete_gaussian_sigma_for_approx"
+    eps = float(_positive(owner, "epsilon", epsilon))
+    target = float_down(_open_probability(owner, "delta", delta))
+    delta_units = check_int(owner, "sensitivity", sensitivity, minimum=1)
+    hi = max(1.0, delta_units * math.sqrt(2 * math.log(1.25 / target)) / min(eps, 1.0))
+    if discrete_gaussian_delta(hi, delta_units, eps) > target:
+        raise ParameterError(
+            f"The parameters of {owner} need σ above the exact-sum range. Got epsilon={eps!r}, "
+            f"delta={float(target)!r}. Use Gaussian.for_rho or the zCDP route."
+        )
+    lo = hi / 2
+    while lo > 1e-3 and discrete_gaussian_delta(lo, delta_units, eps) <= target:
+        hi, lo = lo, lo / 2
+    while hi - lo > 2.0**-30 * hi:
+        mid = (lo + hi) / 2
+        if discrete_gaussian_delta(mid, delta_units, eps) <= target:
             hi = mid
         else:
             lo = mid
