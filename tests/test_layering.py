@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, int]] = [
     ("dpcurator.query.schema", 3),
     ("dpcurator.query.builder", 3),
     ("dpcurator.query.sql", 3),
-    ("dpcurator.query.release", 3),
+    ("dpcurator.query.release", 4),
     ("dpcurator.query.backends", 3),
     ("dpcurator.query.planner", 4),
     ("dpcurator.query.session", 4),
@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, int]] = [
     ("dpcurator.demo", 5),
 ]
 ENTROPY_MODULES = ("random", "secrets", "numpy.random")
-LAZY_IMPORT_ALLOWED = ("pyspark",)
+LAZY_IMPORT_ALLOWED = ("pyspark", "dpcurator.query.backends.spark")
 
 
 def layer_of(module: str) -> int | None:

@@ -2,10 +2,22 @@
 
 The names most users need are exported here; everything else lives in the subpackages
 (``mechanisms``, ``accounting``, ``random``, ``query``, ``estimators``, ``service``).
+
+>>> import dpcurator as dpc, pandas as pd
+>>> from dpcurator.random import SeededRng  # reproducible docs only: releases use SecureRng
+>>> meta = dpc.Metadata.from_dict({"table": "t", "columns": {
+...     "x": {"type": "int", "lower": 0, "upper": 10},
+...     "g": {"type": "string", "keys": ["a", "b"]}}})
+>>> frame = pd.DataFrame({"x": [1, 5, 9, 3], "g": ["a", "a", "b", "c"]})
+>>> s = dpc.Session.from_data(frame, metadata=meta, budget=dpc.Budget(1.0), rng=SeededRng(0))
+>>> r = s.sql("SELECT g, COUNT(*) AS n FROM t GROUP BY g", epsilon=0.5)
+>>> list(r.to_pandas()["g"]), str(s.remaining())
+(['a', 'b'], 'ε=0.5')
 """
 
 from __future__ import annotations
 
+from dpcurator.accounting import Budget
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
 from dpcurator.errors import (
     BudgetExceededError,
@@ -13,15 +25,56 @@ from dpcurator.errors import (
     ParameterError,
     UnsupportedQueryError,
 )
+from dpcurator.query.builder import (
+    col,
+    count,
+    count_persons,
+    histogram,
+    lit,
+    max_,
+    mean,
+    median,
+    min_,
+    quantile,
+    stddev,
+    sum_,
+    variance,
+    when,
+)
+from dpcurator.query.release import Release
+from dpcurator.query.schema import ColumnMeta, Metadata
+from dpcurator.query.session import Session
+
+sum = sum_  # ``dpc.sum("income")`` reads like SQL; the builtin stays in builtins
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ZCDP",
     "ApproxDP",
+    "Budget",
     "BudgetExceededError",
+    "ColumnMeta",
     "DPError",
+    "Metadata",
     "ParameterError",
     "PureDP",
+    "Release",
+    "Session",
     "UnsupportedQueryError",
+    "col",
+    "count",
+    "count_persons",
+    "histogram",
+    "lit",
+    "max_",
+    "mean",
+    "median",
+    "min_",
+    "quantile",
+    "stddev",
+    "sum",
+    "sum_",
+    "variance",
+    "when",
 ]

@@ -1,7 +1,8 @@
 """Privacy measures: what a release costs, as immutable exact values.
 
 * :class:`PureDP` — ε-differential privacy (Dwork, McSherry, Nissim & Smith 2006).
-* :class:`ApproxDP` — (ε, δ)-differential privacy (Dwork, Kenthapadi, McSherry, Mironov & Naor 2006).
+* :class:`ApproxDP` — (ε, δ)-differential privacy (Dwork, Kenthapadi, McSherry, Mironov &
+  Naor 2006).
 * :class:`ZCDP` — ρ-zero-concentrated differential privacy (Bun & Steinke 2016).
 
 Values are frozen, validated at construction, and hold :class:`~fractions.Fraction` parameters so

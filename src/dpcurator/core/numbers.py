@@ -19,7 +19,7 @@ SAFETY_ULPS = 4
 
 
 def to_fraction(value: object, *, owner: str = "to_fraction", name: str = "value") -> Fraction:
-    """Convert an int, float or Fraction to an exact Fraction (floats are exact binary rationals)."""
+    """Convert an int, float or Fraction to an exact Fraction (floats are binary rationals)."""
     number = check_real(owner, name, value)
     return Fraction(number)
 

@@ -21,7 +21,8 @@ Semantics that every backend must reproduce bit-for-bit (the in-memory backend i
   groups/rows are kept is decided by a deterministic hash ordering seeded by ``bound.seed``
   (utility only: privacy never depends on which rows are kept, only on how many). Row-level privacy
   (no person column) applies no bounding: each row is its own person.
-* Aggregate values: ``value = fill`` if the expression is NULL or NaN, else clamp(expr, lower, upper).
+* Aggregate values: ``value = fill`` if the expression is NULL or NaN, else
+  clamp(expr, lower, upper).
   ``sum`` returns sum(round_half_even(value / 2**grid_exponent)) as an exact integer (fixed-point
   sum: the defence against float-sum sensitivity attacks, Casacuberta et al. 2022);
   ``sum_squares`` the same for value**2 on the grid of ``grid_exponent``: round(value**2 / 2**k);

@@ -20,7 +20,7 @@ import hashlib
 import os
 import threading
 import weakref
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -56,7 +56,7 @@ class Rng(abc.ABC):
 
     def _fill(self, out: npt.NDArray[np.generic]) -> None:
         """Fill a C-contiguous array with random bytes (subclasses may avoid the copy)."""
-        view = memoryview(out).cast("B")
+        view = out.data.cast("B")
         view[:] = self.random_bytes(len(view))
 
     def uint64(self, size: int) -> npt.NDArray[np.uint64]:
@@ -114,9 +114,9 @@ def _integers_below(rng: Rng, bound: int, size: int) -> npt.NDArray[np.int64]:
             np.bitwise_and(words32, np.uint32(bound - 1), out=words32)
             out[:] = words32
         else:
-            words = rng.uint64(size)
-            np.bitwise_and(words, np.uint64(bound - 1), out=words)
-            out[:] = words.view(np.int64)
+            words64 = rng.uint64(size)
+            np.bitwise_and(words64, np.uint64(bound - 1), out=words64)
+            out[:] = words64.view(np.int64)
         return out
     wide = bound >= 2**20
     top = _U64_MAX if wide else 2**32 - 1
@@ -128,7 +128,9 @@ def _integers_below(rng: Rng, bound: int, size: int) -> npt.NDArray[np.int64]:
         # Over-draw by the expected rejection rate so one round usually suffices.
         reject = 1.0 - limit / (top + 1)
         draw = need + int(need * reject * 1.2) + 8 if reject > 0 else need
-        words = rng.uint64(draw) if wide else rng._uint32(draw)
+        words: npt.NDArray[np.unsignedinteger[Any]] = (
+            rng.uint64(draw) if wide else rng._uint32(draw)
+        )
         if reject > 0:
             words = words[words < dtype(limit)]
         take = min(need, words.size)
@@ -212,7 +214,7 @@ class _StreamRng(Rng):
             return self._keystream(n)
 
     def _fill(self, out: npt.NDArray[np.generic]) -> None:
-        view = memoryview(out).cast("B")
+        view = out.data.cast("B")
         if len(view) <= _SMALL:
             view[:] = self.random_bytes(len(view))
             return

@@ -1,9 +1,9 @@
 """Exact, vectorised samplers of discrete noise (Canonne, Kamath & Steinke 2020).
 
 Every sampler here returns values from EXACTLY the stated distribution, given uniformly random bits
-from an :class:`~dpcurator.random.rng.Rng`: there is no floating-point arithmetic in any decision
-(two places use a float only as a guess that is then checked and corrected in exact integer
-arithmetic). The constructions are those of
+from an :class:`~dpcurator.random.rng.Rng`: no decision depends on floating-point arithmetic (a
+float appears only as a guess that exact integer arithmetic then checks and corrects, e.g. the
+quotient in the discrete Gaussian's acceptance test). The constructions are those of
 
     C. Canonne, G. Kamath, T. Steinke. "The Discrete Gaussian for Differential Privacy."
     NeurIPS 2020, arXiv:2004.00010 ("CKS20"),
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -78,9 +78,10 @@ def _ratio_scalar(rng: Rng, a: npt.NDArray[np.integer], b: int) -> BoolArray:
     (x >= b·c, c = floor((2^w - 1) / b)), and then P[x < a·c] = a / b exactly.
     """
     n = a.size
+    words: npt.NDArray[np.unsignedinteger[Any]]
     if b < 2**24:
         c = _U32_MAX // b
-        dtype: type[np.unsignedinteger] = np.uint32
+        dtype: type[np.unsignedinteger[Any]] = np.uint32
         words = rng._uint32(n)
     else:
         c = _U64_MAX // b
@@ -98,11 +99,11 @@ def _ratio_scalar(rng: Rng, a: npt.NDArray[np.integer], b: int) -> BoolArray:
     return out
 
 
-def _ratio_array(rng: Rng, a: UIntArray, b: UIntArray) -> BoolArray:
-    """Elementwise Bernoulli(a / b) for uint64 arrays with 0 <= a <= b, 1 <= b < 2^64."""
+def _ratio_array(rng: Rng, a: npt.NDArray[np.integer], b: UIntArray) -> BoolArray:
+    """Elementwise Bernoulli(a / b) for integer arrays with 0 <= a <= b, 1 <= b < 2^64."""
     c = np.uint64(_U64_MAX) // b
     limit = b * c
-    thresholds = a * c
+    thresholds = a.astype(np.uint64, copy=False) * c
     words = rng.uint64(a.size)
     out = words < thresholds
     bad = np.flatnonzero(words >= limit)
@@ -133,8 +134,9 @@ def _one_in(rng: Rng, k: int, n: int) -> BoolArray:
     return out
 
 
-def _ratio_times_k(rng: Rng, a: UIntArray, den: int | UIntArray, k: int) -> BoolArray:
-    """Elementwise Bernoulli(a / (den·k)): one draw when den·k < 2^64, else Bernoulli(a/den)·(1/k)."""
+def _ratio_times_k(rng: Rng, a: npt.NDArray[np.integer], den: int | UIntArray, k: int) -> BoolArray:
+    """Elementwise Bernoulli(a / (den·k)): one trial when den·k < 2^64, else two independent
+    trials Bernoulli(a / den) and Bernoulli(1 / k) that must both succeed."""
     if isinstance(den, int):
         if den * k <= _U64_MAX:
             return _ratio_scalar(rng, a, den * k)
@@ -207,11 +209,14 @@ def _bexp_fraction(rng: Rng, r: npt.NDArray[np.integer], den: int | UIntArray) -
     P[K > k] = γ^k / k!, hence P[K odd] = exp(-γ). Bernoulli(γ/k) = Bernoulli(r / (den·k)) is a
     rational trial. Iteration k acts on the elements that have not failed yet.
     """
-    out = np.ones(r.size, dtype=np.bool_)  # r = 0 fails at K = 1 (odd): True
-    live = np.flatnonzero(r)
+    out = np.ones(r.size, dtype=np.bool_)  # failing at odd K: True
+    if r.size == 0:
+        return out
+    # k = 1 on every element (r = 0 fails with certainty); later iterations on the survivors.
+    live = np.flatnonzero(_ratio_times_k(rng, r, den, 1))
     ratio = r[live].astype(np.uint64)
     dens = den if isinstance(den, int) else den[live]
-    k = 1
+    k = 2
     while live.size:
         success = _ratio_times_k(rng, ratio, dens, k)
         if k % 2 == 0:
@@ -321,8 +326,10 @@ def bernoulli_rational(rng: Rng, numerator: int, denominator: int, size: int) ->
 
 def _as_int64_parameter(owner: str, name: str, value: object, minimum: int) -> IntArray:
     """Validate an integer or integer array parameter and return it as int64."""
+    if isinstance(value, list | tuple):
+        value = np.asarray(value)
     if isinstance(value, np.ndarray):
-        if value.dtype.kind not in "iu":
+        if value.dtype.kind not in "iu" and value.size:
             raise fail(owner, name, "an integer or an integer array", f"array of {value.dtype}")
         if value.size and (value.min() < minimum or value.max() > _I64_MAX):
             low, high = value.min(), value.max()
@@ -371,11 +378,13 @@ def bernoulli_exp(
     owner = "bernoulli_exp"
     num = _as_int64_parameter(owner, "numerator", numerator, 0)
     den = _as_int64_parameter(owner, "denominator", denominator, 1)
+    if size is not None:
+        size = check_int(owner, "size", size, minimum=0)
     try:
         if size is None:
             shape: tuple[int, ...] = np.broadcast_shapes(num.shape, den.shape)
         else:
-            shape = (check_int(owner, "size", size, minimum=0),)
+            shape = (size,)
             np.broadcast_shapes(num.shape, den.shape, shape)
     except ValueError as exc:
         raise fail(
@@ -473,7 +482,9 @@ def geometric(rng: Rng, numerator: int, denominator: int, size: int) -> IntArray
     Privacy", Algorithm 2, lines 1-5) with t = denominator and s = numerator: U uniform on
     {0, ..., t-1} accepted with probability exp(-U/t), V the number of Bernoulli(exp(-1))
     successes before a failure, X = U + t·V (geometric with ratio e^(-1/t)) and k = floor(X/s).
-    The expected work does not grow with the mean 1/γ, so large means are fast.
+    The expected work does not grow with the mean 1/γ, so large means are fast. For γ >= 1 (mean
+    below 0.6) the definition itself is cheaper and is used: count the successes of
+    :func:`bernoulli_exp` trials until the first failure.
 
     Not constant-time: the number of rejection rounds and Bernoulli iterations depends on the
     values drawn (larger samples take longer).
@@ -501,8 +512,7 @@ def geometric(rng: Rng, numerator: int, denominator: int, size: int) -> IntArray
 
 def _laplace_parameters(scale: object, owner: str = "discrete_laplace") -> tuple[int, int]:
     """The exact (t, s) with scale = t/s used by CKS20 Algorithm 2 (rounded up if t > 2^56)."""
-    check_positive(owner, "scale", scale)
-    exact = Fraction(scale)  # type: ignore[arg-type]  # ints, floats (exact), Fractions
+    exact = Fraction(check_positive(owner, "scale", scale))  # floats are exact binary rationals
     if exact > MAX_LAPLACE_SCALE:
         raise fail(owner, "scale", "<= 2**52 (larger noise would not fit in int64)", scale)
     if exact.numerator > _MAX_T:
@@ -535,11 +545,11 @@ def discrete_laplace(rng: Rng, scale: int | float | Fraction, size: int) -> IntA
     B, restart when B = 1 and Y = 0, return (1 - 2B)·Y.
 
     ``scale`` may be an int, a Fraction or a float (a float is the exact binary rational it
-    stores). When the numerator t of the scale in lowest terms exceeds 2^56, the scale is rounded
-    UP to a dyadic rational n / 2^k with n < 2^56 (:func:`dpcurator.core.numbers.dyadic_up`; a
-    relative change below 2^-55). More noise is always safe: a privacy guarantee computed for the
-    requested scale holds for the sample. Every float scale >= 2^-4 is used exactly, as are all
-    int and small-Fraction scales.
+    stores). Every int and float scale is used exactly (its numerator t is below 2^53). Only a
+    Fraction whose numerator t in lowest terms exceeds 2^56 is rounded UP to a dyadic rational
+    n / 2^k with n < 2^56 (:func:`dpcurator.core.numbers.dyadic_up`; a relative change below
+    2^-55), so that U + t·V stays in int64. More noise is always safe: a privacy guarantee
+    computed for the requested scale holds for the sample.
 
     Not constant-time: the rejection rounds and Bernoulli iterations make the running time depend
     on the values drawn (larger |x| takes slightly longer).
@@ -561,8 +571,7 @@ def _gaussian_parameters(sigma: object) -> tuple[int, int, int]:
     """(t, c, L) such that CKS20 Algorithm 3 with σ'² = c·t/L >= σ² (equal when representable)
     has the acceptance exponent (L|Y| - c)² / (2·c·t·L) with denominator D = 2ctL < 2^64."""
     owner = "discrete_gaussian"
-    check_positive(owner, "sigma", sigma)
-    exact = Fraction(sigma)  # type: ignore[arg-type]  # ints, floats (exact), Fractions
+    exact = Fraction(check_positive(owner, "sigma", sigma))  # floats are exact binary rationals
     if exact > MAX_SIGMA:
         raise fail(owner, "sigma", "<= 2**31 (so that 2σ² fits the 64-bit acceptance test)", sigma)
     variance = exact * exact
@@ -572,9 +581,8 @@ def _gaussian_parameters(sigma: object) -> tuple[int, int, int]:
     if 2 * c * t * big_l <= _U64_MAX:
         return t, c, big_l
     # Round σ²/t UP to c/L with L a power of two, as fine as the 64-bit denominator allows
-    # (D = 2ctL ~ 2σ²L², so L ~ sqrt(2^63/σ²); start above that and halve until D fits).
-    target = _U64_MAX // (2 * t * math.ceil(u))
-    big_l = 1 << math.isqrt(max(target, 1)).bit_length()
+    # (D = 2ctL ~ 2σ²L², so L ~ 2^31.5/σ; start above that and halve until D fits).
+    big_l = 1 << max(0, 33 - math.floor(math.log2(exact)))
     while big_l > 1 and 2 * math.ceil(u * big_l) * t * big_l > _U64_MAX:
         big_l //= 2
     c = math.ceil(u * big_l)
@@ -589,8 +597,13 @@ def _quadratic_parts(x: IntArray, d: int) -> tuple[UIntArray, UIntArray, npt.NDA
     A float gives q within ±1; r is then recovered exactly from x² - q·d modulo 2^64 (wrapping
     uint64 arithmetic), lifted to the right multiple of 2^64 with the same float estimate (whose
     error is below 2^56, far from the 2^64 spacing of the candidates), and q is corrected by ±1.
-    Elements outside these bounds are returned by index for the exact Python fallback.
+    Elements outside these bounds are returned by index for the exact Python fallback. When every
+    x² and d fit in int64 (the common case), a plain integer divmod is used instead.
     """
+    if x.size == 0 or (d <= _I64_MAX and int(np.max(np.abs(x))) < min(_FAST_X, 2**31)):
+        square = x * x
+        q64, r64 = np.divmod(square, d)
+        return q64.view(np.uint64), r64.view(np.uint64), np.empty(0, dtype=np.intp)
     ax = np.abs(x).astype(np.uint64)
     xf = ax.astype(np.float64)
     df = float(d)
@@ -655,9 +668,10 @@ def discrete_gaussian(rng: Rng, sigma: int | float | Fraction, size: int) -> Int
     D = 2·c·t·L. When D (in lowest terms) would exceed 2^64 - 1 — e.g. for most float σ, whose
     exact square has a 100-bit denominator — σ²/t is rounded UP to c/L with L a power of two
     chosen as large as the 64-bit bound allows, i.e. σ² is replaced by σ'² = c·t/L with
-    σ² <= σ'² < σ²·(1 + 2^-30). The sample is then exactly discrete Gaussian with σ'. More noise
-    is always safe, so a privacy guarantee computed for σ holds. Integer σ below 2^15 and
-    Fractions with small terms are used exactly. The test is evaluated in vectorised 64-bit
+    σ² <= σ'² < σ²·(1 + 2^-30·max(1, 1/σ)) (and σ'² = 2^-62 for σ < 2^-31, where every sample
+    is 0 but with probability below 2^(-2^60)). The sample is then exactly discrete Gaussian with
+    σ'. More noise is always safe, so a privacy guarantee computed for σ holds. Integer σ below
+    2^15 and Fractions with small terms are used exactly. The test is evaluated in vectorised 64-bit
     arithmetic; the rare elements whose integers do not fit (|Y| beyond about 2^53/L, or an
     exponent above 2^40) fall back to exact Python integers, so exactness is never lost.
 

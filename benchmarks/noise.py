@@ -1,0 +1,182 @@
+"""Throughput of dpcurator's exact noise samplers, next to numpy's float samplers and OpenDP's.
+
+Run ``python benchmarks/noise.py`` (or ``make bench``); ``--quick`` for a smaller run. Prints one
+markdown table of samples per second, each the median over several runs of one call producing
+10^6 samples (10^5 with ``--quick``).
+
+* dpcurator: exact integer samplers (Canonne, Kamath & Steinke 2020) fed by a ChaCha20 CSPRNG.
+* numpy: ``numpy.random.default_rng().laplace`` / ``.normal`` — textbook floating-point noise from
+  a non-cryptographic PCG64 generator. Fast, but NOT safe for differential privacy (Mironov 2012);
+  shown only as a speed reference.
+* OpenDP 0.16.0 (floating-point-safe samplers, Rust): installed on first use into a separate
+  virtualenv ``.bench-venv/`` at the repository root and timed there in a subprocess, so it never
+  mixes with the project's environment. ``--no-opendp`` skips it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import venv
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from dpcurator.random import SecureRng, bernoulli_exp, discrete_gaussian, discrete_laplace
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BENCH_VENV = REPO_ROOT / ".bench-venv"
+OPENDP_VERSION = "0.16.0"
+
+# Runs inside .bench-venv: argv = [n, runs]; prints {"label": [seconds per run, ...]} as JSON.
+OPENDP_SNIPPET = r"""
+import json, sys, time
+import opendp.prelude as dp
+
+dp.enable_features("contrib")
+n, runs = int(sys.argv[1]), int(sys.argv[2])
+
+def space(T, metric):
+    return dp.vector_domain(dp.atom_domain(T=T, nan=False) if T is float else dp.atom_domain(T=T)), metric(T=T)
+
+cases = {
+    "laplace, float vector (FP-safe)": (dp.m.make_laplace, float, dp.l1_distance, [0.0] * n),
+    "laplace, int vector (discrete)": (dp.m.make_laplace, int, dp.l1_distance, [0] * n),
+    "gaussian, float vector (FP-safe)": (dp.m.make_gaussian, float, dp.l2_distance, [0.0] * n),
+    "gaussian, int vector (discrete)": (dp.m.make_gaussian, int, dp.l2_distance, [0] * n),
+}
+out = {}
+for label, (make, T, metric, data) in cases.items():
+    try:
+        meas = make(*space(T, metric), scale=10.0)
+        meas(data[:10])
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            meas(data)
+            times.append(time.perf_counter() - start)
+        out[label] = times
+    except Exception as exc:  # report, keep going
+        out[label] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+
+
+def time_runs(function: Callable[[], object], runs: int) -> tuple[float, float]:
+    """Median wall-clock and CPU seconds of ``runs`` calls (after one warm-up call)."""
+    function()
+    wall: list[float] = []
+    cpu: list[float] = []
+    for _ in range(runs):
+        start_wall, start_cpu = time.perf_counter(), time.process_time()
+        function()
+        wall.append(time.perf_counter() - start_wall)
+        cpu.append(time.process_time() - start_cpu)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def bench_python(n: int, runs: int, quick: bool) -> list[tuple[str, str, float | None, str]]:
+    """Rows (library, sampler, samples/s by wall clock, note) measured in this process."""
+    rng = SecureRng()
+    numpy_rng = np.random.default_rng()
+    cases: list[tuple[str, str, Callable[[], object], str]] = [
+        ("dpcurator", "discrete_laplace(scale=10)", lambda: discrete_laplace(rng, 10, n), "exact"),
+        ("dpcurator", "discrete_gaussian(sigma=10)", lambda: discrete_gaussian(rng, 10, n), "exact"),
+        ("dpcurator", "bernoulli_exp(1/2)", lambda: bernoulli_exp(rng, 1, 2, n), "exact"),
+    ]
+    if not quick:
+        cases += [
+            ("dpcurator", "discrete_laplace(scale=1e-3)", lambda: discrete_laplace(rng, 1e-3, n), "exact"),
+            ("dpcurator", "discrete_laplace(scale=1e9)", lambda: discrete_laplace(rng, 1e9, n), "exact"),
+            ("dpcurator", "discrete_gaussian(sigma=0.5)", lambda: discrete_gaussian(rng, 0.5, n), "exact"),
+            ("dpcurator", "discrete_gaussian(sigma=1e9)", lambda: discrete_gaussian(rng, 1e9, n), "exact"),
+            ("dpcurator", "bernoulli_exp(array γ in [0, 20))",
+             lambda: bernoulli_exp(rng, np.arange(n, dtype=np.int64) % 200, 10), "exact"),
+        ]
+    cases += [
+        ("numpy", "default_rng().laplace(0, 10)", lambda: numpy_rng.laplace(0.0, 10.0, n),
+         "float, NOT DP-safe"),
+        ("numpy", "default_rng().normal(0, 10)", lambda: numpy_rng.normal(0.0, 10.0, n),
+         "float, NOT DP-safe"),
+    ]  # fmt: skip
+    rows = []
+    for library, name, function, note in cases:
+        wall, cpu = time_runs(function, runs)
+        rows.append((library, name, n / wall, f"{note}; CPU {n / cpu / 1e6:.2f} M/s"))
+    return rows
+
+
+def ensure_opendp_python() -> Path:
+    """The Python of .bench-venv, created with opendp==OPENDP_VERSION installed if missing."""
+    python = BENCH_VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    check = [str(python), "-c", "import opendp, importlib.metadata as m; print(m.version('opendp'))"]
+    if python.exists():
+        found = subprocess.run(check, capture_output=True, text=True, check=False)
+        if found.returncode == 0 and found.stdout.strip() == OPENDP_VERSION:
+            return python
+    print(f"(setting up {BENCH_VENV.name}/ with opendp=={OPENDP_VERSION} ...)", file=sys.stderr)
+    venv.EnvBuilder(with_pip=True, clear=python.exists()).create(BENCH_VENV)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", f"opendp=={OPENDP_VERSION}"], check=True
+    )
+    return python
+
+
+def bench_opendp(n: int, runs: int) -> list[tuple[str, str, float | None, str]]:
+    """Rows measured by running OPENDP_SNIPPET in .bench-venv."""
+    try:
+        python = ensure_opendp_python()
+        done = subprocess.run(
+            [str(python), "-c", OPENDP_SNIPPET, str(n), str(runs)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=3600,
+        )
+        results = json.loads(done.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        return [("opendp", f"(unavailable: {type(exc).__name__})", None, str(exc)[:80])]
+    rows: list[tuple[str, str, float | None, str]] = []
+    for label, value in results.items():
+        if isinstance(value, list):
+            rows.append(("opendp " + OPENDP_VERSION, label, n / statistics.median(value), ""))
+        else:
+            rows.append(("opendp " + OPENDP_VERSION, label, None, value[:80]))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="10^5 samples per call, 3 runs")
+    parser.add_argument("--runs", type=int, default=None, help="runs per sampler (median)")
+    parser.add_argument("--no-opendp", action="store_true", help="skip the OpenDP comparison")
+    args = parser.parse_args(argv)
+    n = 10**5 if args.quick else 10**6
+    runs = args.runs or (3 if args.quick else 7)
+
+    rows = bench_python(n, runs, args.quick)
+    if not args.no_opendp:
+        rows += bench_opendp(n, runs)
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"Samples per second, median of {runs} runs of {n:,} samples each "
+        f"(Python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}, "
+        f"load average {load:.1f} on {os.cpu_count()} CPUs)\n"
+    )
+    print("| library | sampler | samples/s | note |")
+    print("|---|---|---:|---|")
+    for library, name, rate, note in rows:
+        shown = f"{rate / 1e6:,.2f} M" if rate is not None else "n/a"
+        print(f"| {library} | {name} | {shown} | {note} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Engines that compute exact aggregates: memory (oracle), DuckDB (default), Polars and Spark.
+
+:func:`open_backend` opens a backend on one table from any supported source. The Spark backend is
+imported only when asked for: pyspark is an optional heavy dependency (``dpcurator[spark]``), so it
+is the one import done inside a function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dpcurator._validation import fail
+from dpcurator.errors import BackendError
+from dpcurator.query.backends.base import Backend, is_spark_dataframe
+from dpcurator.query.backends.duckdb import DuckDBBackend
+from dpcurator.query.backends.memory import MemoryBackend
+from dpcurator.query.backends.polars import PolarsBackend
+
+ENGINES = ("duckdb", "memory", "polars", "spark")
+
+__all__ = ["ENGINES", "Backend", "DuckDBBackend", "MemoryBackend", "PolarsBackend", "open_backend"]
+
+
+def open_backend(source: object, *, table: str, engine: str = "duckdb") -> Backend:
+    """Open a backend that exposes ``source`` as the table ``table``.
+
+    Args:
+        source: a CSV or Parquet path, a pandas DataFrame, a polars DataFrame or LazyFrame, a
+            pyarrow Table, a DuckDB connection (holding ``table``) or relation, a Spark DataFrame
+            (implies ``engine="spark"``), or a dict of equal-length numpy arrays.
+        table: the name plans use for this table.
+        engine: ``"duckdb"`` (default), ``"polars"``, ``"spark"`` or ``"memory"`` (reference).
+
+    Raises:
+        ParameterError: unknown engine, empty table name or unsupported source type.
+        BackendError: the engine cannot read the source (or pyspark is not installed).
+
+    Example:
+        >>> backend = open_backend({"x": [1, 2, 3]}, table="t", engine="memory")
+        >>> backend.columns("t")
+        {'x': 'int64'}
+    """
+    if not isinstance(table, str) or not table:
+        raise fail("open_backend", "table", "a non-empty str", table)
+    if engine not in ENGINES:
+        raise fail("open_backend", "engine", f"one of {ENGINES}", engine)
+    if is_spark_dataframe(source) and engine != "spark":
+        if engine != "duckdb":  # the default: a Spark DataFrame implies the Spark engine
+            raise fail("open_backend", "engine", "'spark' for a Spark DataFrame", engine)
+        engine = "spark"
+    if engine == "spark":
+        try:
+            from dpcurator.query.backends.spark import SparkBackend  # noqa: PLC0415 (optional)
+        except ImportError as exc:
+            raise BackendError(
+                "The 'spark' engine needs pyspark: pip install 'dpcurator[spark]'."
+            ) from exc
+        return SparkBackend.from_source(source, table=table)
+    openers: dict[str, Callable[..., Backend]] = {
+        "duckdb": DuckDBBackend.from_source,
+        "memory": MemoryBackend.from_source,
+        "polars": PolarsBackend.from_source,
+    }
+    return openers[engine](source, table=table)

@@ -1,0 +1,414 @@
+"""The backend protocol and the checks and conversions every backend shares.
+
+A backend executes an :class:`~dpcurator.query.ir.AggregatePlan` and returns EXACT aggregates
+(:class:`~dpcurator.query.ir.ExactResult`); it never adds noise and never imports
+:mod:`dpcurator.random`, :mod:`dpcurator.mechanisms` or :mod:`dpcurator.accounting`.
+
+Semantics fixed here for all backends (in addition to those of :mod:`dpcurator.query.ir`):
+
+* Rows whose person id is NULL are dropped when the plan bounds contributions per person: they
+  cannot be attributed to a person, so they cannot be bounded.
+* An aggregate with ``fill=None`` skips NULL/NaN values (they add nothing to sums and histograms).
+* ``In`` with an empty value list is FALSE (even for a NULL argument); otherwise ``In`` follows SQL.
+* Public group keys match NULL-safely: a key ``None`` selects the rows whose group value is NULL.
+* ``Func("round", (x,))`` rounds half away from zero (SQL ``ROUND``); only one argument is accepted.
+* Sums are exact integers; a sum that could exceed int64 (``max |grid value| * rows``) is refused
+  with :class:`~dpcurator.errors.BackendError` instead of wrapping or losing precision.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+import duckdb
+import numpy as np
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pa_parquet
+
+from dpcurator._validation import fail
+from dpcurator.errors import BackendError, ParameterError, UnsupportedQueryError
+from dpcurator.query.ir import (
+    AggregatePlan,
+    And,
+    Between,
+    BinOp,
+    Case,
+    Col,
+    Compare,
+    ExactAggregate,
+    ExactResult,
+    Expr,
+    Func,
+    In,
+    IsNull,
+    Lit,
+    Not,
+    Or,
+    ScalarValue,
+)
+
+INT64_MAX = 2**63 - 1
+HIDDEN_PREFIX = "__dp_"
+VALUE_KINDS = frozenset({"sum", "sum_squares", "histogram"})
+UNARY_FUNCTIONS = frozenset({"abs", "round", "floor", "ceil", "lower", "upper", "length"})
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """An engine that computes exact aggregates for aggregate plans."""
+
+    name: str
+
+    def tables(self) -> list[str]:
+        """Return the names of the tables this backend can query."""
+        ...
+
+    def columns(self, table: str) -> dict[str, str]:
+        """Return the columns of ``table`` mapped to engine type names (metadata checks only)."""
+        ...
+
+    def compute(self, plan: AggregatePlan) -> ExactResult:
+        """Execute ``plan`` and return its exact aggregates."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine resources this backend opened (not those it was given)."""
+        ...
+
+
+# ----------------------------------------------------------------------------------------------
+# Plan checks
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    """Yield ``expr`` and every sub-expression (pre-order)."""
+    yield expr
+    match expr:
+        case BinOp(left=left, right=right) | Compare(left=left, right=right):
+            yield from walk(left)
+            yield from walk(right)
+        case And(args=args) | Or(args=args) | Func(args=args):
+            for arg in args:
+                yield from walk(arg)
+        case Not(arg=arg) | IsNull(arg=arg) | In(arg=arg):
+            yield from walk(arg)
+        case Between(arg=arg, low=low, high=high):
+            yield from walk(arg)
+            yield from walk(low)
+            yield from walk(high)
+        case Case(whens=whens, default=default):
+            for condition, value in whens:
+                yield from walk(condition)
+                yield from walk(value)
+            if default is not None:
+                yield from walk(default)
+
+
+def plan_expressions(plan: AggregatePlan) -> list[Expr]:
+    """Return the top-level expressions a plan evaluates per row."""
+    exprs: list[Expr] = [group.expr for group in plan.group_by]
+    exprs.extend(agg.expr for agg in plan.aggregates if agg.expr is not None)
+    if plan.where is not None:
+        exprs.append(plan.where)
+    return exprs
+
+
+def check_plan(plan: AggregatePlan, columns: Mapping[str, str]) -> None:
+    """Check a plan against the columns of its table; raise before any engine work.
+
+    Raises:
+        BackendError: a referenced column does not exist in the table.
+        ParameterError: the plan is malformed (duplicate names, missing bounds, bad keys...).
+        UnsupportedQueryError: a function is called with the wrong number of arguments.
+    """
+    _check_expressions(plan, columns)
+    _check_names(plan)
+    for agg in plan.aggregates:
+        _check_aggregate(agg)
+    _check_keys(plan)
+    _check_bound(plan)
+
+
+def _check_expressions(plan: AggregatePlan, columns: Mapping[str, str]) -> None:
+    referenced = {plan.bound.person_column} - {None}
+    for expr in plan_expressions(plan):
+        for node in walk(expr):
+            if isinstance(node, Col):
+                referenced.add(node.name)
+            elif isinstance(node, Func):
+                _check_func(node)
+            elif isinstance(node, Lit):
+                _check_literal(node.value)
+            elif isinstance(node, In):
+                for value in node.values:
+                    _check_literal(value)
+    missing = sorted(str(name) for name in referenced if name not in columns)
+    if missing:
+        raise BackendError(
+            f"The table {plan.table!r} has no column {', '.join(map(repr, missing))}. "
+            f"Its columns are {sorted(columns)}."
+        )
+
+
+def _check_names(plan: AggregatePlan) -> None:
+    owner = "AggregatePlan"
+    if not plan.aggregates:
+        raise fail(owner, "aggregates", "a non-empty tuple", plan.aggregates)
+    names = [agg.name for agg in plan.aggregates] + [group.name for group in plan.group_by]
+    if len(set(names)) != len(names):
+        raise fail(owner, "aggregates", "uniquely named (group names included)", names)
+    for name in names:
+        if not name or name.startswith(HIDDEN_PREFIX):
+            raise fail(owner, "name", f"non-empty and not starting with {HIDDEN_PREFIX!r}", name)
+
+
+def _check_keys(plan: AggregatePlan) -> None:
+    if plan.group_keys is None:
+        return
+    if not plan.group_by:
+        raise fail("AggregatePlan", "group_keys", "None for an ungrouped plan", plan.group_keys)
+    for key in plan.group_keys:
+        if len(key) != len(plan.group_by):
+            raise fail("AggregatePlan", "group_keys", f"tuples of length {len(plan.group_by)}", key)
+        for value in key:
+            _check_literal(value)
+
+
+def _check_bound(plan: AggregatePlan) -> None:
+    bound = plan.bound
+    if bound.person_column is None:
+        return
+    for field_name in ("max_groups", "max_rows_per_group"):
+        value = getattr(bound, field_name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise fail("ContributionBound", field_name, "an integer >= 1", value)
+    if isinstance(bound.seed, bool) or not isinstance(bound.seed, int):
+        raise fail("ContributionBound", "seed", "an integer", bound.seed)
+
+
+def _check_func(node: Func) -> None:
+    if node.name in UNARY_FUNCTIONS and len(node.args) != 1:
+        raise UnsupportedQueryError(
+            f"The function {node.name!r} takes exactly one argument. Got {len(node.args)}."
+        )
+    if node.name == "coalesce" and not node.args:
+        raise UnsupportedQueryError("The function 'coalesce' needs at least one argument.")
+    if node.name not in UNARY_FUNCTIONS | {"coalesce"}:
+        raise UnsupportedQueryError(f"The function {node.name!r} is not supported.")
+
+
+def _check_literal(value: object) -> None:
+    if value is None or isinstance(value, bool | str | float):
+        return
+    if isinstance(value, int):
+        if not -INT64_MAX - 1 <= value <= INT64_MAX:
+            raise fail("Lit", "value", "an integer that fits in int64", value)
+        return
+    raise fail("Lit", "value", "an int, float, str, bool or None", value)
+
+
+def _check_aggregate(agg: ExactAggregate) -> None:
+    owner = f"ExactAggregate {agg.name!r}"
+    if agg.kind not in VALUE_KINDS:
+        if agg.kind not in ("count", "count_persons"):
+            raise fail(owner, "kind", "a known aggregate kind", agg.kind)
+        return
+    if agg.expr is None:
+        raise fail(owner, "expr", f"an expression for a {agg.kind}", None)
+    for name in ("lower", "upper"):
+        value = getattr(agg, name)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise fail(owner, name, "a finite number", value)
+    assert agg.lower is not None  # checked just above
+    assert agg.upper is not None
+    if not agg.lower <= agg.upper:
+        raise fail(owner, "upper", f">= lower ({agg.lower})", agg.upper)
+    if agg.fill is not None and not agg.lower <= agg.fill <= agg.upper:
+        raise fail(owner, "fill", f"None or in [{agg.lower}, {agg.upper}]", agg.fill)
+    if agg.kind == "histogram":
+        if isinstance(agg.bins, bool) or not isinstance(agg.bins, int) or agg.bins < 1:
+            raise fail(owner, "bins", "an integer >= 1", agg.bins)
+        if not agg.lower < agg.upper:
+            raise fail(owner, "upper", f"> lower ({agg.lower}) for a histogram", agg.upper)
+    else:
+        max_grid_value(agg)
+
+
+# ----------------------------------------------------------------------------------------------
+# Grid values and int64 overflow
+
+
+def grid_value(agg: ExactAggregate, value: float) -> int:
+    """Return the grid integer of a clamped ``value`` for a sum or sum_squares aggregate."""
+    scaled = value * value if agg.kind == "sum_squares" else value
+    return round(scaled / 2.0**agg.grid_exponent)  # round() on a float is half-to-even
+
+
+def max_grid_value(agg: ExactAggregate) -> int:
+    """Return the largest |grid value| one row can add to ``agg``; refuse values beyond int64.
+
+    Rounding is monotone and values are clamped, so the extremes come from the bounds and the fill.
+    """
+    assert agg.lower is not None
+    assert agg.upper is not None
+    candidates = [agg.lower, agg.upper] + ([] if agg.fill is None else [agg.fill])
+    try:
+        largest = max(abs(grid_value(agg, float(value))) for value in candidates)
+    except OverflowError as exc:
+        largest_text = "infinite"
+        raise _overflow(agg, largest_text, "one row") from exc
+    if largest > INT64_MAX:
+        raise _overflow(agg, str(largest), "one row")
+    return largest
+
+
+def check_sum_overflow(plan: AggregatePlan, rows: int) -> None:
+    """Raise BackendError if a sum over ``rows`` rows of some aggregate could exceed int64."""
+    for agg in plan.aggregates:
+        if agg.kind in ("sum", "sum_squares"):
+            largest = max_grid_value(agg)
+            if largest * rows > INT64_MAX:
+                raise _overflow(agg, str(largest), "the rows of a group")
+
+
+def _overflow(agg: ExactAggregate, largest: str, rows: str) -> BackendError:
+    # The message never states a row count: that would release an exact, private number.
+    return BackendError(
+        f"The {agg.kind} {agg.name!r} could exceed int64: up to {largest} per row on the grid "
+        f"2**{agg.grid_exponent}, summed over {rows}. Use a coarser grid (larger grid_exponent) "
+        "or tighter bounds."
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Results
+
+
+def empty_values(plan: AggregatePlan) -> dict[str, object]:
+    """Return the aggregate values of a group with no rows (used for ungrouped plans)."""
+    return {
+        agg.name: np.zeros(agg.bins, dtype=np.int64) if agg.kind == "histogram" else 0
+        for agg in plan.aggregates
+    }
+
+
+def histogram_array(bins: int, counts: Mapping[object, object] | None) -> np.ndarray:
+    """Build the int64 histogram of ``bins`` bins from a mapping bin index -> count."""
+    array = np.zeros(bins, dtype=np.int64)
+    for index, count in (counts or {}).items():
+        if index is not None:
+            array[int(index)] = int(count)  # type: ignore[call-overload]
+    return array
+
+
+def collect_rows(plan: AggregatePlan, rows: Iterable[Sequence[object]]) -> ExactResult:
+    """Build the ExactResult from engine rows ``(group key..., row count, aggregate...)``.
+
+    Histogram aggregates arrive as mappings bin -> count; the others as integers (None for a sum
+    over no values). Each group's row count is checked against int64 overflow of its sums.
+    """
+    width = len(plan.group_by)
+    groups: dict[tuple[ScalarValue, ...], dict[str, object]] = {}
+    for row in rows:
+        check_sum_overflow(plan, int(row[width]))  # type: ignore[call-overload]
+        values: dict[str, object] = {}
+        for agg, value in zip(plan.aggregates, row[width + 1 :], strict=True):
+            if agg.kind == "histogram":
+                values[agg.name] = histogram_array(agg.bins, value)  # type: ignore[arg-type]
+            else:
+                values[agg.name] = 0 if value is None else int(value)  # type: ignore[call-overload]
+        groups[tuple(python_scalar(value) for value in row[:width])] = values
+    if not plan.group_by and () not in groups:
+        groups[()] = empty_values(plan)
+    return ExactResult(groups=groups)
+
+
+def python_scalar(value: object) -> ScalarValue:
+    """Convert an engine scalar (numpy, Decimal-free) to the Python scalar used in result keys."""
+    if isinstance(value, np.generic):
+        return value.item()  # type: ignore[no-any-return]
+    return value  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------------------------
+# Sources
+
+
+def is_path(source: object) -> bool:
+    """Return whether ``source`` names a file (str or os.PathLike)."""
+    return isinstance(source, str | os.PathLike)
+
+
+def file_format(path: str | os.PathLike[str]) -> str:
+    """Return ``"csv"`` or ``"parquet"`` from a file name; raise ParameterError otherwise."""
+    lowered = os.fspath(path).lower()
+    for suffix, kind in ((".csv", "csv"), (".parquet", "parquet"), (".pq", "parquet")):
+        if lowered.endswith(suffix):
+            return kind
+    raise fail("open_backend", "source", "a .csv or .parquet file", os.fspath(path))
+
+
+def is_spark_dataframe(source: object) -> bool:
+    """Return whether ``source`` is a PySpark DataFrame (checked without importing pyspark)."""
+    return any(
+        cls.__module__.startswith("pyspark.") and cls.__name__ == "DataFrame"
+        for cls in type(source).__mro__
+    )
+
+
+def to_arrow(source: object, table: str) -> pa.Table:
+    """Convert any supported non-Spark source to a pyarrow Table.
+
+    pandas missing values (NaN, None, NA) become NULL, as pandas means them; NaN in numpy arrays
+    and pyarrow/polars data stays NaN.
+    """
+    if is_path(source):
+        path = os.fspath(source)  # type: ignore[call-overload]
+        if file_format(path) == "csv":
+            return pa_csv.read_csv(path)
+        return pa_parquet.read_table(path)
+    if isinstance(source, pa.Table):
+        return source
+    if isinstance(source, pd.DataFrame):
+        return pa.Table.from_pandas(source, preserve_index=False)
+    if isinstance(source, pl.LazyFrame):
+        return source.collect().to_arrow()
+    if isinstance(source, pl.DataFrame):
+        return source.to_arrow()
+    if isinstance(source, duckdb.DuckDBPyRelation):
+        return source.to_arrow_table()
+    if isinstance(source, duckdb.DuckDBPyConnection):
+        try:
+            return source.table(table).to_arrow_table()
+        except duckdb.Error as exc:
+            raise BackendError(f"The DuckDB connection has no table {table!r}: {exc}") from exc
+    if isinstance(source, Mapping):
+        if not all(isinstance(key, str) for key in source):
+            raise fail("open_backend", "source", "a dict with str keys", list(source))
+        try:
+            return pa.table({key: np.asarray(value) for key, value in source.items()})
+        except (pa.ArrowException, ValueError) as exc:
+            raise fail("open_backend", "source", "a dict of equal-length 1-d arrays", exc) from exc
+    raise ParameterError(
+        "The 'source' parameter of open_backend must be a CSV/Parquet path, a pandas, polars, "
+        "pyarrow, DuckDB or Spark table, or a dict of numpy arrays. "
+        f"Got an object of type {type(source).__module__}.{type(source).__qualname__}."
+    )
+
+
+def check_table(backend: Backend, table: str) -> None:
+    """Raise BackendError if ``table`` is not one of the backend's tables."""
+    if table not in backend.tables():
+        raise BackendError(
+            f"The {backend.name} backend has no table {table!r}. Its tables are {backend.tables()}."
+        )

@@ -1,0 +1,277 @@
+"""The in-memory reference backend: the oracle every other backend must agree with.
+
+Written for obviousness, not speed: each column is a Python list (``None`` is NULL), each row is
+evaluated by a direct transcription of the semantics in :mod:`dpcurator.query.ir` and
+:mod:`dpcurator.query.backends.base`. Use it for small data and for tests.
+
+Contribution bounding orders a person's groups, and the rows of each kept group, by a SHA-256
+digest of ``(seed, person, group key)`` and ``(seed, person, aggregated values)``. Rows with equal
+digests carry equal values, so the result does not depend on how ties are broken. The engines use
+their own fast hashes, so on data where persons exceed their bounds they may keep other rows than
+this oracle (never more rows); on data within the bounds every backend agrees exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import operator
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dpcurator.query.backends.base import (
+    check_plan,
+    check_sum_overflow,
+    check_table,
+    empty_values,
+    grid_value,
+    to_arrow,
+)
+from dpcurator.query.ir import (
+    AggregatePlan,
+    And,
+    Between,
+    BinOp,
+    Case,
+    Col,
+    Compare,
+    ExactAggregate,
+    ExactResult,
+    Expr,
+    Func,
+    In,
+    IsNull,
+    Lit,
+    Not,
+    Or,
+    ScalarValue,
+)
+
+Row = Mapping[str, object]
+Key = tuple[ScalarValue, ...]
+
+_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+}
+_COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
+    "=": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
+class MemoryBackend:
+    """Reference backend over Python lists (one table per name).
+
+    Example:
+        >>> backend = MemoryBackend({"t": pa.table({"x": [1, 2, None]})})
+        >>> backend.columns("t")
+        {'x': 'int64'}
+    """
+
+    name = "memory"
+
+    def __init__(self, tables: Mapping[str, pa.Table]) -> None:
+        self._columns = {
+            name: {field.name: str(field.type) for field in table.schema}
+            for name, table in tables.items()
+        }
+        self._rows = {name: table.to_pylist() for name, table in tables.items()}
+
+    @classmethod
+    def from_source(cls, source: object, *, table: str) -> MemoryBackend:
+        """Load any source accepted by :func:`~dpcurator.query.backends.base.to_arrow`."""
+        return cls({table: to_arrow(source, table)})
+
+    def tables(self) -> list[str]:
+        """Return the table names."""
+        return list(self._rows)
+
+    def columns(self, table: str) -> dict[str, str]:
+        """Return the column names of ``table`` mapped to Arrow type names."""
+        check_table(self, table)
+        return dict(self._columns[table])
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def compute(self, plan: AggregatePlan) -> ExactResult:
+        """Evaluate ``plan`` row by row."""
+        check_plan(plan, self.columns(plan.table))
+        person = plan.bound.person_column
+        key_set = None if plan.group_keys is None else set(plan.group_keys)
+        # (group key, person or row number, aggregated values) of each selected row
+        selected: list[tuple[Key, object, tuple[object, ...]]] = []
+        for index, row in enumerate(self._rows[plan.table]):
+            if plan.where is not None and evaluate(plan.where, row) is not True:
+                continue
+            key = tuple(evaluate(group.expr, row) for group in plan.group_by)
+            if key_set is not None and key not in key_set:
+                continue
+            unit = index if person is None else row[person]
+            if unit is None:
+                continue
+            values = tuple(
+                None if agg.expr is None else evaluate(agg.expr, row) for agg in plan.aggregates
+            )
+            selected.append((key, unit, values))  # type: ignore[arg-type]
+        if person is not None:
+            selected = _bound(selected, plan)
+        by_group: dict[Key, list[tuple[object, tuple[object, ...]]]] = defaultdict(list)
+        for key, unit, values in selected:
+            by_group[key].append((unit, values))
+        groups: dict[Key, dict[str, object]] = {}
+        for key, rows in by_group.items():
+            check_sum_overflow(plan, len(rows))
+            groups[key] = {
+                agg.name: _aggregate(agg, [(unit, values[i]) for unit, values in rows])
+                for i, agg in enumerate(plan.aggregates)
+            }
+        if not plan.group_by and () not in groups:
+            groups[()] = empty_values(plan)
+        return ExactResult(groups=groups)
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _bound(
+    selected: list[tuple[Key, object, tuple[object, ...]]], plan: AggregatePlan
+) -> list[tuple[Key, object, tuple[object, ...]]]:
+    """Keep max_groups groups per person and max_rows_per_group rows per kept (person, group)."""
+    bound = plan.bound
+    cells: dict[tuple[object, Key], list[tuple[object, ...]]] = defaultdict(list)
+    for key, unit, values in selected:
+        cells[(unit, key)].append(values)
+    groups_of: dict[object, list[Key]] = defaultdict(list)
+    for unit, key in cells:
+        groups_of[unit].append(key)
+    kept: list[tuple[Key, object, tuple[object, ...]]] = []
+    for unit, keys in groups_of.items():
+        ranked = sorted(keys, key=lambda key: (_digest(bound.seed, unit, key), repr(key)))
+        for key in ranked[: bound.max_groups]:
+            rows = sorted(cells[(unit, key)], key=lambda v: _digest(bound.seed, unit, v))
+            kept.extend((key, unit, values) for values in rows[: bound.max_rows_per_group])
+    return kept
+
+
+def _aggregate(agg: ExactAggregate, rows: list[tuple[object, object]]) -> object:
+    """Compute one aggregate over the (person, value) pairs of a group."""
+    if agg.kind == "count":
+        return len(rows)
+    if agg.kind == "count_persons":
+        return len({unit for unit, _ in rows})
+    values = [v for v in (_clamped(agg, value) for _, value in rows) if v is not None]
+    if agg.kind == "histogram":
+        assert agg.lower is not None
+        assert agg.upper is not None
+        width = agg.upper - agg.lower
+        counts = np.zeros(agg.bins, dtype=np.int64)
+        for value in values:
+            counts[min(math.floor((value - agg.lower) / width * agg.bins), agg.bins - 1)] += 1
+        return counts
+    return sum(grid_value(agg, value) for value in values)
+
+
+def _clamped(agg: ExactAggregate, value: object) -> float | None:
+    """Return the fill for NULL/NaN, else the value clamped to [lower, upper], as a float."""
+    assert agg.lower is not None
+    assert agg.upper is not None
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None if agg.fill is None else float(agg.fill)
+    return min(max(float(value), float(agg.lower)), float(agg.upper))  # type: ignore[arg-type]
+
+
+def evaluate(expr: Expr, row: Row) -> object:  # noqa: PLR0912 (one branch per IR node)
+    """Evaluate an expression on one row with SQL NULL semantics (``None`` is NULL)."""
+    match expr:
+        case Col(name=name):
+            return row[name]
+        case Lit(value=literal):
+            return literal
+        case BinOp(op=op, left=left, right=right):
+            return _arithmetic(op, evaluate(left, row), evaluate(right, row))
+        case Compare(op=op, left=left, right=right):
+            a, b = evaluate(left, row), evaluate(right, row)
+            return None if a is None or b is None else _COMPARISONS[op](a, b)
+        case And(args=args):
+            return _kleene([evaluate(arg, row) for arg in args], absorbing=False)
+        case Or(args=args):
+            return _kleene([evaluate(arg, row) for arg in args], absorbing=True)
+        case Not(arg=arg):
+            truth = evaluate(arg, row)
+            return None if truth is None else not truth
+        case IsNull(arg=arg):
+            return evaluate(arg, row) is None
+        case In(arg=arg, values=listed):
+            return _in(evaluate(arg, row), listed)
+        case Between(arg=arg, low=low, high=high):
+            between = And((Compare("<=", low, arg), Compare("<=", arg, high)))
+            return evaluate(between, row)
+        case Case(whens=whens, default=default):
+            for condition, result in whens:
+                if evaluate(condition, row) is True:
+                    return evaluate(result, row)
+            return None if default is None else evaluate(default, row)
+        case Func(name=name, args=args):
+            return _function(name, [evaluate(arg, row) for arg in args])
+    raise AssertionError(f"unknown expression {expr!r}")  # pragma: no cover
+
+
+def _arithmetic(op: str, a: object, b: object) -> object:
+    if a is None or b is None:
+        return None
+    if op == "/":
+        return None if b == 0 else a / b  # type: ignore[operator]
+    return _ARITHMETIC[op](a, b)
+
+
+def _kleene(values: list[object], *, absorbing: bool) -> bool | None:
+    """Three-valued AND (absorbing=False) or OR (absorbing=True)."""
+    if any(value is absorbing for value in values):
+        return absorbing
+    if any(value is None for value in values):
+        return None
+    return not absorbing
+
+
+def _in(value: object, values: tuple[ScalarValue, ...]) -> bool | None:
+    if not values:
+        return False
+    if value is None:
+        return None
+    if any(candidate is not None and value == candidate for candidate in values):
+        return True
+    return None if None in values else False
+
+
+def _function(name: str, args: list[object]) -> object:
+    if name == "coalesce":
+        return next((arg for arg in args if arg is not None), None)
+    (value,) = args
+    if value is None:
+        return None
+    if name == "lower":
+        return str(value).lower()
+    if name == "upper":
+        return str(value).upper()
+    if name == "length":
+        return len(str(value))
+    if name == "abs":
+        return abs(value)  # type: ignore[arg-type]
+    if isinstance(value, int) or not math.isfinite(value):  # type: ignore[arg-type]
+        return value
+    if name == "round":
+        return float(Decimal(value).to_integral_value(ROUND_HALF_UP))  # type: ignore[arg-type]
+    return float(math.floor(value) if name == "floor" else math.ceil(value))  # type: ignore[call-overload]

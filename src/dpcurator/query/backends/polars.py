@@ -1,0 +1,300 @@
+"""The Polars backend: the lazy API (Polars SQL has no hash/random windows).
+
+Literals are ``pl.lit`` objects, never SQL text. The bounding hash is
+``pl.struct(person, group key...).hash(seed)`` for groups (dense rank of ``(hash, key)`` per
+person) and ``pl.struct(person, aggregated values...).hash(seed)`` for rows (ordinal rank per
+person and group). Polars' hash is stable within a Polars version, not across versions; which rows
+are kept affects utility only. Histograms are computed as extra ``group_by`` frames collected
+together with the main aggregates by ``pl.collect_all`` (which shares the common sub-plan).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import os
+from collections.abc import Mapping
+
+import polars as pl
+
+from dpcurator.errors import BackendError
+from dpcurator.query.backends.base import (
+    check_plan,
+    check_table,
+    collect_rows,
+    file_format,
+    is_path,
+    to_arrow,
+)
+from dpcurator.query.ir import (
+    AggregatePlan,
+    And,
+    Between,
+    BinOp,
+    Case,
+    Col,
+    Compare,
+    ExactAggregate,
+    ExactResult,
+    Expr,
+    Func,
+    In,
+    IsNull,
+    Lit,
+    Not,
+    Or,
+)
+
+_OPERATORS = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "=": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+_PID = "__dp_pid"
+_NULL = pl.lit(None, dtype=pl.Boolean)
+
+
+def to_polars(expr: Expr) -> pl.Expr:  # noqa: PLR0912 (one branch per IR node)
+    """Translate an IR expression into a Polars expression (SQL NULL semantics)."""
+    match expr:
+        case Col(name=name):
+            return pl.col(name)
+        case Lit(value=literal):
+            return pl.lit(literal)
+        case BinOp(op="/", left=left, right=right):
+            divisor = to_polars(right)
+            return pl.when(divisor != 0).then(to_polars(left) / divisor)
+        case Compare(left=Lit(value=None)) | Compare(right=Lit(value=None)):
+            return _NULL  # Polars would turn "== None" into a null test
+        case BinOp(op=op, left=left, right=right) | Compare(op=op, left=left, right=right):
+            return _OPERATORS[op](to_polars(left), to_polars(right))  # type: ignore[no-any-return]
+        case And(args=args):
+            return functools.reduce(operator.and_, map(to_polars, args))
+        case Or(args=args):
+            return functools.reduce(operator.or_, map(to_polars, args))
+        case Not(arg=arg):
+            return ~to_polars(arg)
+        case IsNull(arg=arg):
+            return to_polars(arg).is_null()
+        case In(values=()):
+            return pl.lit(False)
+        case In(arg=arg, values=listed):  # an OR of equalities is exactly SQL IN
+            return _in(to_polars(arg), listed)
+        case Between(arg=arg, low=low, high=high):
+            middle = to_polars(arg)
+            return (to_polars(low) <= middle) & (middle <= to_polars(high))
+        case Case(whens=whens, default=default):
+            chain = pl.lit(None) if default is None else to_polars(default)
+            for condition, result in reversed(whens):
+                chain = pl.when(to_polars(condition)).then(to_polars(result)).otherwise(chain)
+            return chain
+        case Func(name=name, args=args):
+            return _function(name, [to_polars(arg) for arg in args])
+    raise AssertionError(f"unknown expression {expr!r}")  # pragma: no cover
+
+
+def _in(value: pl.Expr, listed: tuple[object, ...]) -> pl.Expr:
+    equalities = [value == pl.lit(v) for v in listed if v is not None]
+    matched = functools.reduce(operator.or_, equalities) if equalities else _NULL
+    return pl.when(matched).then(True).otherwise(_NULL) if None in listed else matched
+
+
+def _function(name: str, args: list[pl.Expr]) -> pl.Expr:
+    if name == "coalesce":
+        return pl.coalesce(args)
+    (value,) = args
+    if name == "round":
+        return value.round(0, mode="half_away_from_zero")
+    if name in ("lower", "upper"):
+        return value.str.to_lowercase() if name == "lower" else value.str.to_uppercase()
+    if name == "length":
+        return value.str.len_chars()
+    return {"abs": pl.Expr.abs, "floor": pl.Expr.floor, "ceil": pl.Expr.ceil}[name](value)
+
+
+def _clamped(agg: ExactAggregate, column: str) -> pl.Expr:
+    value = pl.col(column).cast(pl.Float64)
+    fill = pl.lit(None if agg.fill is None else float(agg.fill), dtype=pl.Float64)
+    return (
+        pl.when(value.is_null() | value.is_nan())
+        .then(fill)
+        .otherwise(value.clip(float(agg.lower), float(agg.upper)))  # type: ignore[arg-type]
+    )
+
+
+def _aggregate(agg: ExactAggregate, column: str, *, bounded: bool) -> pl.Expr:
+    if agg.kind == "count" or (agg.kind == "count_persons" and not bounded):
+        return pl.len()
+    if agg.kind == "count_persons":
+        return pl.col(_PID).n_unique()
+    value = _clamped(agg, column)
+    if agg.kind == "sum_squares":
+        value = value * value
+    grid = (value / 2.0**agg.grid_exponent).round(0, mode="half_to_even")
+    return grid.cast(pl.Int64).sum()
+
+
+def _bin(agg: ExactAggregate, column: str) -> pl.Expr:
+    assert agg.lower is not None
+    assert agg.upper is not None
+    scaled = (_clamped(agg, column) - float(agg.lower)) / float(agg.upper - agg.lower) * agg.bins
+    return scaled.floor().cast(pl.Int64).clip(upper_bound=agg.bins - 1)
+
+
+class PolarsBackend:
+    """Exact aggregates with the Polars lazy engine.
+
+    Example:
+        >>> backend = PolarsBackend.from_source({"x": [1.0, 2.0]}, table="t")
+        >>> backend.columns("t")
+        {'x': 'Float64'}
+    """
+
+    name = "polars"
+
+    def __init__(self, frames: Mapping[str, pl.LazyFrame]) -> None:
+        self._frames = dict(frames)
+
+    @classmethod
+    def from_source(cls, source: object, *, table: str) -> PolarsBackend:
+        """Scan a file lazily, wrap a polars frame, or convert another source through Arrow."""
+        try:
+            if is_path(source):
+                path = os.fspath(source)  # type: ignore[call-overload]
+                scan = pl.scan_csv if file_format(path) == "csv" else pl.scan_parquet
+                frame = scan(path)
+            elif isinstance(source, pl.LazyFrame):
+                frame = source
+            elif isinstance(source, pl.DataFrame):
+                frame = source.lazy()
+            else:
+                frame = pl.from_arrow(to_arrow(source, table)).lazy()  # type: ignore[union-attr]
+        except pl.exceptions.PolarsError as exc:
+            raise BackendError(
+                f"Polars could not open the source of table {table!r}: {exc}"
+            ) from exc
+        return cls({table: frame})
+
+    def tables(self) -> list[str]:
+        """Return the table names."""
+        return list(self._frames)
+
+    def columns(self, table: str) -> dict[str, str]:
+        """Return the column names of ``table`` mapped to Polars dtype names."""
+        check_table(self, table)
+        try:
+            schema = self._frames[table].collect_schema()
+        except pl.exceptions.PolarsError as exc:
+            raise BackendError(f"Polars could not read the schema of {table!r}: {exc}") from exc
+        return {name: str(dtype) for name, dtype in schema.items()}
+
+    def close(self) -> None:
+        """Nothing to release (frames are dropped with the backend)."""
+
+    def compute(self, plan: AggregatePlan) -> ExactResult:
+        """Run ``plan`` as lazy frames collected together."""
+        check_plan(plan, self.columns(plan.table))
+        groups = [f"__dp_g{i}" for i in range(len(plan.group_by))]
+        values = {
+            agg.name: f"__dp_v{i}" for i, agg in enumerate(plan.aggregates) if agg.expr is not None
+        }
+        try:
+            frame = self._rows(plan, groups, values)
+            bounded = plan.bound.person_column is not None
+            main = [
+                _aggregate(agg, values.get(agg.name, ""), bounded=bounded).alias(agg.name)
+                for agg in plan.aggregates
+                if agg.kind != "histogram"
+            ]
+            frames = [
+                frame.group_by(groups).agg(pl.len(), *main)
+                if groups
+                else frame.select(pl.len(), *main)
+            ]
+            histograms = [agg for agg in plan.aggregates if agg.kind == "histogram"]
+            frames += [
+                frame.select(*groups, _bin(agg, values[agg.name]).alias("__dp_bin"))
+                .drop_nulls("__dp_bin")
+                .group_by([*groups, "__dp_bin"])
+                .len()
+                for agg in histograms
+            ]
+            main_frame, *histogram_frames = pl.collect_all(frames)
+        except pl.exceptions.PolarsError as exc:
+            raise BackendError(
+                f"Polars failed to compute the plan on {plan.table!r}: {exc}"
+            ) from exc
+        counts: dict[str, dict[tuple[object, ...], dict[int, int]]] = {}
+        for agg, result in zip(histograms, histogram_frames, strict=True):
+            per_group = counts.setdefault(agg.name, {})
+            for row in result.iter_rows():
+                per_group.setdefault(tuple(row[:-2]), {})[row[-2]] = row[-1]
+        width = len(groups) + 1
+        rows = []
+        for row in main_frame.iter_rows():
+            key, rest = tuple(row[: len(groups)]), iter(row[width:])
+            merged = [
+                counts[agg.name].get(key) if agg.kind == "histogram" else next(rest)
+                for agg in plan.aggregates
+            ]
+            rows.append((*row[:width], *merged))
+        return collect_rows(plan, rows)
+
+    def _rows(self, plan: AggregatePlan, groups: list[str], values: dict[str, str]) -> pl.LazyFrame:
+        """Filter, evaluate keys and values, apply public keys and contribution bounds."""
+        frame = self._frames[plan.table]
+        if plan.where is not None:
+            frame = frame.filter(to_polars(plan.where))
+        person = plan.bound.person_column
+        selected = [
+            to_polars(g.expr).alias(name) for g, name in zip(plan.group_by, groups, strict=True)
+        ]
+        if person is not None:
+            selected.append(pl.col(person).alias(_PID))
+        selected += [
+            to_polars(agg.expr).alias(values[agg.name])
+            for agg in plan.aggregates
+            if agg.expr is not None
+        ]
+        if selected:  # with_columns broadcasts constants to the frame's height (select would not)
+            frame = frame.with_columns(selected).select([e.meta.output_name() for e in selected])
+        if plan.group_keys is not None:
+            frame = frame.join(
+                self._keys(plan, frame, groups).lazy(), on=groups, how="semi", nulls_equal=True
+            )
+        if person is None:
+            return frame
+        frame = frame.filter(pl.col(_PID).is_not_null())
+        seed = plan.bound.seed % 2**64
+        row_hash = pl.struct(_PID, *values.values()).hash(seed)
+        keep = row_hash.rank("ordinal").over([_PID, *groups]) <= plan.bound.max_rows_per_group
+        if groups:
+            group_hash = pl.struct(_PID, *groups).hash(seed)
+            rank = pl.struct(group_hash, *groups).rank("dense").over(_PID)
+            keep = keep & (rank <= plan.bound.max_groups)
+        return frame.filter(keep)
+
+    @staticmethod
+    def _keys(plan: AggregatePlan, frame: pl.LazyFrame, groups: list[str]) -> pl.DataFrame:
+        """The public key set as a frame with the group columns' dtypes."""
+        assert plan.group_keys is not None
+        schema = frame.collect_schema()
+        columns = list(zip(*plan.group_keys, strict=True)) or [() for _ in groups]
+        try:
+            return pl.DataFrame(
+                [
+                    pl.Series(name, list(column), dtype=schema[name], strict=True)
+                    for name, column in zip(groups, columns, strict=True)
+                ]
+            )
+        except (TypeError, pl.exceptions.PolarsError) as exc:
+            raise BackendError(
+                f"The public group keys do not have the types of the group columns {dict(schema)}: "
+                f"{exc}"
+            ) from exc

@@ -1,0 +1,297 @@
+"""The Spark backend: the PySpark DataFrame API (optional: ``pip install 'dpcurator[spark]'``).
+
+Literals are ``sf.lit`` objects and column names are back-quoted, so no SQL text is built. Spark
+specifics handled here: division uses ``try_divide`` (NULL on zero, no ANSI error); grid values use
+``bround`` (half-to-even) and histogram bins an explicit ``floor`` because ``CAST`` truncates on
+Spark; the row limit is written ``rn <= k`` so Spark plans a WindowGroupLimit. The bounding hash is
+``xxhash64(person, group key..., seed)`` for groups and ``xxhash64(person, values..., seed)`` for
+rows.
+
+Local mode is what the tests use; to run on a cluster, build the session first and pass a
+DataFrame (or a path the cluster can read)::
+
+    from pyspark.sql import SparkSession
+    spark = SparkSession.builder.master("spark://head-node:7077").appName("dpcurator").getOrCreate()
+    backend = open_backend(spark.read.parquet("s3a://bucket/people/"), table="people")
+
+Without an active session, :meth:`SparkBackend.from_source` starts (or reuses) the default one.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import os
+from collections.abc import Mapping
+
+from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+from pyspark.errors import PySparkException
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as sf
+from pyspark.sql import types as st
+
+from dpcurator.errors import BackendError
+from dpcurator.query.backends.base import (
+    check_plan,
+    check_table,
+    collect_rows,
+    file_format,
+    is_path,
+    is_spark_dataframe,
+    to_arrow,
+)
+from dpcurator.query.ir import (
+    AggregatePlan,
+    And,
+    Between,
+    BinOp,
+    Case,
+    Col,
+    Compare,
+    ExactAggregate,
+    ExactResult,
+    Expr,
+    Func,
+    In,
+    IsNull,
+    Lit,
+    Not,
+    Or,
+)
+
+_OPERATORS = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "=": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+_FUNCTIONS = {
+    "abs": sf.abs,
+    "round": lambda value: sf.round(value, 0),  # HALF_UP: half away from zero
+    "floor": sf.floor,
+    "ceil": sf.ceil,
+    "lower": sf.lower,
+    "upper": sf.upper,
+    "length": sf.length,
+}
+_ENGINE_ERRORS = (PySparkException, Py4JError)
+_PID = "__dp_pid"
+
+
+def column(name: str) -> Column:
+    """Reference a column by name, back-quoted so dots and back-quotes are taken literally."""
+    return sf.col("`" + name.replace("`", "``") + "`")
+
+
+def to_spark(expr: Expr) -> Column:  # noqa: PLR0912 (one branch per IR node)
+    """Translate an IR expression into a Spark Column (SQL NULL semantics)."""
+    match expr:
+        case Col(name=name):
+            return column(name)
+        case Lit(value=literal):
+            return sf.lit(literal)
+        case BinOp(op="/", left=left, right=right):
+            return sf.try_divide(to_spark(left), to_spark(right))
+        case BinOp(op=op, left=left, right=right) | Compare(op=op, left=left, right=right):
+            return _OPERATORS[op](to_spark(left), to_spark(right))  # type: ignore[no-any-return]
+        case And(args=args):
+            return functools.reduce(operator.and_, map(to_spark, args))
+        case Or(args=args):
+            return functools.reduce(operator.or_, map(to_spark, args))
+        case Not(arg=arg):
+            return ~to_spark(arg)
+        case IsNull(arg=arg):
+            return to_spark(arg).isNull()
+        case In(values=()):
+            return sf.lit(False)
+        case In(arg=arg, values=listed):  # an OR of equalities is exactly SQL IN
+            element = to_spark(arg)
+            return functools.reduce(operator.or_, (element == sf.lit(v) for v in listed))
+        case Between(arg=arg, low=low, high=high):
+            middle = to_spark(arg)
+            return (to_spark(low) <= middle) & (middle <= to_spark(high))
+        case Case(whens=whens, default=default):
+            chain = sf.lit(None) if default is None else to_spark(default)
+            for condition, result in reversed(whens):
+                chain = sf.when(to_spark(condition), to_spark(result)).otherwise(chain)
+            return chain
+        case Func(name="coalesce", args=args):
+            return sf.coalesce(*map(to_spark, args))
+        case Func(name=name, args=(arg,)):
+            return _FUNCTIONS[name](to_spark(arg))
+    raise AssertionError(f"unknown expression {expr!r}")  # pragma: no cover
+
+
+def _clamped(agg: ExactAggregate, name: str) -> Column:
+    value = column(name).cast("double")
+    fill = sf.lit(None if agg.fill is None else float(agg.fill)).cast("double")
+    bounded = sf.least(sf.greatest(value, sf.lit(float(agg.lower))), sf.lit(float(agg.upper)))  # type: ignore[arg-type]
+    return sf.when(value.isNull() | sf.isnan(value), fill).otherwise(bounded)
+
+
+def _aggregate(agg: ExactAggregate, name: str, *, bounded: bool) -> Column:
+    if agg.kind == "count" or (agg.kind == "count_persons" and not bounded):
+        return sf.count(sf.lit(1))
+    if agg.kind == "count_persons":
+        return sf.count_distinct(column(_PID))
+    value = _clamped(agg, name)
+    if agg.kind == "sum_squares":
+        value = value * value
+    return sf.sum(sf.bround(value / sf.lit(2.0**agg.grid_exponent), 0).cast("long"))
+
+
+def _bin(agg: ExactAggregate, name: str) -> Column:
+    assert agg.lower is not None
+    assert agg.upper is not None
+    scaled = (_clamped(agg, name) - sf.lit(float(agg.lower))) / sf.lit(float(agg.upper - agg.lower))
+    return sf.least(sf.floor(scaled * sf.lit(agg.bins)), sf.lit(agg.bins - 1)).cast("long")
+
+
+class SparkBackend:
+    """Exact aggregates on Spark DataFrames (local mode or a cluster)."""
+
+    name = "spark"
+
+    def __init__(self, frames: Mapping[str, DataFrame]) -> None:
+        self._frames = dict(frames)
+
+    @classmethod
+    def from_source(cls, source: object, *, table: str) -> SparkBackend:
+        """Wrap a Spark DataFrame, read a CSV/Parquet path, or load another source via Arrow."""
+        if is_spark_dataframe(source):
+            return cls({table: source})  # type: ignore[dict-item]
+        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        try:
+            if is_path(source):
+                path = os.fspath(source)  # type: ignore[call-overload]
+                if file_format(path) == "csv":
+                    frame = spark.read.csv(path, header=True, inferSchema=True)
+                else:
+                    frame = spark.read.parquet(path)
+            else:
+                frame = spark.createDataFrame(to_arrow(source, table))
+        except _ENGINE_ERRORS as exc:
+            raise BackendError(
+                f"Spark could not open the source of table {table!r}: {exc}"
+            ) from exc
+        return cls({table: frame})
+
+    def tables(self) -> list[str]:
+        """Return the table names."""
+        return list(self._frames)
+
+    def columns(self, table: str) -> dict[str, str]:
+        """Return the column names of ``table`` mapped to Spark type names."""
+        check_table(self, table)
+        return dict(self._frames[table].dtypes)
+
+    def close(self) -> None:
+        """Drop the frames; the SparkSession is shared and is not stopped."""
+        self._frames.clear()
+
+    def compute(self, plan: AggregatePlan) -> ExactResult:
+        """Run ``plan`` as Spark jobs (one, plus one per histogram)."""
+        check_plan(plan, self.columns(plan.table))
+        groups = [f"__dp_g{i}" for i in range(len(plan.group_by))]
+        values = {
+            agg.name: f"__dp_v{i}" for i, agg in enumerate(plan.aggregates) if agg.expr is not None
+        }
+        bounded = plan.bound.person_column is not None
+        try:
+            frame = self._rows(plan, groups, values)
+            main = [
+                _aggregate(agg, values.get(agg.name, ""), bounded=bounded).alias(agg.name)
+                for agg in plan.aggregates
+                if agg.kind != "histogram"
+            ]
+            rows = frame.groupBy(*groups).agg(sf.count(sf.lit(1)), *main).collect()
+            counts: dict[str, dict[tuple[object, ...], dict[int, int]]] = {}
+            for agg in plan.aggregates:
+                if agg.kind != "histogram":
+                    continue
+                per_group = counts.setdefault(agg.name, {})
+                binned = frame.select(*groups, _bin(agg, values[agg.name]).alias("__dp_bin"))
+                result = binned.dropna(subset=["__dp_bin"]).groupBy(*groups, "__dp_bin").count()
+                for row in result.collect():
+                    per_group.setdefault(tuple(row[:-2]), {})[row[-2]] = row[-1]
+        except _ENGINE_ERRORS as exc:
+            raise BackendError(
+                f"Spark failed to compute the plan on {plan.table!r}: {exc}"
+            ) from exc
+        width = len(groups) + 1
+        merged_rows = []
+        for row in rows:
+            key, rest = tuple(row[: len(groups)]), iter(row[width:])
+            merged = [
+                counts[agg.name].get(key) if agg.kind == "histogram" else next(rest)
+                for agg in plan.aggregates
+            ]
+            merged_rows.append((*row[:width], *merged))
+        return collect_rows(plan, merged_rows)
+
+    def _rows(self, plan: AggregatePlan, groups: list[str], values: dict[str, str]) -> DataFrame:
+        """Filter, evaluate keys and values, apply public keys and contribution bounds."""
+        frame = self._frames[plan.table]
+        if plan.where is not None:
+            frame = frame.where(to_spark(plan.where))
+        person = plan.bound.person_column
+        selected = [to_spark(g.expr).alias(n) for g, n in zip(plan.group_by, groups, strict=True)]
+        if person is not None:
+            selected.append(column(person).alias(_PID))
+        selected += [
+            to_spark(agg.expr).alias(values[agg.name])
+            for agg in plan.aggregates
+            if agg.expr is not None
+        ]
+        if selected:  # a plan of counts only keeps the rows as they are
+            frame = frame.select(*selected)
+        if plan.group_keys is not None:
+            frame = self._key_filter(plan, frame, groups)
+        if person is None:
+            return frame
+        seed = sf.lit(plan.bound.seed).cast("long")
+        frame = frame.where(column(_PID).isNotNull()).withColumn(
+            "__dp_rh", sf.xxhash64(column(_PID), *map(column, values.values()), seed)
+        )
+        rows = Window.partitionBy(column(_PID), *map(column, groups)).orderBy("__dp_rh")
+        frame = frame.withColumn("__dp_rn", sf.row_number().over(rows))
+        keep = sf.col("__dp_rn") <= plan.bound.max_rows_per_group
+        if groups:
+            group_hash = sf.xxhash64(column(_PID), *map(column, groups), seed)
+            ranking = Window.partitionBy(column(_PID)).orderBy("__dp_gh", *groups)
+            frame = frame.withColumn("__dp_gh", group_hash).withColumn(
+                "__dp_gr", sf.dense_rank().over(ranking)
+            )
+            keep = keep & (sf.col("__dp_gr") <= plan.bound.max_groups)
+        return frame.where(keep)
+
+    @staticmethod
+    def _key_filter(plan: AggregatePlan, frame: DataFrame, groups: list[str]) -> DataFrame:
+        """Keep the rows whose group key is in the public key set (NULL-safe match)."""
+        assert plan.group_keys is not None
+        types = {field.name: field.dataType for field in frame.schema.fields}
+        fields = [st.StructField(f"__dp_k{i}", types[g], True) for i, g in enumerate(groups)]
+        fractional = [isinstance(field.dataType, st.FractionalType) for field in fields]
+        rows = [
+            tuple(
+                float(v) if is_float and isinstance(v, int) and not isinstance(v, bool) else v
+                for v, is_float in zip(key, fractional, strict=True)
+            )
+            for key in plan.group_keys
+        ]
+        try:
+            keys = frame.sparkSession.createDataFrame(rows, st.StructType(fields))
+        except (TypeError, ValueError, *_ENGINE_ERRORS) as exc:
+            raise BackendError(
+                f"The public group keys do not have the types of the group columns: {exc}"
+            ) from exc
+        condition = functools.reduce(
+            operator.and_,
+            (column(g).eqNullSafe(sf.col(f.name)) for g, f in zip(groups, fields, strict=True)),
+        )
+        return frame.join(sf.broadcast(keys), condition, "left_semi")

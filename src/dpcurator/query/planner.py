@@ -1,0 +1,670 @@
+"""The planner: a :class:`~dpcurator.query.builder.Query` + public metadata -> a private plan.
+
+Planning reads NO data: everything it decides (which exact aggregates the engine computes, the
+contribution bounds, the sensitivities, the noise scales, the budget split, the released group
+keys) follows from the query, the metadata and the requested budget. Errors raised here charge
+nothing.
+
+Budget split (documented default): the query's ε is divided among its aggregates in proportion to
+their ``weight`` (1 each by default, so equal shares); when group keys are not public, DP partition
+selection counts as one more share of weight ``selection_weight`` and uses all of δ. Within an
+aggregate: a mean spends half its share on the count and half on the sum; a variance or standard
+deviation a third each on count, sum and sum of squares; a quantile and a histogram their whole
+share. All mechanisms are pure ε-DP, so by basic composition the query is ε-DP (ε, δ with
+partition selection).
+
+Sensitivities (add/remove one person, who contributes at most r = ``max_rows_per_person`` rows to
+each of at most g = ``max_groups_per_person`` groups; g = 1 for an ungrouped query and at most the
+number of public keys): a count has L1 sensitivity r·g, a distinct-person count g, a sum on the
+grid 2^k with values clamped to [L, U] r·g·max(|round(L/2^k)|, |round(U/2^k)|) grid units, a
+histogram r·g. Sums are computed on an integer grid (the defence against float-sum attacks,
+Casacuberta et al. 2022): k = 0 for integer-valued expressions, otherwise k is chosen so that the
+largest bound spans about 2^20 grid steps. Means and variances centre values at the middle of
+their bounds first, which halves the sensitivity for ranges like [0, U].
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Literal
+
+from dpcurator._validation import check_positive, check_probability, fail
+from dpcurator.core.measures import ApproxDP, PureDP
+from dpcurator.core.numbers import to_fraction
+from dpcurator.errors import DomainError, ParameterError, UnsupportedQueryError
+from dpcurator.estimators.bounds import LogBins, detection_threshold
+from dpcurator.estimators.quantiles import QuantileBins
+from dpcurator.mechanisms import Laplace, PartitionSelection, partition_selection_threshold
+from dpcurator.query import ir
+from dpcurator.query.builder import Aggregate, Query
+from dpcurator.query.schema import Metadata
+
+#: Grid steps spanned by the largest bound of a float sum (see the module docstring).
+GRID_STEPS_EXPONENT = 20
+
+#: Largest number of public groups (the product of the key sets) a query may release.
+MAX_PUBLIC_GROUPS = 100_000
+
+OutputKind = Literal[
+    "count", "count_persons", "sum", "mean", "variance", "stddev", "quantile", "histogram"
+]
+
+
+@dataclass(frozen=True)
+class NoisyStatistic:
+    """One exact aggregate and the discrete Laplace noise added to it (in grid units).
+
+    Attributes:
+        exact: the name of the exact aggregate in the plan.
+        role: ``"count"``, ``"sum"`` or ``"sum_squares"`` (or ``"histogram"``).
+        laplace: the mechanism.
+        sensitivity: the L1 sensitivity in grid units.
+        grid_exponent: values are in units of 2^grid_exponent.
+        epsilon: the ε this statistic spends.
+    """
+
+    exact: str
+    role: str
+    laplace: Laplace
+    sensitivity: int
+    grid_exponent: int
+    epsilon: Fraction
+
+
+@dataclass(frozen=True)
+class QuantileStep:
+    """A quantile selected by permute-and-flip over the bins of one exact histogram."""
+
+    exact: str
+    bins: QuantileBins
+    p: float
+    epsilon_per_group: Fraction
+    rows_per_person: int
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    """How one output column is released.
+
+    Attributes:
+        name: the output column.
+        kind: the statistic.
+        epsilon: the ε share of this output.
+        parts: the noisy exact statistics it is computed from.
+        lower, upper: the public bounds of the value read (None for counts).
+        centre: the value subtracted before summing (means and variances).
+        quantile: the selection step of a quantile.
+        edges: the bin edges of a histogram.
+    """
+
+    name: str
+    kind: OutputKind
+    epsilon: Fraction
+    parts: tuple[NoisyStatistic, ...] = ()
+    lower: float | None = None
+    upper: float | None = None
+    centre: float = 0.0
+    quantile: QuantileStep | None = None
+    edges: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A complete private plan: exact aggregates for the engine and how to noise them.
+
+    Attributes:
+        exact: the plan the backend executes.
+        outputs: one entry per requested aggregate, in query order.
+        group_columns: the names of the grouping columns.
+        keys: the public group keys released (all of them, even empty groups), or None when
+            partition selection decides which groups present in the data are released.
+        selection: the partition selection mechanism (None with public keys).
+        selection_exact: the name of the distinct-person count used by partition selection.
+        cost: the total privacy cost charged for the query.
+        order_by: output columns to sort the released rows by (post-processing).
+    """
+
+    exact: ir.AggregatePlan
+    outputs: tuple[OutputPlan, ...]
+    group_columns: tuple[str, ...]
+    keys: tuple[tuple[ir.ScalarValue, ...], ...] | None
+    selection: PartitionSelection | None
+    selection_exact: str
+    cost: PureDP | ApproxDP
+    order_by: tuple[tuple[str, bool], ...] = ()
+
+
+# ----------------------------------------------------------------------------------------------
+# Expression checks and public facts derived from metadata
+
+
+def resolve_expr(node: ir.Expr, metadata: Metadata) -> ir.Expr:
+    """Check every column against the metadata and use its declared spelling."""
+    if isinstance(node, ir.Col):
+        return ir.Col(metadata.column(node.name).name)
+    if isinstance(node, ir.Lit):
+        return node
+    if isinstance(node, ir.BinOp):
+        return ir.BinOp(
+            node.op, resolve_expr(node.left, metadata), resolve_expr(node.right, metadata)
+        )
+    if isinstance(node, ir.Compare):
+        return ir.Compare(
+            node.op, resolve_expr(node.left, metadata), resolve_expr(node.right, metadata)
+        )
+    if isinstance(node, ir.And | ir.Or):
+        return type(node)(tuple(resolve_expr(a, metadata) for a in node.args))
+    if isinstance(node, ir.Not):
+        return ir.Not(resolve_expr(node.arg, metadata))
+    if isinstance(node, ir.IsNull):
+        return ir.IsNull(resolve_expr(node.arg, metadata))
+    if isinstance(node, ir.In):
+        return ir.In(resolve_expr(node.arg, metadata), node.values)
+    if isinstance(node, ir.Between):
+        return ir.Between(
+            resolve_expr(node.arg, metadata),
+            resolve_expr(node.low, metadata),
+            resolve_expr(node.high, metadata),
+        )
+    if isinstance(node, ir.Case):
+        whens = tuple((resolve_expr(c, metadata), resolve_expr(v, metadata)) for c, v in node.whens)
+        default = None if node.default is None else resolve_expr(node.default, metadata)
+        return ir.Case(whens, default)
+    return ir.Func(node.name, tuple(resolve_expr(a, metadata) for a in node.args))
+
+
+_PREDICATES = (ir.Compare, ir.And, ir.Or, ir.Not, ir.IsNull, ir.In, ir.Between)
+
+
+def public_keys(node: ir.Expr, metadata: Metadata) -> tuple[ir.ScalarValue, ...] | None:
+    """The public key set of a grouping expression, or None if it is not public.
+
+    Columns with declared keys (and bool columns), CASE expressions whose results are all
+    literals, and predicates (True/False) have public key sets.
+    """
+    if isinstance(node, ir.Col):
+        return metadata.column(node.name).public_keys
+    if isinstance(node, _PREDICATES):
+        return (False, True)
+    if isinstance(node, ir.Case):
+        results = [v for _, v in node.whens] + ([] if node.default is None else [node.default])
+        if all(isinstance(v, ir.Lit) for v in results):
+            values = [v.value for v in results if isinstance(v, ir.Lit)]
+            return tuple(dict.fromkeys(values))
+    return None
+
+
+def infer_bounds(node: ir.Expr, metadata: Metadata) -> tuple[float, float] | None:
+    """Public bounds of a numeric expression by interval arithmetic (None when unknown)."""
+    if isinstance(node, ir.Col):
+        column = metadata.column(node.name)
+        if column.lower is None or column.upper is None:
+            return None
+        return float(column.lower), float(column.upper)
+    if isinstance(node, ir.Lit):
+        value = node.value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value), float(value)
+    if isinstance(node, ir.BinOp):
+        return _binop_bounds(node, metadata)
+    if isinstance(node, ir.Case):
+        results = [v for _, v in node.whens] + ([] if node.default is None else [node.default])
+        return _union([infer_bounds(v, metadata) for v in results])
+    if isinstance(node, ir.Func):
+        inner = [infer_bounds(a, metadata) for a in node.args]
+        if node.name == "coalesce":
+            return _union(inner)
+        if node.name not in ("abs", "round", "floor", "ceil") or inner[0] is None:
+            return None
+        low, high = inner[0]
+        if node.name == "abs":
+            return (0.0 if low <= 0 <= high else min(abs(low), abs(high)), max(abs(low), abs(high)))
+        return float(math.floor(low)), float(math.ceil(high))
+    return None
+
+
+def _union(bounds: Sequence[tuple[float, float] | None]) -> tuple[float, float] | None:
+    if not bounds or any(b is None for b in bounds):
+        return None
+    known = [b for b in bounds if b is not None]
+    return min(b[0] for b in known), max(b[1] for b in known)
+
+
+def _binop_bounds(node: ir.BinOp, metadata: Metadata) -> tuple[float, float] | None:
+    left = infer_bounds(node.left, metadata)
+    right = infer_bounds(node.right, metadata)
+    if left is None or right is None:
+        return None
+    (a, b), (c, d) = left, right
+    if node.op == "+":
+        return a + c, b + d
+    if node.op == "-":
+        return a - d, b - c
+    if node.op == "*":
+        products = [a * c, a * d, b * c, b * d]
+        return min(products), max(products)
+    if c <= 0 <= d:
+        return None
+    quotients = [a / c, a / d, b / c, b / d]
+    return min(quotients), max(quotients)
+
+
+def is_integer_valued(node: ir.Expr, metadata: Metadata) -> bool:
+    """Whether an expression only takes integer values (so sums need no rounding)."""
+    if isinstance(node, ir.Col):
+        return metadata.column(node.name).type == "int"
+    if isinstance(node, ir.Lit):
+        return isinstance(node.value, int) and not isinstance(node.value, bool)
+    if isinstance(node, ir.BinOp):
+        return node.op != "/" and all(
+            is_integer_valued(x, metadata) for x in (node.left, node.right)
+        )
+    if isinstance(node, ir.Case):
+        results = [v for _, v in node.whens] + ([] if node.default is None else [node.default])
+        return all(is_integer_valued(v, metadata) for v in results)
+    if isinstance(node, ir.Func):
+        if node.name in ("round", "floor", "ceil"):
+            return True
+        return node.name in ("abs", "coalesce") and all(
+            is_integer_valued(a, metadata) for a in node.args
+        )
+    return False
+
+
+def choose_grid_exponent(lower: float, upper: float, *, integer: bool) -> int:
+    """The fixed-point grid 2^k of a sum: 0 for integers, else ~2^20 steps for the largest bound."""
+    magnitude = max(abs(lower), abs(upper))
+    if integer or magnitude == 0:
+        return 0
+    return math.floor(math.log2(magnitude)) - GRID_STEPS_EXPONENT
+
+
+def grid_units(value: float, exponent: int) -> int:
+    """round_half_even(value / 2^exponent), exactly (the rounding rule of the IR)."""
+    return round(Fraction(value) / Fraction(2) ** exponent)
+
+
+def sum_sensitivity(lower: float, upper: float, exponent: int, contributions: int) -> int:
+    """L1 sensitivity in grid units of a clamped fixed-point sum (rounding is monotone)."""
+    return contributions * max(
+        abs(grid_units(lower, exponent)), abs(grid_units(upper, exponent)), 1
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Planning
+
+
+@dataclass(frozen=True)
+class _Context:
+    metadata: Metadata
+    rows: int  # r: rows per person per group
+    groups: int  # g: groups per person
+    counter: list[int]
+
+    @property
+    def contributions(self) -> int:
+        return self.rows * self.groups
+
+    def name(self, label: str) -> str:
+        self.counter[0] += 1
+        return f"__a{self.counter[0]}_{label}"
+
+
+def plan_query(
+    query: Query,
+    metadata: Metadata,
+    *,
+    epsilon: object,
+    delta: object = 0,
+    selection_weight: float = 1.0,
+) -> Plan:
+    """Plan a query for release at (ε, δ): validate, bound, split the budget. Reads no data.
+
+    Raises:
+        ParameterError: invalid ε, δ or weights.
+        DomainError: unknown table or column, missing public bounds.
+        UnsupportedQueryError: an aggregate or grouping the planner cannot make private (e.g.
+            grouping without public keys when δ = 0).
+    """
+    eps = to_fraction(check_positive("query", "epsilon", epsilon))
+    check_probability("query", "delta", delta, open_high=True)
+    dlt = to_fraction(delta)
+    check_positive("query", "selection_weight", selection_weight)
+    if not isinstance(query, Query):
+        raise fail("plan_query", "query", "a Query (session.table(...)) or SQL text", query)
+    if not metadata.has_table(tuple(query.table.split("."))):
+        raise DomainError(f"Unknown table {query.table!r}: this session serves {metadata.table!r}.")
+    if not query.aggregates:
+        raise UnsupportedQueryError("The query has no aggregate: nothing to release.")
+    names = [a.output_name for a in query.aggregates] + [g.name for g in query.groups]
+    if len(set(names)) != len(names):
+        raise ParameterError(f"Output column names must be distinct; got {names}.")
+    where = None if query.where is None else resolve_expr(query.where, metadata)
+    groups = tuple(ir.GroupColumn(g.name, resolve_expr(g.expr, metadata)) for g in query.groups)
+    keys = _group_keys(groups, metadata)
+    needs_selection = bool(groups) and keys is None
+    if needs_selection:
+        _check_selection_possible(groups, metadata, dlt)
+    groups_per_person = 1
+    if groups:
+        groups_per_person = metadata.max_groups_per_person
+        if keys is not None:
+            groups_per_person = min(groups_per_person, max(len(keys), 1))
+    context = _Context(metadata, metadata.max_rows_per_person, groups_per_person, [0])
+    weights = [to_fraction(a.weight) for a in query.aggregates]
+    total_weight = sum(weights, Fraction(0)) + (
+        to_fraction(selection_weight) if needs_selection else 0
+    )
+    exact: list[ir.ExactAggregate] = []
+    outputs = []
+    for aggregate, weight in zip(query.aggregates, weights, strict=True):
+        share = eps * weight / total_weight
+        agg = replace(
+            aggregate,
+            expr=None if aggregate.expr is None else resolve_expr(aggregate.expr, metadata),
+        )
+        output, aggregates = _plan_aggregate(agg, share, context)
+        outputs.append(output)
+        exact.extend(aggregates)
+    selection = None
+    selection_exact = "__persons"
+    if needs_selection:
+        share = eps * to_fraction(selection_weight) / total_weight
+        selection = partition_selection_threshold(share, dlt, groups_per_person)
+        exact.append(ir.ExactAggregate(selection_exact, "count_persons"))
+    bound = replace(metadata.contribution_bound, max_groups=groups_per_person)
+    exact_plan = ir.AggregatePlan(
+        table=metadata.table,
+        aggregates=tuple(exact),
+        where=where,
+        group_by=groups,
+        group_keys=keys if groups else None,
+        bound=bound,
+    )
+    cost: PureDP | ApproxDP = ApproxDP(eps, dlt) if needs_selection else PureDP(eps)
+    outputs_names = [o.name for o in outputs] + [g.name for g in groups]
+    for column, _ in query.order_by:
+        if column not in outputs_names:
+            raise UnsupportedQueryError(
+                f"Cannot sort by {column!r}: order only by output columns {outputs_names}."
+            )
+    return Plan(
+        exact=exact_plan,
+        outputs=tuple(outputs),
+        group_columns=tuple(g.name for g in groups),
+        keys=(keys if groups else ((),)),
+        selection=selection,
+        selection_exact=selection_exact,
+        cost=cost,
+        order_by=query.order_by,
+    )
+
+
+def _group_keys(
+    groups: tuple[ir.GroupColumn, ...], metadata: Metadata
+) -> tuple[tuple[ir.ScalarValue, ...], ...] | None:
+    person = metadata.person_column
+    key_sets = []
+    for group in groups:
+        if isinstance(group.expr, ir.Col) and person is not None and group.expr.name == person:
+            raise UnsupportedQueryError(
+                f"GROUP BY the person column {person!r} is refused: it would release one row per "
+                "person."
+            )
+        key_sets.append(public_keys(group.expr, metadata))
+    if any(k is None for k in key_sets):
+        return None
+    size = math.prod(len(k) for k in key_sets if k is not None)
+    if size > MAX_PUBLIC_GROUPS:
+        raise UnsupportedQueryError(
+            f"The public key sets give {size} groups; at most {MAX_PUBLIC_GROUPS} are released."
+        )
+    return tuple(itertools.product(*(k for k in key_sets if k is not None)))
+
+
+def _check_selection_possible(
+    groups: tuple[ir.GroupColumn, ...], metadata: Metadata, delta: Fraction
+) -> None:
+    missing = [g.name for g in groups if public_keys(g.expr, metadata) is None]
+    if delta == 0:
+        raise UnsupportedQueryError(
+            f"GROUP BY {', '.join(missing)} needs public keys: declare 'keys' for these columns "
+            "in the metadata, or pass delta > 0 to select groups with DP partition selection."
+        )
+    if metadata.person_column is None and metadata.max_rows_per_person > 1:
+        raise UnsupportedQueryError(
+            "DP partition selection needs a person column when a person may own several rows; "
+            f"declare public keys for {', '.join(missing)} instead."
+        )
+
+
+def _value_bounds(aggregate: Aggregate, metadata: Metadata) -> tuple[float, float]:
+    if aggregate.lower is not None and aggregate.upper is not None:
+        return float(aggregate.lower), float(aggregate.upper)
+    assert aggregate.expr is not None  # every value aggregate has an expression
+    bounds = infer_bounds(aggregate.expr, metadata)
+    if bounds is None:
+        columns = _columns_of(aggregate.expr)
+        raise DomainError(
+            f"{aggregate.kind.upper()}({aggregate.output_name}) needs public bounds for "
+            f"{', '.join(columns) or 'its expression'}: declare lower/upper in the metadata, pass "
+            "lower=/upper= to the aggregate, or spend budget on a DP estimate with "
+            f"session.dp_bounds({(columns or ['column'])[0]!r}, epsilon=...)."
+        )
+    if not bounds[0] < bounds[1]:
+        return bounds[0] - 0.5, bounds[1] + 0.5
+    return bounds
+
+
+def _columns_of(node: ir.Expr) -> list[str]:
+    if isinstance(node, ir.Col):
+        return [node.name]
+    children: list[ir.Expr] = []
+    if isinstance(node, ir.BinOp | ir.Compare):
+        children = [node.left, node.right]
+    elif isinstance(node, ir.And | ir.Or | ir.Func):
+        children = list(node.args)
+    elif isinstance(node, ir.Not | ir.IsNull | ir.In):
+        children = [node.arg]
+    elif isinstance(node, ir.Between):
+        children = [node.arg, node.low, node.high]
+    elif isinstance(node, ir.Case):
+        children = [x for pair in node.whens for x in pair]
+        children += [] if node.default is None else [node.default]
+    return list(dict.fromkeys(c for child in children for c in _columns_of(child)))
+
+
+def _fill(expr: ir.Expr, metadata: Metadata) -> float | None:
+    """The declared public fill of a column, or None (NULL values are skipped)."""
+    if isinstance(expr, ir.Col):
+        fill = metadata.column(expr.name).fill
+        if isinstance(fill, int | float) and not isinstance(fill, bool):
+            return float(fill)
+    return None
+
+
+def _noisy(
+    name: str, role: str, sensitivity: int, exponent: int, epsilon: Fraction
+) -> NoisyStatistic:
+    return NoisyStatistic(
+        name, role, Laplace.for_epsilon(epsilon, sensitivity), sensitivity, exponent, epsilon
+    )
+
+
+def _plan_aggregate(
+    aggregate: Aggregate, share: Fraction, context: _Context
+) -> tuple[OutputPlan, list[ir.ExactAggregate]]:
+    kind = aggregate.kind
+    name = aggregate.output_name
+    metadata = context.metadata
+    if kind == "count" and aggregate.expr is None:
+        exact = ir.ExactAggregate(context.name("count"), "count")
+        part = _noisy(exact.name, "count", context.contributions, 0, share)
+        return OutputPlan(name, "count", share, (part,)), [exact]
+    if kind == "count":
+        assert aggregate.expr is not None  # COUNT(x) has an expression
+        exact = _non_null_count(aggregate.expr, context)
+        part = _noisy(exact.name, "count", context.contributions, 0, share)
+        return OutputPlan(name, "count", share, (part,)), [exact]
+    if kind == "count_persons":
+        if metadata.person_column is None:
+            raise UnsupportedQueryError(
+                "COUNT(DISTINCT person) needs a person column in the metadata (row-level privacy: "
+                "use COUNT(*))."
+            )
+        exact = ir.ExactAggregate(context.name("persons"), "count_persons")
+        part = _noisy(exact.name, "count", context.groups, 0, share)
+        return OutputPlan(name, "count_persons", share, (part,)), [exact]
+    assert aggregate.expr is not None  # value aggregates have an expression
+    expr = aggregate.expr
+    lower, upper = _value_bounds(aggregate, metadata)
+    integer = (
+        is_integer_valued(expr, metadata)
+        and float(lower).is_integer()
+        and float(upper).is_integer()
+    )
+    fill = _fill(expr, metadata)
+    if kind == "sum":
+        k = choose_grid_exponent(lower, upper, integer=integer)
+        exact = ir.ExactAggregate(context.name("sum"), "sum", expr, lower, upper, fill, k)
+        part = _noisy(
+            exact.name, "sum", sum_sensitivity(lower, upper, k, context.contributions), k, share
+        )
+        return OutputPlan(name, "sum", share, (part,), lower, upper), [exact]
+    if kind == "histogram":
+        bins = aggregate.bins
+        exact = ir.ExactAggregate(
+            context.name("hist"), "histogram", expr, lower, upper, None, 0, bins
+        )
+        part = _noisy(exact.name, "histogram", context.contributions, 0, share)
+        width = (upper - lower) / bins
+        edges = (*(lower + width * i for i in range(bins)), upper)
+        return OutputPlan(name, "histogram", share, (part,), lower, upper, edges=edges), [exact]
+    if kind == "quantile":
+        bins_spec = QuantileBins.for_bounds(lower, upper, integer=integer)
+        exact = ir.ExactAggregate(
+            context.name("qhist"),
+            "histogram",
+            expr,
+            bins_spec.lower,
+            bins_spec.upper,
+            None,
+            0,
+            bins_spec.bins,
+        )
+        assert aggregate.p is not None  # validated by Aggregate
+        step = QuantileStep(
+            exact.name, bins_spec, aggregate.p, share / context.groups, context.rows
+        )
+        return OutputPlan(name, "quantile", share, (), lower, upper, quantile=step), [exact]
+    return _plan_moments(aggregate, share, context, (lower, upper), integer=integer, fill=fill)
+
+
+def _non_null_count(expr: ir.Expr, context: _Context) -> ir.ExactAggregate:
+    indicator = ir.Case(((ir.IsNull(expr), ir.Lit(0)),), ir.Lit(1))
+    return ir.ExactAggregate(context.name("nonnull"), "sum", indicator, 0, 1, None, 0)
+
+
+def _plan_moments(
+    aggregate: Aggregate,
+    share: Fraction,
+    context: _Context,
+    bounds: tuple[float, float],
+    *,
+    integer: bool,
+    fill: float | None,
+) -> tuple[OutputPlan, list[ir.ExactAggregate]]:
+    """Mean, variance, stddev: a noisy count and noisy centred power sums."""
+    lower, upper = bounds
+    assert aggregate.expr is not None  # value aggregates have an expression
+    expr = aggregate.expr
+    centre = float(math.floor((lower + upper) / 2)) if integer else (lower + upper) / 2
+    low, high = lower - centre, upper - centre
+    shifted = ir.BinOp("-", expr, ir.Lit(int(centre) if integer else centre))
+    shifted_fill = None if fill is None else fill - centre
+    pieces = 2 if aggregate.kind == "mean" else 3
+    part_eps = share / pieces
+    c = context.contributions
+    if fill is None:
+        count = _non_null_count(expr, context)
+    else:
+        count = ir.ExactAggregate(context.name("count"), "count")
+    k = choose_grid_exponent(low, high, integer=integer)
+    total = ir.ExactAggregate(context.name("sum"), "sum", shifted, low, high, shifted_fill, k)
+    exact = [count, total]
+    parts = [
+        _noisy(count.name, "count", c, 0, part_eps),
+        _noisy(total.name, "sum", sum_sensitivity(low, high, k, c), k, part_eps),
+    ]
+    if pieces == 3:
+        square_max = max(low * low, high * high)
+        k2 = choose_grid_exponent(0.0, square_max, integer=integer)
+        squares = ir.ExactAggregate(
+            context.name("sumsq"), "sum_squares", shifted, low, high, shifted_fill, k2
+        )
+        exact.append(squares)
+        parts.append(
+            _noisy(
+                squares.name, "sum_squares", sum_sensitivity(0.0, square_max, k2, c), k2, part_eps
+            )
+        )
+    return (
+        OutputPlan(
+            aggregate.output_name, aggregate.kind, share, tuple(parts), lower, upper, centre
+        ),
+        exact,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# DP bounds
+
+
+@dataclass(frozen=True)
+class BoundsPlan:
+    """The exact plan and mechanism of a DP bounds estimate for one column."""
+
+    exact: ir.AggregatePlan
+    column: str
+    bins: LogBins
+    laplace: Laplace
+    threshold: float
+    cost: PureDP
+
+
+def plan_bounds(
+    metadata: Metadata,
+    column: str,
+    *,
+    epsilon: object,
+    beta: float = 0.01,
+    bins: LogBins | None = None,
+) -> BoundsPlan:
+    """Plan a DP bounds estimate: noisy counts over public log-scale bins (reads no data)."""
+    eps = to_fraction(check_positive("dp_bounds", "epsilon", epsilon))
+    spec = metadata.column(column)
+    if not spec.is_numeric:
+        raise fail("dp_bounds", "column", "a numeric (int or float) column", column)
+    log_bins = bins or LogBins()
+    value = ir.Col(spec.name)
+    edges = log_bins.edges
+    whens = tuple((ir.Compare("<", value, ir.Lit(edge)), ir.Lit(i)) for i, edge in enumerate(edges))
+    index = ir.Case(whens, ir.Lit(len(edges)))
+    contributions = metadata.max_rows_per_person * metadata.max_groups_per_person
+    laplace = Laplace.for_epsilon(eps, contributions)
+    exact = ir.AggregatePlan(
+        table=metadata.table,
+        aggregates=(ir.ExactAggregate("n", "count"),),
+        where=ir.Not(ir.IsNull(value)),
+        group_by=(ir.GroupColumn("bin", index),),
+        group_keys=tuple((i,) for i in range(log_bins.bins)),
+        bound=replace(metadata.contribution_bound, max_groups=metadata.max_groups_per_person),
+    )
+    threshold = detection_threshold(laplace, log_bins.bins, beta)
+    return BoundsPlan(exact, spec.name, log_bins, laplace, threshold, PureDP(eps))

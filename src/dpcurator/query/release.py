@@ -1,0 +1,469 @@
+"""Noise and post-processing: a :class:`~dpcurator.query.planner.Plan` + exact result -> Release.
+
+The only randomness is drawn by :mod:`dpcurator.mechanisms` (discrete Laplace on integer grid
+values, permute-and-flip for quantiles, thresholded Laplace for partition selection); everything
+else here is post-processing of noisy values, which costs no privacy.
+
+Confidence intervals (level 1-α, ``alpha`` default 0.05) cover the exact value the engine computed
+(after filtering, contribution bounding, clamping and grid rounding):
+
+* counts and sums: the exact discrete Laplace interval, value ± t with P[|Z| > t] <= α; counts are
+  clipped at 0 (post-processing; the truth is >= 0, so coverage is kept);
+* means = centre + noisy centred sum / noisy count (not unbiased; clamped to the bounds). Its
+  interval is conservative: each part gets a (1-α/2) interval and the ratio's range over both
+  intervals is reported (union bound), or the full bounds when the count interval reaches 0;
+* variances (sample variance, n-1) and standard deviations: the same with three parts at α/3;
+* quantiles: no value interval (it would need the data); the mechanism record gives the rank error
+  bound of :func:`dpcurator.estimators.quantiles.rank_error`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dpcurator.core.measures import ApproxDP, PureDP
+from dpcurator.estimators.quantiles import rank_error, select_quantile_bin
+from dpcurator.query import ir
+from dpcurator.query.planner import NoisyStatistic, OutputPlan, Plan
+from dpcurator.random import Rng
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One released number with its (1-α) confidence interval (None when not available)."""
+
+    value: float
+    ci_low: float | None
+    ci_high: float | None
+
+
+@dataclass(frozen=True)
+class MechanismUse:
+    """One mechanism applied by a release.
+
+    Attributes:
+        column: the output column it serves.
+        statistic: what was perturbed (``count``, ``sum``, ``sum_squares``, ``histogram``,
+            ``quantile``, ``partition selection``).
+        mechanism: the mechanism's name.
+        scale: the noise scale in the units of the statistic (None for selection mechanisms).
+        sensitivity: the sensitivity in the units of the statistic.
+        epsilon, delta: the budget share it spends.
+        rank_error: for quantiles, ranks within which the answer lies with probability 1-α.
+    """
+
+    column: str
+    statistic: str
+    mechanism: str
+    scale: float | None
+    sensitivity: float
+    epsilon: Fraction
+    delta: Fraction = Fraction(0)
+    rank_error: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable description (ε and δ as floats and exact strings)."""
+        return {
+            "column": self.column,
+            "statistic": self.statistic,
+            "mechanism": self.mechanism,
+            "scale": self.scale,
+            "sensitivity": self.sensitivity,
+            "epsilon": float(self.epsilon),
+            "epsilon_exact": str(self.epsilon),
+            "delta": float(self.delta),
+            "rank_error": self.rank_error,
+        }
+
+
+def _cost_dict(cost: PureDP | ApproxDP) -> dict[str, Any]:
+    delta = cost.delta if isinstance(cost, ApproxDP) else Fraction(0)
+    return {
+        "epsilon": float(cost.epsilon),
+        "delta": float(delta),
+        "epsilon_exact": str(cost.epsilon),
+        "delta_exact": str(delta),
+    }
+
+
+def _json_value(value: object) -> object:
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value
+
+
+@dataclass(frozen=True)
+class Release:
+    """The released answer of one query.
+
+    Attributes:
+        group_columns: names of the grouping columns.
+        value_columns: names of the released statistics (a histogram gives one per bin).
+        rows: one ``(group key, estimates)`` pair per released group.
+        cost: the privacy cost charged.
+        mechanisms: every mechanism used, with its noise scale and budget share.
+        alpha: the CIs are (1-α) intervals.
+    """
+
+    group_columns: tuple[str, ...]
+    value_columns: tuple[str, ...]
+    rows: tuple[tuple[tuple[ir.ScalarValue, ...], tuple[Estimate, ...]], ...]
+    cost: PureDP | ApproxDP
+    mechanisms: tuple[MechanismUse, ...]
+    alpha: float
+
+    def to_pandas(self) -> pd.DataFrame:
+        """One row per group: group columns, then each value with ``_ci_low``/``_ci_high``."""
+        columns = list(self.group_columns)
+        for name in self.value_columns:
+            columns += [name, f"{name}_ci_low", f"{name}_ci_high"]
+        records = []
+        for key, estimates in self.rows:
+            record: list[object] = [_json_value(k) for k in key]
+            for estimate in estimates:
+                record += [estimate.value, estimate.ci_low, estimate.ci_high]
+            records.append(record)
+        return pd.DataFrame.from_records(records, columns=columns)
+
+    def value(self, column: str, key: tuple[ir.ScalarValue, ...] = ()) -> Estimate:
+        """The estimate of ``column`` for the group ``key`` (``()`` for ungrouped queries)."""
+        index = self.value_columns.index(column)
+        for row_key, estimates in self.rows:
+            if row_key == key:
+                return estimates[index]
+        raise KeyError(key)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable form: columns, rows (value/ci_low/ci_high), cost, mechanisms."""
+        return {
+            "group_columns": list(self.group_columns),
+            "value_columns": list(self.value_columns),
+            "rows": [
+                {
+                    "group": {
+                        c: _json_value(k) for c, k in zip(self.group_columns, key, strict=True)
+                    },
+                    "values": {
+                        c: {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high}
+                        for c, e in zip(self.value_columns, estimates, strict=True)
+                    },
+                }
+                for key, estimates in self.rows
+            ],
+            "cost": _cost_dict(self.cost),
+            "mechanisms": [m.to_dict() for m in self.mechanisms],
+            "alpha": self.alpha,
+        }
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """What a query would cost and how accurate it would be, computed without touching data.
+
+    Attributes:
+        cost: the privacy cost that would be charged.
+        mechanisms: the mechanisms that would be used.
+        ci_halfwidths: per output column, the half-width of the (1-α) interval in the units of the
+            value (counts, sums, histogram bins), or None where it depends on the data (means,
+            variances: the half-width shrinks with the group size; quantiles: see rank_error).
+        alpha: the level of the intervals.
+    """
+
+    cost: PureDP | ApproxDP
+    mechanisms: tuple[MechanismUse, ...]
+    ci_halfwidths: dict[str, float | None]
+    alpha: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable form."""
+        return {
+            "cost": _cost_dict(self.cost),
+            "mechanisms": [m.to_dict() for m in self.mechanisms],
+            "ci_halfwidths": dict(self.ci_halfwidths),
+            "alpha": self.alpha,
+        }
+
+
+# ----------------------------------------------------------------------------------------------
+# Description of a plan (no data)
+
+
+def _output_columns(output: OutputPlan) -> list[str]:
+    if output.kind != "histogram":
+        return [output.name]
+    edges = output.edges
+    return [f"{output.name}[{edges[i]:g},{edges[i + 1]:g})" for i in range(len(edges) - 1)]
+
+
+def mechanism_uses(plan: Plan, alpha: float) -> tuple[MechanismUse, ...]:
+    """The mechanisms a plan applies, with scales and sensitivities in natural units."""
+    uses = []
+    for output in plan.outputs:
+        for part in output.parts:
+            unit = math.ldexp(1.0, part.grid_exponent)
+            uses.append(
+                MechanismUse(
+                    output.name,
+                    part.role,
+                    "discrete Laplace",
+                    float(part.laplace.scale) * unit,
+                    part.sensitivity * unit,
+                    part.epsilon,
+                )
+            )
+        if output.quantile is not None:
+            step = output.quantile
+            uses.append(
+                MechanismUse(
+                    output.name,
+                    "quantile",
+                    "permute-and-flip",
+                    None,
+                    float(step.rows_per_person),
+                    output.epsilon,
+                    rank_error=rank_error(
+                        step.epsilon_per_group, step.p, step.bins.bins, alpha, step.rows_per_person
+                    ),
+                )
+            )
+    if plan.selection is not None:
+        uses.append(
+            MechanismUse(
+                ",".join(plan.group_columns),
+                "partition selection",
+                f"discrete Laplace + threshold {plan.selection.threshold}",
+                float(plan.selection.laplace.scale),
+                float(plan.exact.bound.max_groups),
+                plan.selection.epsilon,
+                plan.selection.delta,
+            )
+        )
+    return tuple(uses)
+
+
+def estimate_plan(plan: Plan, alpha: float) -> CostEstimate:
+    """The cost and expected accuracy of a plan, without touching data."""
+    halfwidths: dict[str, float | None] = {}
+    for output in plan.outputs:
+        width: float | None = None
+        if output.kind in ("count", "count_persons", "sum", "histogram"):
+            part = output.parts[0]
+            width = part.laplace.ci_halfwidth(alpha) * math.ldexp(1.0, part.grid_exponent)
+        for column in _output_columns(output):
+            halfwidths[column] = width
+    return CostEstimate(plan.cost, mechanism_uses(plan, alpha), halfwidths, alpha)
+
+
+# ----------------------------------------------------------------------------------------------
+# Release
+
+
+def _sort_key(value: object) -> tuple[int, str, object]:
+    if value is None:
+        return (1, "", 0)
+    return (0, type(value).__name__, value)
+
+
+def released_keys(
+    plan: Plan, exact: ir.ExactResult, rng: Rng | None
+) -> list[tuple[ir.ScalarValue, ...]]:
+    """The public keys, or the keys chosen by DP partition selection among those present."""
+    if plan.keys is not None:
+        return list(plan.keys)
+    assert plan.selection is not None  # plans without keys carry a selection
+    present = sorted(exact.groups, key=lambda key: tuple(_sort_key(v) for v in key))
+    counts = [int(exact.groups[key][plan.selection_exact]) for key in present]  # type: ignore[call-overload]
+    if not present:
+        return []
+    mask, _ = plan.selection.select(np.asarray(counts, dtype=np.int64), rng)
+    return [key for key, keep in zip(present, mask, strict=True) if keep]
+
+
+def _exact_values(
+    exact: ir.ExactResult, keys: Sequence[tuple[ir.ScalarValue, ...]], name: str, width: int
+) -> npt.NDArray[np.int64]:
+    rows = []
+    for key in keys:
+        value = exact.groups.get(key, {}).get(name)
+        if value is None:
+            rows.append(np.zeros(width, dtype=np.int64) if width else np.int64(0))
+        else:
+            rows.append(np.asarray(value, dtype=np.int64))
+    return np.asarray(rows, dtype=np.int64)
+
+
+def _noisy(
+    part: NoisyStatistic,
+    exact: ir.ExactResult,
+    keys: Sequence[tuple[ir.ScalarValue, ...]],
+    width: int,
+    rng: Rng | None,
+) -> npt.NDArray[np.int64]:
+    return part.laplace.release_integers(_exact_values(exact, keys, part.exact, width), rng)
+
+
+def release_plan(
+    plan: Plan, exact: ir.ExactResult, *, alpha: float, rng: Rng | None = None
+) -> Release:
+    """Add the planned noise to exact aggregates and post-process them into a Release."""
+    keys = released_keys(plan, exact, rng)
+    per_output: list[list[list[Estimate]]] = []  # output -> group -> estimates (columns)
+    for output in plan.outputs:
+        per_output.append(_release_output(output, exact, keys, alpha, rng))
+    rows = []
+    for index, key in enumerate(keys):
+        estimates = tuple(e for groups in per_output for e in groups[index])
+        rows.append((key, estimates))
+    value_columns = tuple(c for output in plan.outputs for c in _output_columns(output))
+    rows = _ordered(rows, plan, value_columns)
+    return Release(
+        plan.group_columns,
+        value_columns,
+        tuple(rows),
+        plan.cost,
+        mechanism_uses(plan, alpha),
+        alpha,
+    )
+
+
+def _ordered(
+    rows: list[tuple[tuple[ir.ScalarValue, ...], tuple[Estimate, ...]]],
+    plan: Plan,
+    value_columns: tuple[str, ...],
+) -> list[tuple[tuple[ir.ScalarValue, ...], tuple[Estimate, ...]]]:
+    for column, descending in reversed(plan.order_by):
+        if column in plan.group_columns:
+            position = plan.group_columns.index(column)
+            rows.sort(key=lambda row, i=position: _sort_key(row[0][i]), reverse=descending)  # type: ignore[misc]
+        else:
+            position = value_columns.index(column)
+            rows.sort(key=lambda row, i=position: row[1][i].value, reverse=descending)  # type: ignore[misc]
+    return rows
+
+
+def _halfwidth(part: NoisyStatistic, alpha: float) -> float:
+    return part.laplace.ci_halfwidth(alpha) * math.ldexp(1.0, part.grid_exponent)
+
+
+def _release_output(
+    output: OutputPlan,
+    exact: ir.ExactResult,
+    keys: Sequence[tuple[ir.ScalarValue, ...]],
+    alpha: float,
+    rng: Rng | None,
+) -> list[list[Estimate]]:
+    if output.quantile is not None:
+        step = output.quantile
+        counts = _exact_values(exact, keys, step.exact, step.bins.bins)
+        centres = step.bins.centres()
+        values = []
+        for row in counts:
+            index = select_quantile_bin(
+                row, step.p, step.epsilon_per_group, rows_per_person=step.rows_per_person, rng=rng
+            )
+            values.append([Estimate(float(centres[index]), None, None)])
+        return values
+    if output.kind == "histogram":
+        part = output.parts[0]
+        noisy = _noisy(part, exact, keys, len(output.edges) - 1, rng)
+        width = _halfwidth(part, alpha)
+        return [[_count_estimate(float(v), width) for v in row] for row in noisy]
+    if output.kind in ("count", "count_persons"):
+        part = output.parts[0]
+        width = _halfwidth(part, alpha)
+        return [[_count_estimate(float(v), width)] for v in _noisy(part, exact, keys, 0, rng)]
+    if output.kind == "sum":
+        part = output.parts[0]
+        width = _halfwidth(part, alpha)
+        unit = math.ldexp(1.0, part.grid_exponent)
+        return [
+            [Estimate(float(v) * unit, float(v) * unit - width, float(v) * unit + width)]
+            for v in _noisy(part, exact, keys, 0, rng)
+        ]
+    return _release_moments(output, exact, keys, alpha, rng)
+
+
+def _count_estimate(value: float, width: float) -> Estimate:
+    return Estimate(max(value, 0.0), max(value - width, 0.0), max(value + width, 0.0))
+
+
+def _release_moments(
+    output: OutputPlan,
+    exact: ir.ExactResult,
+    keys: Sequence[tuple[ir.ScalarValue, ...]],
+    alpha: float,
+    rng: Rng | None,
+) -> list[list[Estimate]]:
+    parts = output.parts
+    level = alpha / len(parts)
+    noisy = [
+        _noisy(p, exact, keys, 0, rng).astype(np.float64) * math.ldexp(1.0, p.grid_exponent)
+        for p in parts
+    ]
+    widths = [_halfwidth(p, level) for p in parts]
+    assert output.lower is not None  # planned bounds
+    assert output.upper is not None
+    bounds = (output.lower, output.upper)
+    results = []
+    for i in range(len(keys)):
+        values = [float(column[i]) for column in noisy]
+        if output.kind == "mean":
+            results.append([_mean(values, widths, bounds, output.centre)])
+            continue
+        variance = _variance(values, widths, bounds)
+        if output.kind == "stddev":
+            variance = Estimate(
+                math.sqrt(variance.value),
+                math.sqrt(variance.ci_low or 0.0),
+                math.sqrt(variance.ci_high or 0.0),
+            )
+        results.append([variance])
+    return results
+
+
+def _mean(
+    values: Sequence[float], widths: Sequence[float], bounds: tuple[float, float], centre: float
+) -> Estimate:
+    """Centre + noisy centred sum / noisy count, with the conservative ratio interval."""
+    (count, total), (lower, upper) = values, bounds
+    value = min(max(centre + total / max(count, 1.0), lower), upper)
+    count_low, count_high = count - widths[0], count + widths[0]
+    if count_low < 1:
+        return Estimate(value, lower, upper)
+    ratios = [
+        s / c for s in (total - widths[1], total + widths[1]) for c in (count_low, count_high)
+    ]
+    low = min(max(centre + min(ratios), lower), upper)
+    high = min(max(centre + max(ratios), lower), upper)
+    return Estimate(value, low, high)
+
+
+def _variance(
+    values: Sequence[float], widths: Sequence[float], bounds: tuple[float, float]
+) -> Estimate:
+    """Sample variance from noisy count, centred sum and sum of squares (monotone bounds)."""
+    (count, total, squares), (lower, upper) = values, bounds
+    n = max(count, 2.0)
+    cap = (upper - lower) ** 2 / 4 * n / (n - 1)
+    value = min(max((squares - total * total / n) / (n - 1), 0.0), cap)
+    n_low, n_high = count - widths[0], count + widths[0]
+    if n_low < 2:
+        return Estimate(value, 0.0, (upper - lower) ** 2 / 2)
+    s_low, s_high = total - widths[1], total + widths[1]
+    max_square = max(s_low * s_low, s_high * s_high)
+    min_square = 0.0 if s_low <= 0 <= s_high else min(s_low * s_low, s_high * s_high)
+    numerator_low = max(squares - widths[2] - max_square / n_low, 0.0)
+    numerator_high = max(squares + widths[2] - min_square / n_high, 0.0)
+    high_cap = (upper - lower) ** 2 / 4 * n_low / (n_low - 1)
+    return Estimate(
+        value,
+        min(numerator_low / (n_high - 1), high_cap),
+        min(numerator_high / (n_low - 1), high_cap),
+    )

@@ -1,0 +1,441 @@
+"""Public metadata of a private table: what the curator declares, never what the data says.
+
+Everything the planner needs to bound sensitivity comes from here: column types, bounds of numeric
+columns, public key sets of categorical columns, a public fill value for NULL/NaN, and the privacy
+unit (a person-id column, or row-level privacy) with the maximum contribution of one person.
+Nothing in this module reads data: bounds and keys are public facts supplied by the data owner, or
+DP estimates that spent budget (:meth:`dpcurator.query.session.Session.dp_bounds`).
+
+Two file formats are read:
+
+* the native format (YAML, JSON or a dict)::
+
+      table: pums
+      person_column: pid          # omit (or null) for row-level privacy
+      max_rows_per_person: 2      # per group
+      max_groups_per_person: 1
+      columns:
+        age: {type: int, lower: 0, upper: 100}
+        sex: {type: string, keys: [F, M]}
+        income: {type: float, lower: 0, upper: 500000, nullable: true, fill: 0}
+
+* SmartNoise SQL metadata, as is (``collection -> schema -> table -> columns``): ``row_privacy``,
+  ``max_ids`` (mapped to at most ``max_ids`` rows per group and ``max_ids`` groups per person),
+  ``private_id``, ``lower``/``upper``, ``nullable`` and ``missing_value`` (the public fill value).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal, cast
+
+import yaml
+
+from dpcurator._validation import check_int, check_real, fail
+from dpcurator.errors import DomainError
+from dpcurator.query.ir import ContributionBound, ScalarValue
+
+ColumnType = Literal["int", "float", "string", "bool"]
+
+_TYPES: dict[str, ColumnType] = {
+    "int": "int",
+    "integer": "int",
+    "float": "float",
+    "double": "float",
+    "real": "float",
+    "string": "string",
+    "str": "string",
+    "text": "string",
+    "bool": "bool",
+    "boolean": "bool",
+}
+
+#: SmartNoise table options that concern performance or utility, not privacy; accepted and unused.
+_SMARTNOISE_TABLE_OPTIONS = frozenset(
+    {
+        "rows",
+        "clamp_counts",
+        "clamp_columns",
+        "censor_dims",
+        "use_dpsu",
+        "sample_max_ids",
+        "tau",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ColumnMeta:
+    """One public column description.
+
+    Attributes:
+        name: the column name in the private table.
+        type: ``"int"``, ``"float"``, ``"string"`` or ``"bool"``.
+        lower, upper: public bounds of a numeric column (values are clamped to them).
+        keys: the public set of values of a categorical column (used for GROUP BY without
+            partition selection; bool columns have the implicit keys ``(False, True)``).
+        nullable: whether the column may hold NULL/NaN.
+        fill: the public value that replaces NULL/NaN in aggregates (must lie within the bounds).
+    """
+
+    name: str
+    type: ColumnType
+    lower: float | None = None
+    upper: float | None = None
+    keys: tuple[ScalarValue, ...] | None = None
+    nullable: bool = False
+    fill: ScalarValue = None
+
+    def __post_init__(self) -> None:
+        owner = f"column {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise fail("ColumnMeta", "name", "a non-empty string", self.name)
+        if self.type not in ("int", "float", "string", "bool"):
+            raise fail(owner, "type", "one of int, float, string, bool", self.type)
+        if (self.lower is None) != (self.upper is None):
+            raise fail(owner, "lower/upper", "given together", (self.lower, self.upper))
+        if self.lower is not None and self.upper is not None:
+            if not self.is_numeric:
+                raise fail(owner, "lower", "absent for a non-numeric column", self.lower)
+            lower = check_real(owner, "lower", self.lower)
+            upper = check_real(owner, "upper", self.upper)
+            if not lower < upper:
+                raise fail(owner, "upper", f"> lower ({self.lower})", self.upper)
+        self._check_keys(owner)
+        self._check_fill(owner)
+
+    def _check_keys(self, owner: str) -> None:
+        if self.keys is None:
+            return
+        if len(self.keys) == 0 or len(set(self.keys)) != len(self.keys):
+            raise fail(owner, "keys", "a non-empty list of distinct values", self.keys)
+        for key in self.keys:
+            if not _matches_type(key, self.type):
+                raise fail(owner, "keys", f"values of type {self.type}", key)
+
+    def _check_fill(self, owner: str) -> None:
+        if self.fill is not None:
+            if not _matches_type(self.fill, self.type):
+                raise fail(owner, "fill", f"a value of type {self.type}", self.fill)
+            if self.lower is not None and not (
+                self.lower <= cast(float, self.fill) <= cast(float, self.upper)
+            ):
+                raise fail(owner, "fill", f"within [{self.lower}, {self.upper}]", self.fill)
+
+    @property
+    def is_numeric(self) -> bool:
+        """Whether the column holds numbers (int or float)."""
+        return self.type in ("int", "float")
+
+    @property
+    def public_keys(self) -> tuple[ScalarValue, ...] | None:
+        """The declared key set, or ``(False, True)`` for bool columns, or None."""
+        if self.keys is None and self.type == "bool":
+            return (False, True)
+        return self.keys
+
+
+def _matches_type(value: object, column_type: ColumnType) -> bool:
+    if column_type == "bool":
+        return isinstance(value, bool)
+    if column_type == "string":
+        return isinstance(value, str)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if column_type == "int":
+        return isinstance(value, int) or (math.isfinite(value) and float(value).is_integer())
+    return math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """Public metadata of one private table.
+
+    Attributes:
+        table: the table name used in queries (``FROM table``).
+        columns: the column descriptions.
+        person_column: the column identifying the privacy unit (user-level privacy), or None for
+            row-level privacy (each row is a person, unless ``max_rows_per_person`` > 1 declares
+            that a person may own several rows without an id: then no bounding is applied and
+            sensitivities are scaled by the declared limits, i.e. group privacy).
+        max_rows_per_person: rows one person may contribute to one group (enforced by
+            contribution bounding when ``person_column`` is set).
+        max_groups_per_person: groups one person may contribute to.
+        schema: an optional qualifier accepted in ``FROM schema.table`` (SmartNoise style).
+    """
+
+    table: str
+    columns: tuple[ColumnMeta, ...]
+    person_column: str | None = None
+    max_rows_per_person: int = 1
+    max_groups_per_person: int = 1
+    schema: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.table, str) or not self.table:
+            raise fail("Metadata", "table", "a non-empty string", self.table)
+        if not self.columns:
+            raise fail("Metadata", "columns", "a non-empty collection", self.columns)
+        names = [c.name.lower() for c in self.columns]
+        if len(set(names)) != len(names):
+            raise fail("Metadata", "columns", "uniquely named (case-insensitive)", names)
+        check_int("Metadata", "max_rows_per_person", self.max_rows_per_person, minimum=1)
+        check_int("Metadata", "max_groups_per_person", self.max_groups_per_person, minimum=1)
+        if self.person_column is not None and self.person_column.lower() not in names:
+            raise fail(
+                "Metadata", "person_column", f"one of the columns {names}", self.person_column
+            )
+
+    # ------------------------------------------------------------------------------------------
+    # Lookup
+
+    def column(self, name: str) -> ColumnMeta:
+        """The column called ``name`` (exact match first, then case-insensitive)."""
+        for column in self.columns:
+            if column.name == name:
+                return column
+        for column in self.columns:
+            if column.name.lower() == name.lower():
+                return column
+        known = ", ".join(c.name for c in self.columns)
+        raise DomainError(
+            f"Unknown column {name!r} in table {self.table!r}. Known columns: {known}."
+        )
+
+    def has_table(self, parts: tuple[str, ...]) -> bool:
+        """Whether a (possibly schema-qualified) table reference names this table."""
+        if not parts or parts[-1].lower() != self.table.lower():
+            return False
+        if len(parts) == 1:
+            return True
+        return (
+            len(parts) == 2 and self.schema is not None and parts[0].lower() == self.schema.lower()
+        )
+
+    @property
+    def contribution_bound(self) -> ContributionBound:
+        """The contribution bound the backends enforce (no bounding without a person column)."""
+        return ContributionBound(
+            person_column=None
+            if self.person_column is None
+            else self.column(self.person_column).name,
+            max_groups=self.max_groups_per_person,
+            max_rows_per_group=self.max_rows_per_person,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Public updates (each returns a new Metadata)
+
+    def with_bounds(self, name: str, lower: float, upper: float) -> Metadata:
+        """A copy with public (or DP-estimated) bounds for a numeric column."""
+        target = self.column(name)
+        fill = target.fill
+        if fill is not None and not (lower <= cast(float, fill) <= upper):
+            fill = min(max(cast(float, fill), lower), upper)
+        updated = replace(target, lower=lower, upper=upper, fill=fill)
+        return replace(self, columns=tuple(updated if c is target else c for c in self.columns))
+
+    def with_keys(self, name: str, keys: tuple[ScalarValue, ...]) -> Metadata:
+        """A copy with a public key set for a categorical column."""
+        target = self.column(name)
+        updated = replace(target, keys=tuple(keys))
+        return replace(self, columns=tuple(updated if c is target else c for c in self.columns))
+
+    # ------------------------------------------------------------------------------------------
+    # Reading and writing
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object], *, table: str | None = None) -> Metadata:
+        """Read the native format or SmartNoise metadata (detected from the structure)."""
+        if not isinstance(data, Mapping):
+            raise fail("Metadata.from_dict", "data", "a mapping", type(data).__name__)
+        if "columns" in data and "table" in data:
+            return _from_native(data)
+        return _from_smartnoise(data, table)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, *, table: str | None = None) -> Metadata:
+        """Read a YAML file in the native or SmartNoise format."""
+        with Path(path).open(encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+        return cls.from_dict(data, table=table)
+
+    @classmethod
+    def from_json(cls, path: str | Path, *, table: str | None = None) -> Metadata:
+        """Read a JSON file in the native or SmartNoise format."""
+        with Path(path).open(encoding="utf-8") as handle:
+            data = json.load(handle)
+        return cls.from_dict(data, table=table)
+
+    def to_dict(self) -> dict[str, object]:
+        """The native format (JSON/YAML-serialisable)."""
+        columns: dict[str, object] = {}
+        for c in self.columns:
+            entry: dict[str, object] = {"type": c.type}
+            if c.lower is not None:
+                entry["lower"] = c.lower
+                entry["upper"] = c.upper
+            if c.keys is not None:
+                entry["keys"] = list(c.keys)
+            if c.nullable:
+                entry["nullable"] = True
+            if c.fill is not None:
+                entry["fill"] = c.fill
+            columns[c.name] = entry
+        out: dict[str, object] = {
+            "table": self.table,
+            "person_column": self.person_column,
+            "max_rows_per_person": self.max_rows_per_person,
+            "max_groups_per_person": self.max_groups_per_person,
+            "columns": columns,
+        }
+        if self.schema is not None:
+            out["schema"] = self.schema
+        return out
+
+
+_NATIVE_TABLE_KEYS = frozenset(
+    {"table", "schema", "columns", "person_column", "max_rows_per_person", "max_groups_per_person"}
+)
+_NATIVE_COLUMN_KEYS = frozenset({"type", "lower", "upper", "keys", "nullable", "fill"})
+
+
+def _column_type(owner: str, value: object) -> ColumnType:
+    if not isinstance(value, str) or value.lower() not in _TYPES:
+        raise fail(owner, "type", "one of int, float, string, bool", value)
+    return _TYPES[value.lower()]
+
+
+def _from_native(data: Mapping[str, object]) -> Metadata:
+    unknown = set(data) - _NATIVE_TABLE_KEYS
+    if unknown:
+        raise fail("Metadata", "keys", f"among {sorted(_NATIVE_TABLE_KEYS)}", sorted(unknown))
+    raw_columns = data["columns"]
+    if not isinstance(raw_columns, Mapping):
+        raise fail(
+            "Metadata", "columns", "a mapping from column name to its description", raw_columns
+        )
+    columns = []
+    for name, spec in raw_columns.items():
+        owner = f"column {name!r}"
+        if not isinstance(spec, Mapping):
+            raise fail(owner, "description", "a mapping", spec)
+        extra = set(spec) - _NATIVE_COLUMN_KEYS
+        if extra:
+            raise fail(owner, "keys", f"among {sorted(_NATIVE_COLUMN_KEYS)}", sorted(extra))
+        keys = spec.get("keys")
+        if keys is not None and not isinstance(keys, list | tuple):
+            raise fail(owner, "keys", "a list", keys)
+        columns.append(
+            ColumnMeta(
+                name=str(name),
+                type=_column_type(owner, spec.get("type")),
+                lower=spec.get("lower"),
+                upper=spec.get("upper"),
+                keys=None if keys is None else tuple(keys),
+                nullable=bool(spec.get("nullable", False)),
+                fill=spec.get("fill"),
+            )
+        )
+    person = data.get("person_column")
+    schema = data.get("schema")
+    return Metadata(
+        table=cast(str, data["table"]),
+        columns=tuple(columns),
+        person_column=None if person is None else str(person),
+        max_rows_per_person=cast(int, data.get("max_rows_per_person", 1)),
+        max_groups_per_person=cast(int, data.get("max_groups_per_person", 1)),
+        schema=None if schema is None else str(schema),
+    )
+
+
+def _smartnoise_tables(data: Mapping[str, object]) -> dict[tuple[str, str], Mapping[str, object]]:
+    """All ``(schema, table) -> table dict`` entries of a SmartNoise collection file."""
+    tables: dict[tuple[str, str], Mapping[str, object]] = {}
+    for collection in data.values():
+        if not isinstance(collection, Mapping):
+            continue
+        for schema, schema_tables in collection.items():
+            if not isinstance(schema_tables, Mapping):
+                continue
+            for table, spec in schema_tables.items():
+                if isinstance(spec, Mapping):
+                    tables[(str(schema), str(table))] = spec
+    return tables
+
+
+def _from_smartnoise(data: Mapping[str, object], table: str | None) -> Metadata:
+    tables = _smartnoise_tables(data)
+    if not tables:
+        raise fail(
+            "Metadata",
+            "data",
+            "native metadata (with 'table' and 'columns') or SmartNoise metadata "
+            "(collection -> schema -> table -> columns)",
+            sorted(data),
+        )
+    if table is None:
+        if len(tables) != 1:
+            names = sorted(f"{s}.{t}" for s, t in tables)
+            raise fail("Metadata", "table", f"given to choose one of {names}", table)
+        ((schema, name), spec) = next(iter(tables.items()))
+    else:
+        matches = [
+            key for key in tables if table.lower() in (key[1].lower(), f"{key[0]}.{key[1]}".lower())
+        ]
+        if len(matches) != 1:
+            names = sorted(f"{s}.{t}" for s, t in tables)
+            raise fail("Metadata", "table", f"one of {names}", table)
+        schema, name = matches[0]
+        spec = tables[(schema, name)]
+    return _smartnoise_table(schema, name, spec)
+
+
+def _smartnoise_table(schema: str, name: str, spec: Mapping[str, object]) -> Metadata:
+    columns = []
+    person: str | None = None
+    options: dict[str, object] = {}
+    for key, value in spec.items():
+        if not isinstance(value, Mapping):
+            options[str(key)] = value
+            continue
+        owner = f"column {key!r}"
+        raw_type = value.get("type", "unknown")
+        if raw_type == "unknown":
+            raise fail(owner, "type", "declared (int, float, string, boolean)", raw_type)
+        column_type = _column_type(owner, raw_type)
+        if value.get("private_id"):
+            person = str(key)
+        fill = value.get("missing_value")
+        if column_type == "string" and fill is not None:
+            fill = str(fill)
+        columns.append(
+            ColumnMeta(
+                name=str(key),
+                type=column_type,
+                lower=value.get("lower"),
+                upper=value.get("upper"),
+                nullable=bool(value.get("nullable", True)),
+                fill=fill,
+            )
+        )
+    unknown = set(options) - _SMARTNOISE_TABLE_OPTIONS - {"row_privacy", "max_ids"}
+    if unknown:
+        raise fail(f"SmartNoise table {name!r}", "options", "known options", sorted(unknown))
+    max_ids = check_int(
+        f"SmartNoise table {name!r}", "max_ids", options.get("max_ids", 1), minimum=1
+    )
+    if options.get("row_privacy"):
+        return Metadata(table=name, columns=tuple(columns), schema=schema or None)
+    return Metadata(
+        table=name,
+        columns=tuple(columns),
+        person_column=person,
+        max_rows_per_person=max_ids,
+        max_groups_per_person=max_ids,
+        schema=schema or None,
+    )

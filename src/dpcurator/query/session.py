@@ -1,0 +1,231 @@
+"""Sessions: the analyst's entry point to one private table under one privacy budget.
+
+Example::
+
+    s = Session.from_data("pums.csv", metadata=meta, budget=Budget(1.0, 1e-6))
+    s.sql("SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex", epsilon=0.5).to_pandas()
+
+Every release follows one order, so that nothing about the data decides whether a query is
+refused, which groups appear (with public keys) or how long a refusal takes:
+
+1. validate and plan from the query and the public metadata only (errors charge nothing);
+2. reserve the plan's cost in the budget filter (BudgetExceededError: nothing charged, no data
+   touched);
+3. commit the charge, then let the engine compute the exact aggregates (an engine failure keeps
+   the charge: it may depend on the data);
+4. add noise (only :mod:`dpcurator.mechanisms` draws it) and post-process into a Release.
+
+A query is charged as one event (:class:`~dpcurator.accounting.PureEvent` of its ε, or
+:class:`~dpcurator.accounting.ApproxEvent` when partition selection spends δ).
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+
+from dpcurator._validation import check_probability, fail
+from dpcurator.accounting import ApproxEvent, Budget, BudgetFilter, PrivacyFilter, PureEvent
+from dpcurator.accounting.events import PrivacyEvent
+from dpcurator.core.measures import ApproxDP, Measure, PureDP
+from dpcurator.estimators.bounds import bounds_from_noisy_counts
+from dpcurator.query.backends import Backend, open_backend
+from dpcurator.query.builder import Query
+from dpcurator.query.planner import Plan, plan_bounds, plan_query
+from dpcurator.query.release import CostEstimate, Release, estimate_plan, release_plan
+from dpcurator.query.schema import Metadata
+from dpcurator.query.sql import parse_sql
+from dpcurator.random import Rng
+
+
+def _event(cost: PureDP | ApproxDP) -> PrivacyEvent:
+    if isinstance(cost, ApproxDP) and cost.delta > 0:
+        return ApproxEvent(cost.epsilon, cost.delta)
+    return PureEvent(cost.epsilon)
+
+
+class Session:
+    """A private table, its public metadata and a budget filter.
+
+    Args:
+        backend: the engine holding the table (see :func:`~dpcurator.query.backends.open_backend`).
+        metadata: the public metadata of the table.
+        budget: a total budget (a new in-memory :class:`~dpcurator.accounting.PrivacyFilter`).
+        budget_filter: any :class:`~dpcurator.accounting.BudgetFilter` instead (e.g. a ledger).
+        alpha: default level of the released (1-α) confidence intervals.
+        rng: the randomness source (default: the process-wide SecureRng; tests pass SeededRng).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        metadata: Metadata,
+        *,
+        budget: Budget | None = None,
+        budget_filter: BudgetFilter | None = None,
+        alpha: float = 0.05,
+        rng: Rng | None = None,
+    ) -> None:
+        if not isinstance(metadata, Metadata):
+            raise fail("Session", "metadata", "a Metadata", metadata)
+        if (budget is None) == (budget_filter is None):
+            raise fail("Session", "budget", "given, or budget_filter given (exactly one)", budget)
+        check_probability("Session", "alpha", alpha, open_low=True, open_high=True)
+        self._backend = backend
+        self._metadata = metadata
+        if budget_filter is None:
+            assert budget is not None  # exactly one of the two, checked above
+            budget_filter = PrivacyFilter(budget)
+        self._filter: BudgetFilter = budget_filter
+        self._alpha = float(alpha)
+        self._rng = rng
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_data(
+        cls,
+        source: object,
+        *,
+        metadata: Metadata,
+        budget: Budget | None = None,
+        budget_filter: BudgetFilter | None = None,
+        engine: str = "duckdb",
+        alpha: float = 0.05,
+        rng: Rng | None = None,
+    ) -> Session:
+        """Open ``source`` (CSV/Parquet path, pandas/polars/pyarrow, DuckDB, Spark) as the table."""
+        if not isinstance(metadata, Metadata):
+            raise fail("Session.from_data", "metadata", "a Metadata", metadata)
+        backend = open_backend(source, table=metadata.table, engine=engine)
+        return cls(
+            backend, metadata, budget=budget, budget_filter=budget_filter, alpha=alpha, rng=rng
+        )
+
+    # ------------------------------------------------------------------------------------------
+
+    @property
+    def metadata(self) -> Metadata:
+        """The public metadata (updated by :meth:`dp_bounds`)."""
+        return self._metadata
+
+    def table(self, name: str | None = None) -> Query:
+        """Start a fluent query on the session's table."""
+        table = self._metadata.table if name is None else name
+        if not self._metadata.has_table(tuple(table.split("."))):
+            raise fail(
+                "Session.table", "name", f"the session's table {self._metadata.table!r}", name
+            )
+        return Query(self._metadata.table)
+
+    def remaining(self) -> Measure:
+        """The budget left."""
+        return self._filter.remaining()
+
+    def spent(self) -> Measure:
+        """The budget spent so far."""
+        return self._filter.spent()
+
+    def plan(
+        self,
+        query: str | Query,
+        *,
+        epsilon: float,
+        delta: float = 0.0,
+        selection_weight: float = 1.0,
+    ) -> Plan:
+        """The private plan of a query (SQL text or builder Query), computed without data."""
+        parsed = parse_sql(query, self._metadata) if isinstance(query, str) else query
+        return plan_query(
+            parsed, self._metadata, epsilon=epsilon, delta=delta, selection_weight=selection_weight
+        )
+
+    def estimate(
+        self,
+        query: str | Query,
+        *,
+        epsilon: float,
+        delta: float = 0.0,
+        alpha: float | None = None,
+        selection_weight: float = 1.0,
+    ) -> CostEstimate:
+        """The cost and expected CI half-widths of a query; touches no data, charges nothing."""
+        plan = self.plan(query, epsilon=epsilon, delta=delta, selection_weight=selection_weight)
+        return estimate_plan(plan, self._level(alpha))
+
+    def release(
+        self,
+        query: str | Query,
+        *,
+        epsilon: float,
+        delta: float = 0.0,
+        alpha: float | None = None,
+        selection_weight: float = 1.0,
+    ) -> Release:
+        """Release a query at (ε, δ): plan, reserve, compute, noise (see the module docstring)."""
+        level = self._level(alpha)
+        plan = self.plan(query, epsilon=epsilon, delta=delta, selection_weight=selection_weight)
+        reservation = self._filter.reserve(_event(plan.cost), description=_describe(query))
+        reservation.commit()
+        exact = self._backend.compute(plan.exact)
+        return release_plan(plan, exact, alpha=level, rng=self._rng)
+
+    def sql(
+        self,
+        query: str,
+        *,
+        epsilon: float,
+        delta: float = 0.0,
+        alpha: float | None = None,
+        selection_weight: float = 1.0,
+    ) -> Release:
+        """Release a SQL query (see :mod:`dpcurator.query.sql` for the supported subset)."""
+        if not isinstance(query, str):
+            raise fail("Session.sql", "query", "SQL text", query)
+        return self.release(
+            query, epsilon=epsilon, delta=delta, alpha=alpha, selection_weight=selection_weight
+        )
+
+    def dp_bounds(self, column: str, *, epsilon: float, beta: float = 0.01) -> tuple[float, float]:
+        """Estimate a column's bounds with ε-DP and use them in this session's metadata.
+
+        Spends ``epsilon`` (see :mod:`dpcurator.estimators.bounds`). The estimate is public once
+        released, so later queries may use it. Raises DomainError (keeping the charge) when no
+        bin's noisy count clears the threshold.
+        """
+        plan = plan_bounds(self._metadata, column, epsilon=epsilon, beta=beta)
+        reservation = self._filter.reserve(_event(plan.cost), description=f"dp_bounds({column})")
+        reservation.commit()
+        exact = self._backend.compute(plan.exact)
+        counts = [
+            int(exact.groups.get((i,), {}).get("n", 0))  # type: ignore[call-overload]
+            for i in range(plan.bins.bins)
+        ]
+        noisy = plan.laplace.release_integers(counts, self._rng)
+        lower, upper = bounds_from_noisy_counts(noisy, plan.bins, plan.threshold)
+        with self._lock:
+            self._metadata = self._metadata.with_bounds(plan.column, lower, upper)
+        return lower, upper
+
+    def close(self) -> None:
+        """Close the engine."""
+        self._backend.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _level(self, alpha: float | None) -> float:
+        if alpha is None:
+            return self._alpha
+        return float(check_probability("Session", "alpha", alpha, open_low=True, open_high=True))
+
+
+def _describe(query: str | Query) -> str:
+    return query if isinstance(query, str) else repr(query)

@@ -1,0 +1,194 @@
+"""The HTTP API (FastAPI): versioned under ``/v1``, errors as RFC 7807 problem documents.
+
+Every ``/v1`` endpoint except ``/v1/health`` requires ``Authorization: Bearer <token>``. Owners
+manage datasets, analysts, budgets and batch releases; analysts see only the datasets granted to
+them, their own budget and their own history. The web console is served from ``/console/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dpcurator.core.measures import ApproxDP
+from dpcurator.errors import (
+    AuthError,
+    BackendError,
+    BudgetExceededError,
+    DomainError,
+    DPError,
+    ParameterError,
+    UnsupportedQueryError,
+)
+from dpcurator.service import schemas as s
+from dpcurator.service.errors import ConflictError, ForbiddenError, NotFoundError, RateLimitedError
+from dpcurator.service.operations import CuratorService
+from dpcurator.service.routes import router
+
+PROBLEM = "application/problem+json"
+STATIC_DIR = Path(__file__).parent / "static"
+DEFAULT_MAX_BODY = 1 << 20
+
+#: (status, problem type slug, title) per error class; the first matching class wins.
+_PROBLEMS: list[tuple[type[Exception], int, str, str]] = [
+    (RateLimitedError, 429, "rate-limited", "Too many failed sign-ins"),
+    (ForbiddenError, 403, "forbidden", "Forbidden"),
+    (AuthError, 401, "unauthorized", "Authentication required"),
+    (NotFoundError, 404, "not-found", "Not found"),
+    (BudgetExceededError, 409, "budget-exceeded", "Privacy budget exceeded"),
+    (ConflictError, 409, "conflict", "Conflict"),
+    (UnsupportedQueryError, 422, "unsupported-query", "Query refused by the planner"),
+    (ParameterError, 422, "invalid-parameter", "Invalid parameter"),
+    (DomainError, 422, "invalid-data", "Invalid data or metadata"),
+    (BackendError, 502, "engine-error", "The engine failed"),
+]
+
+
+def problem(status: int, slug: str, title: str, detail: str, **extra: Any) -> JSONResponse:
+    """An RFC 7807 problem document."""
+    body = {"type": f"urn:dpcurator:problem:{slug}", "title": title, "status": status}
+    body["detail"] = detail
+    body.update(extra)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+
+
+def _problem_for(exc: DPError) -> JSONResponse:
+    for cls, status, slug, title in _PROBLEMS:
+        if isinstance(exc, cls):
+            extra: dict[str, Any] = {}
+            if isinstance(exc, BudgetExceededError):
+                extra = {
+                    "requested": _cost_dict(exc.requested),
+                    "remaining": _cost_dict(exc.remaining),
+                }
+            response = problem(status, slug, title, str(exc), **extra)
+            if isinstance(exc, RateLimitedError):
+                response.headers["Retry-After"] = str(exc.retry_after)
+            return response
+    return problem(500, "internal", "Internal error", "An internal invariant failed.")
+
+
+def _cost_dict(cost: Any) -> dict[str, Any] | None:
+    if not isinstance(cost, ApproxDP):
+        return None
+    return s.CostOut.of(cost).model_dump()
+
+
+class BodyLimit:
+    """ASGI middleware: refuse request bodies larger than ``max_body`` bytes with 413."""
+
+    def __init__(self, app: ASGIApp, max_body: int) -> None:
+        self.app = app
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
+            await self._refuse(scope, receive, send)
+            return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_body:
+                raise _BodyTooLargeError
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _BodyTooLargeError:
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = problem(
+            413, "body-too-large", "Request body too large", f"The limit is {self.max_body} bytes."
+        )
+        await response(scope, receive, send)
+
+
+class _BodyTooLargeError(Exception):
+    """Raised inside :class:`BodyLimit` when a streamed body passes the limit."""
+
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def create_app(service: CuratorService, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
+    """Build the ASGI application around a :class:`CuratorService`."""
+    app = FastAPI(
+        title="dpcurator",
+        version="1",
+        summary="A trusted curator for differentially private statistics.",
+        openapi_url="/v1/openapi.json",
+        docs_url="/v1/docs",
+        redoc_url=None,
+    )
+
+    @app.exception_handler(DPError)
+    async def _dp_error(_request: Request, exc: DPError) -> JSONResponse:
+        return _problem_for(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return problem(400, "malformed-json", "Malformed JSON", "The body is not valid JSON.")
+        detail = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in errors
+        )
+        cleaned = [
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))}
+            for e in errors
+        ]
+        return problem(422, "invalid-request", "Invalid request", detail, errors=cleaned)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+        return problem(exc.status_code, slug, str(exc.detail), str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _internal(_request: Request, _exc: Exception) -> JSONResponse:
+        return problem(
+            500, "internal", "Internal error", "The server failed; nothing was released."
+        )
+
+    @app.middleware("http")
+    async def _headers(request: Request, call_next: Callable[[Request], Awaitable[Any]]) -> Any:
+        response = await call_next(request)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+
+    # -- console ----------------------------------------------------------------------------
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/console/")
+
+    app.state.service = service
+    app.include_router(router)
+    app.mount("/console", StaticFiles(directory=STATIC_DIR, html=True), name="console")
+    app.add_middleware(BodyLimit, max_body=max_body)
+    return app

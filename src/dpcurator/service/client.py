@@ -1,0 +1,232 @@
+"""A Python client of the curator's HTTP API (what the CLI uses).
+
+Example (against a running ``dpcurator serve --demo``)::
+
+    client = CuratorClient("http://127.0.0.1:8000", token)
+    client.query("demo", "SELECT COUNT(*) AS n FROM people", epsilon=0.5)["release"]
+
+Problem documents come back as the library's typed errors: BudgetExceededError (409
+budget-exceeded), AuthError (401/403/429), UnsupportedQueryError / ParameterError (422),
+NotFoundError (404), ConflictError (409), DPError otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from dpcurator.errors import (
+    AuthError,
+    BudgetExceededError,
+    DPError,
+    ParameterError,
+    UnsupportedQueryError,
+)
+from dpcurator.service.errors import ConflictError, NotFoundError
+
+
+def _error(response: httpx.Response) -> DPError:
+    try:
+        problem = response.json()
+    except ValueError:
+        problem = {}
+    detail = str(problem.get("detail") or response.text or response.reason_phrase)
+    slug = str(problem.get("type", "")).rsplit(":", 1)[-1]
+    if slug == "budget-exceeded":
+        error = BudgetExceededError(problem.get("requested"), problem.get("remaining"))
+        error.args = (detail,)
+        return error
+    by_status: dict[int, type[DPError]] = {
+        401: AuthError,
+        403: AuthError,
+        429: AuthError,
+        404: NotFoundError,
+        409: ConflictError,
+    }
+    if slug == "unsupported-query":
+        return UnsupportedQueryError(detail)
+    if response.status_code in (400, 413, 422):
+        return ParameterError(detail)
+    return by_status.get(response.status_code, DPError)(detail)
+
+
+class CuratorClient:
+    """Talk to a dpcurator server with an API token.
+
+    Args:
+        url: the server's base URL, e.g. ``http://127.0.0.1:8000``.
+        token: an owner or analyst token.
+        timeout: seconds per request.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+        )
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> CuratorClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _call(
+        self, method: str, path: str, *, json: Any = None, headers: dict[str, str] | None = None
+    ) -> Any:
+        response = self._http.request(method, path, json=json, headers=headers)
+        if response.status_code >= 400:
+            raise _error(response)
+        return None if response.status_code == 204 else response.json()
+
+    # -- everyone ---------------------------------------------------------------------------
+
+    def me(self) -> dict[str, Any]:
+        """Who the token belongs to."""
+        result: dict[str, Any] = self._call("GET", "/v1/me")
+        return result
+
+    def datasets(self) -> list[dict[str, Any]]:
+        """The datasets this token may query."""
+        result: list[dict[str, Any]] = self._call("GET", "/v1/datasets")
+        return result
+
+    def dataset(self, dataset_id: str) -> dict[str, Any]:
+        """One dataset: public schema and budget."""
+        result: dict[str, Any] = self._call("GET", f"/v1/datasets/{dataset_id}")
+        return result
+
+    def budget(self, dataset_id: str) -> dict[str, Any]:
+        """Total, spent and remaining budget on a dataset."""
+        result: dict[str, Any] = self._call("GET", f"/v1/datasets/{dataset_id}/budget")
+        return result
+
+    def query(
+        self,
+        dataset_id: str,
+        sql: str,
+        *,
+        epsilon: float,
+        delta: float = 0.0,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Run a query; the answer has ``release``, ``cost`` and ``remaining``."""
+        headers = None if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+        result: dict[str, Any] = self._call(
+            "POST",
+            f"/v1/datasets/{dataset_id}/queries",
+            json={"sql": sql, "epsilon": epsilon, "delta": delta},
+            headers=headers,
+        )
+        return result
+
+    def estimate(
+        self, dataset_id: str, sql: str, *, epsilon: float, delta: float = 0.0
+    ) -> dict[str, Any]:
+        """The cost and expected accuracy of a query; nothing is charged."""
+        result: dict[str, Any] = self._call(
+            "POST",
+            f"/v1/datasets/{dataset_id}/queries:estimate",
+            json={"sql": sql, "epsilon": epsilon, "delta": delta},
+        )
+        return result
+
+    def history(self, dataset_id: str, *, limit: int = 100) -> list[dict[str, Any]]:
+        """This token's own query history on a dataset, newest first."""
+        result: list[dict[str, Any]] = self._call(
+            "GET", f"/v1/datasets/{dataset_id}/queries?limit={limit}"
+        )
+        return result
+
+    def releases(self, dataset_id: str) -> list[dict[str, Any]]:
+        """Published releases of a dataset."""
+        result: list[dict[str, Any]] = self._call("GET", f"/v1/datasets/{dataset_id}/releases")
+        return result
+
+    def release(self, release_id: str) -> dict[str, Any]:
+        """One published release (free)."""
+        result: dict[str, Any] = self._call("GET", f"/v1/releases/{release_id}")
+        return result
+
+    def revoke_token(self, token_id: str) -> None:
+        """Revoke a token (owners: any; analysts: their own)."""
+        self._call("DELETE", f"/v1/tokens/{token_id}")
+
+    # -- owners -----------------------------------------------------------------------------
+
+    def register_dataset(
+        self,
+        dataset_id: str,
+        *,
+        path: str,
+        metadata: dict[str, Any],
+        cap_epsilon: float,
+        cap_delta: float = 0.0,
+        replay_enabled: bool = False,
+    ) -> dict[str, Any]:
+        """Register a data file with its public metadata and global cap."""
+        body = {
+            "id": dataset_id,
+            "source": {"path": path},
+            "metadata": metadata,
+            "cap_epsilon": cap_epsilon,
+            "cap_delta": cap_delta,
+            "replay_enabled": replay_enabled,
+        }
+        result: dict[str, Any] = self._call("POST", "/v1/datasets", json=body)
+        return result
+
+    def set_replay(self, dataset_id: str, enabled: bool) -> dict[str, Any]:
+        """Allow (or stop) answering repeated questions from history at no cost."""
+        result: dict[str, Any] = self._call(
+            "PATCH", f"/v1/datasets/{dataset_id}", json={"replay_enabled": enabled}
+        )
+        return result
+
+    def create_analyst(self, name: str, *, expires_in: float | None = None) -> dict[str, Any]:
+        """Create an analyst; the response holds its token (shown once)."""
+        body: dict[str, Any] = {"name": name}
+        if expires_in is not None:
+            body["expires_in"] = expires_in
+        result: dict[str, Any] = self._call("POST", "/v1/analysts", json=body)
+        return result
+
+    def set_budget(
+        self, analyst_id: str, dataset_id: str, *, epsilon: float, delta: float = 0.0
+    ) -> dict[str, Any]:
+        """Set an analyst's total budget on a dataset."""
+        result: dict[str, Any] = self._call(
+            "PUT",
+            f"/v1/analysts/{analyst_id}/grants/{dataset_id}",
+            json={"epsilon": epsilon, "delta": delta},
+        )
+        return result
+
+    def publish(self, dataset_id: str, name: str, queries: list[dict[str, Any]]) -> dict[str, Any]:
+        """Run a batch once and publish it (``queries``: dicts with sql, epsilon, delta)."""
+        result: dict[str, Any] = self._call(
+            "POST", f"/v1/datasets/{dataset_id}/releases", json={"name": name, "queries": queries}
+        )
+        return result
+
+    def audit(self, *, limit: int = 200) -> list[dict[str, Any]]:
+        """The audit log, newest first."""
+        result: list[dict[str, Any]] = self._call("GET", f"/v1/audit?limit={limit}")
+        return result
+
+    def ledger(self, *, limit: int = 200) -> list[dict[str, Any]]:
+        """Every ledger entry, newest first."""
+        result: list[dict[str, Any]] = self._call("GET", f"/v1/ledger?limit={limit}")
+        return result

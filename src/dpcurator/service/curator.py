@@ -1,0 +1,203 @@
+"""The service's only door to the query layer: datasets as :class:`Session` objects, and the
+ledger-backed :class:`BudgetFilter` they charge.
+
+A :class:`Catalog` opens each registered dataset once (public metadata + data source) and keeps
+it. Every request gets a Session whose budget filter is a :class:`LedgerFilter`: when the Session
+reserves the query's privacy event — after planning from public metadata, before touching any
+data — the filter runs the ledger's atomic reservation, so a refused query reads no data and
+costs nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, cast
+
+import duckdb
+
+from dpcurator.accounting.budget import Budget
+from dpcurator.accounting.events import PrivacyEvent
+from dpcurator.accounting.filter import BudgetFilter, PrivacyFilter, Reservation
+from dpcurator.core.measures import ApproxDP, Measure, PureDP
+from dpcurator.errors import DomainError, InternalInvariantError, ParameterError
+from dpcurator.query.backends import Backend, open_backend
+from dpcurator.query.schema import Metadata
+from dpcurator.query.session import Session
+from dpcurator.service.ledger import ChargeRequest, Ledger, dataset_budget, grant_budget
+from dpcurator.service.models import Dataset
+
+_SOURCE_SUFFIXES = (".parquet", ".csv", ".duckdb")
+
+
+class AlreadyCharged(Exception):  # noqa: N818  # a control-flow signal, not an error
+    """The request key belongs to a charge that was already released (or failed): do not run."""
+
+    def __init__(self, charge_id: int) -> None:
+        super().__init__(charge_id)
+        self.charge_id = charge_id
+
+
+def event_cost(event: PrivacyEvent) -> ApproxDP:
+    """The (ε, δ) cost of an event under basic composition (what the ledger adds up)."""
+    cost = event.approx_cost()
+    if cost is None:
+        raise ParameterError(
+            f"The ledger composes (ε, δ) costs; the event {event!r} has none. "
+            "Ask for an ε (and δ) budgeted query."
+        )
+    return cost
+
+
+class LedgerFilter:
+    """A :class:`BudgetFilter` whose reservations are rows of the ledger (one per request).
+
+    ``template`` describes the request (who, which dataset, the SQL, the request key); the cost
+    and events are filled in from the event the Session reserves.
+    """
+
+    def __init__(self, ledger: Ledger, template: ChargeRequest) -> None:
+        self._ledger = ledger
+        self._template = template
+        self._live: list[Reservation] = []
+        self.charge_id: int | None = None
+
+    def reserve(self, event: PrivacyEvent, *, description: str = "") -> Reservation:
+        """Charge the ledger atomically (or raise BudgetExceededError, changing nothing)."""
+        if self.charge_id is not None:
+            raise InternalInvariantError("A service request reserves its budget exactly once.")
+        request = replace(self._template, cost=event_cost(event), events=[event.to_dict()])
+        reserved = self._ledger.reserve(request)
+        if reserved.reused and reserved.status != "reserved":
+            raise AlreadyCharged(reserved.charge_id)
+        self.charge_id = reserved.charge_id
+        reservation = Reservation(event, description, reserved.charge_id, self)
+        self._live.append(reservation)
+        return reservation
+
+    def _cancel(self, reservation: Reservation) -> None:
+        """Refund a reservation cancelled before any noise was drawn."""
+        self._ledger.cancel(reservation.number)
+        self._live.remove(reservation)
+        self.charge_id = None
+
+    def require_charge(self) -> int:
+        """The id of the charge made for this request (the Session must have reserved)."""
+        if self.charge_id is None:
+            raise InternalInvariantError("The release finished without reserving its budget.")
+        return self.charge_id
+
+    def _view(self) -> tuple[ApproxDP, ApproxDP]:
+        template = self._template
+        if template.charge_grant:
+            grant = self._ledger.grant(template.principal_id, template.dataset_id)
+            if grant is None:
+                return ApproxDP(0, 0), ApproxDP(0, 0)
+            view = grant_budget(grant)
+        else:
+            view = dataset_budget(self._ledger.dataset(template.dataset_id))
+        return view.spent, view.remaining
+
+    def spent(self) -> Measure:
+        """What the caller has spent on this dataset (all requests, from the ledger)."""
+        return self._view()[0]
+
+    def remaining(self) -> Measure:
+        """What the caller has left on this dataset."""
+        return self._view()[1]
+
+    def events(self) -> tuple[PrivacyEvent, ...]:
+        """The events reserved by this request."""
+        return tuple(r.event for r in self._live)
+
+
+def _exact(value: Fraction) -> float:
+    """Pass an exact Fraction where the Session annotates float: the planner reads any Real
+    exactly (``to_fraction``), so ε = 1/10 is charged as exactly 1/10."""
+    return cast("float", value)
+
+
+@dataclass
+class DatasetRuntime:
+    """A registered dataset opened for querying: its public metadata and its engine."""
+
+    metadata: Metadata
+    backend: Backend
+
+    def schema(self) -> dict[str, Any]:
+        """The public metadata (what analysts may see)."""
+        return self.metadata.to_dict()
+
+    def _session(self, budget_filter: BudgetFilter) -> Session:
+        return Session(self.backend, self.metadata, budget_filter=budget_filter)
+
+    def estimate(
+        self, sql: str, epsilon: Fraction, delta: Fraction
+    ) -> tuple[ApproxDP, dict[str, Any]]:
+        """Cost and expected accuracy from public metadata only."""
+        session = self._session(PrivacyFilter(Budget(0)))
+        estimate = session.estimate(sql, epsilon=_exact(epsilon), delta=_exact(delta))
+        cost = estimate.cost
+        exact_cost = cost.to_approx() if isinstance(cost, PureDP) else cost
+        return exact_cost, estimate.to_dict()
+
+    def run(
+        self, sql: str, epsilon: Fraction, delta: Fraction, budget_filter: BudgetFilter
+    ) -> dict[str, Any]:
+        """Plan, reserve through ``budget_filter``, compute and release; the release as JSON."""
+        session = self._session(budget_filter)
+        release = session.sql(sql, epsilon=_exact(epsilon), delta=_exact(delta))
+        return release.to_dict()
+
+
+class Catalog:
+    """Opens registered datasets once and keeps them (thread-safe)."""
+
+    def __init__(self, *, engine: str = "duckdb") -> None:
+        self.engine = engine
+        self._runtimes: dict[str, DatasetRuntime] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def check(source: dict[str, Any], metadata_doc: dict[str, Any]) -> dict[str, Any]:
+        """Validate a data source and metadata before registration; the normalised metadata."""
+        path = source.get("path")
+        if not isinstance(path, str) or not path.endswith(_SOURCE_SUFFIXES):
+            raise ParameterError(
+                "The 'source.path' parameter of a dataset must name a "
+                f"{', '.join(_SOURCE_SUFFIXES)} file. Got {path!r}."
+            )
+        if not Path(path).is_file():
+            raise DomainError(f"The data file {path!r} does not exist on the server.")
+        return Metadata.from_dict(metadata_doc).to_dict()
+
+    def runtime(self, dataset: Dataset) -> DatasetRuntime:
+        """The opened dataset (opened on first use)."""
+        with self._lock:
+            runtime = self._runtimes.get(dataset.id)
+            if runtime is None:
+                metadata = Metadata.from_dict(dataset.metadata_doc)
+                runtime = DatasetRuntime(metadata, self._open(dataset.source, metadata))
+                self._runtimes[dataset.id] = runtime
+            return runtime
+
+    def _open(self, source: dict[str, Any], metadata: Metadata) -> Backend:
+        path = str(source["path"])
+        if path.endswith(".duckdb"):
+            connection = duckdb.connect(path, read_only=True)
+            return open_backend(connection, table=metadata.table, engine="duckdb")
+        return open_backend(path, table=metadata.table, engine=self.engine)
+
+    def close(self) -> None:
+        """Close every opened engine."""
+        with self._lock:
+            for runtime in self._runtimes.values():
+                runtime.backend.close()
+            self._runtimes.clear()
+
+    @staticmethod
+    def prepaid_filter(total: ApproxDP) -> PrivacyFilter:
+        """An in-memory filter holding exactly a batch's prepaid (already charged) budget."""
+        return PrivacyFilter(Budget(total.epsilon, total.delta))

@@ -1,0 +1,623 @@
+"""The privacy ledger and audit log, stored with SQLAlchemy 2 (SQLite by default, or PostgreSQL).
+
+The one operation that matters is :meth:`Ledger.reserve`: in a single write transaction it locks
+the dataset row (the global cap) and the analyst's grant row, checks that the new cost fits BOTH,
+adds it to both running totals and inserts the charge. Only then may the engine run. The
+transaction is serialised by ``BEGIN IMMEDIATE`` on SQLite (one writer at a time) and by
+``SELECT ... FOR UPDATE`` on PostgreSQL (rows locked in a fixed order: dataset, then grant), so two
+concurrent requests can never both see the same remaining budget. A refused reservation rolls
+back and changes nothing.
+
+Costs compose by basic sequential composition in (ε, δ): costs add exactly (Fractions stored as
+text). A charge, once reserved, is never refunded: if the engine fails afterwards the charge stays
+(``failed``), because the failure may already depend on the data.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from sqlalchemy import Connection, create_engine, event, func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session as OrmSession
+
+from dpcurator.core.measures import ApproxDP
+from dpcurator.errors import BudgetExceededError
+from dpcurator.service.errors import ConflictError, NotFoundError
+from dpcurator.service.models import (
+    AuditEvent,
+    Base,
+    Charge,
+    Dataset,
+    Grant,
+    Principal,
+    PublishedRelease,
+    Token,
+    utcnow,
+)
+
+ROLES = ("owner", "analyst")
+_ZERO = ApproxDP(0, 0)
+
+
+def cost_of(epsilon: str, delta: str) -> ApproxDP:
+    """An exact cost from the text columns of the ledger."""
+    return ApproxDP(Fraction(epsilon), Fraction(delta))
+
+
+def _subtract(spent: ApproxDP, cost: ApproxDP) -> ApproxDP:
+    return ApproxDP(spent.epsilon - cost.epsilon, spent.delta - cost.delta)
+
+
+def _remaining(total: ApproxDP, spent: ApproxDP) -> ApproxDP:
+    return ApproxDP(max(total.epsilon - spent.epsilon, 0), max(total.delta - spent.delta, 0))
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    """A budget, what has been spent of it, and what remains (never negative)."""
+
+    total: ApproxDP
+    spent: ApproxDP
+
+    @property
+    def remaining(self) -> ApproxDP:
+        """``total - spent``, floored at zero in each coordinate."""
+        return _remaining(self.total, self.spent)
+
+
+@dataclass(frozen=True)
+class ChargeRequest:
+    """What :meth:`Ledger.reserve` needs to know about a release before it runs.
+
+    ``request_key`` (an idempotency key chosen by the client) makes a retried request reuse its
+    first charge instead of paying again. ``fingerprint`` identifies the question (normalised SQL
+    and cost) for replay. ``charge_grant`` is false for owners, who spend only the global cap.
+    """
+
+    principal_id: str
+    dataset_id: str
+    kind: str
+    query_text: str
+    fingerprint: str
+    cost: ApproxDP
+    events: list[Any]
+    request_key: str | None = None
+    charge_grant: bool = True
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A reserved charge. ``reused`` is true when an earlier charge with the same key was found."""
+
+    charge_id: int
+    cost: ApproxDP
+    status: str
+    result: dict[str, Any] | None
+    reused: bool
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    """Take over transaction control from pysqlite so that writers can use BEGIN IMMEDIATE."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get("dpcurator_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+class Ledger:
+    """Budgets, charges, releases, tokens and the audit log in one relational database.
+
+    Args:
+        url: an SQLAlchemy URL, e.g. ``sqlite:///ledger.sqlite3`` (default dialect) or
+            ``postgresql+psycopg://user@host/db``.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.boot_id = f"{os.getpid()}-{time.time_ns()}"
+        if url.startswith("sqlite"):
+            self._engine = create_engine(url, connect_args={"check_same_thread": False})
+            _configure_sqlite(self._engine)
+        else:
+            self._engine = create_engine(url, pool_size=10, max_overflow=30, pool_pre_ping=True)
+        Base.metadata.create_all(self._engine)
+
+    def close(self) -> None:
+        """Release every pooled database connection."""
+        self._engine.dispose()
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[OrmSession]:
+        with self._engine.connect() as conn:
+            conn.execution_options(dpcurator_write=write)
+            with OrmSession(bind=conn, expire_on_commit=False) as session, session.begin():
+                yield session
+
+    # -- principals and tokens --------------------------------------------------------------
+
+    def create_principal(self, principal_id: str, name: str, role: str) -> Principal:
+        """Add an owner or analyst; names are unique."""
+        if role not in ROLES:
+            raise ConflictError(f"The role must be one of {ROLES}. Got {role!r}.")
+        with self._transaction(write=True) as s:
+            if s.scalar(select(Principal).where(Principal.name == name)) is not None:
+                raise ConflictError(f"A principal named {name!r} already exists.")
+            principal = Principal(id=principal_id, name=name, role=role, created_at=utcnow())
+            s.add(principal)
+            s.add(_audit("principal_created", None, None, id=principal_id, name=name, role=role))
+        return principal
+
+    def principal(self, principal_id: str) -> Principal:
+        """The principal with this id, or :class:`NotFoundError`."""
+        with self._transaction(write=False) as s:
+            principal = s.get(Principal, principal_id)
+        if principal is None:
+            raise NotFoundError(f"No analyst or owner with id {principal_id!r}.")
+        return principal
+
+    def principals(self, role: str | None = None) -> list[Principal]:
+        """Every principal (of one role, if given), oldest first."""
+        query = select(Principal).order_by(Principal.created_at, Principal.id)
+        if role is not None:
+            query = query.where(Principal.role == role)
+        with self._transaction(write=False) as s:
+            return list(s.scalars(query))
+
+    def add_token(
+        self, token_id: str, principal_id: str, secret_hash: str, expires_at: Any = None
+    ) -> Token:
+        """Store a new token (only the hash of its secret)."""
+        with self._transaction(write=True) as s:
+            token = Token(
+                token_id=token_id,
+                principal_id=principal_id,
+                secret_hash=secret_hash,
+                created_at=utcnow(),
+                expires_at=expires_at,
+            )
+            s.add(token)
+            s.add(_audit("token_issued", principal_id, None, token_id=token_id))
+        return token
+
+    def token(self, token_id: str) -> tuple[Token, Principal] | None:
+        """The token with this public id and its principal, if any."""
+        with self._transaction(write=False) as s:
+            row = s.execute(
+                select(Token, Principal)
+                .join(Principal, Principal.id == Token.principal_id)
+                .where(Token.token_id == token_id)
+            ).first()
+        return None if row is None else (row[0], row[1])
+
+    def tokens(self, principal_id: str) -> list[Token]:
+        """The tokens of a principal, oldest first."""
+        with self._transaction(write=False) as s:
+            return list(
+                s.scalars(
+                    select(Token)
+                    .where(Token.principal_id == principal_id)
+                    .order_by(Token.created_at, Token.token_id)
+                )
+            )
+
+    def revoke_token(self, token_id: str, *, by: str) -> Token:
+        """Mark a token revoked (idempotent); :class:`NotFoundError` if unknown."""
+        with self._transaction(write=True) as s:
+            token = s.get(Token, token_id)
+            if token is None:
+                raise NotFoundError(f"No token with id {token_id!r}.")
+            if token.revoked_at is None:
+                token.revoked_at = utcnow()
+                s.add(_audit("token_revoked", by, None, token_id=token_id))
+        return token
+
+    # -- datasets and grants ----------------------------------------------------------------
+
+    def add_dataset(
+        self,
+        dataset_id: str,
+        *,
+        name: str,
+        source: dict[str, Any],
+        metadata_doc: dict[str, Any],
+        cap: ApproxDP,
+        replay_enabled: bool,
+        by: str,
+    ) -> Dataset:
+        """Register a dataset with its global cap; ids are unique."""
+        with self._transaction(write=True) as s:
+            if s.get(Dataset, dataset_id) is not None:
+                raise ConflictError(f"A dataset with id {dataset_id!r} already exists.")
+            dataset = Dataset(
+                id=dataset_id,
+                name=name,
+                source=source,
+                metadata_doc=metadata_doc,
+                cap_epsilon=str(cap.epsilon),
+                cap_delta=str(cap.delta),
+                spent_epsilon="0",
+                spent_delta="0",
+                replay_enabled=replay_enabled,
+                created_at=utcnow(),
+            )
+            s.add(dataset)
+            s.add(_audit("dataset_registered", by, dataset_id, cap=_cost_json(cap)))
+        return dataset
+
+    def dataset(self, dataset_id: str) -> Dataset:
+        """The dataset with this id, or :class:`NotFoundError`."""
+        with self._transaction(write=False) as s:
+            dataset = s.get(Dataset, dataset_id)
+        if dataset is None:
+            raise NotFoundError(f"No dataset with id {dataset_id!r}.")
+        return dataset
+
+    def datasets(self) -> list[Dataset]:
+        """Every registered dataset, by id."""
+        with self._transaction(write=False) as s:
+            return list(s.scalars(select(Dataset).order_by(Dataset.id)))
+
+    def update_dataset(
+        self, dataset_id: str, *, cap: ApproxDP | None, replay_enabled: bool | None, by: str
+    ) -> Dataset:
+        """Change the global cap and/or the replay switch of a dataset."""
+        with self._transaction(write=True) as s:
+            dataset = s.get(Dataset, dataset_id, with_for_update=True)
+            if dataset is None:
+                raise NotFoundError(f"No dataset with id {dataset_id!r}.")
+            detail: dict[str, Any] = {}
+            if cap is not None:
+                dataset.cap_epsilon, dataset.cap_delta = str(cap.epsilon), str(cap.delta)
+                detail["cap"] = _cost_json(cap)
+            if replay_enabled is not None:
+                dataset.replay_enabled = replay_enabled
+                detail["replay_enabled"] = replay_enabled
+            s.add(_audit("dataset_updated", by, dataset_id, **detail))
+        return dataset
+
+    def set_grant(self, principal_id: str, dataset_id: str, budget: ApproxDP, *, by: str) -> Grant:
+        """Give an analyst access to a dataset with this total budget (spending is kept)."""
+        with self._transaction(write=True) as s:
+            principal = s.get(Principal, principal_id)
+            if principal is None or principal.role != "analyst":
+                raise NotFoundError(f"No analyst with id {principal_id!r}.")
+            if s.get(Dataset, dataset_id) is None:
+                raise NotFoundError(f"No dataset with id {dataset_id!r}.")
+            grant = s.get(Grant, (principal_id, dataset_id), with_for_update=True)
+            if grant is None:
+                grant = Grant(
+                    principal_id=principal_id,
+                    dataset_id=dataset_id,
+                    spent_epsilon="0",
+                    spent_delta="0",
+                )
+                s.add(grant)
+            grant.budget_epsilon, grant.budget_delta = str(budget.epsilon), str(budget.delta)
+            grant.updated_at = utcnow()
+            s.add(
+                _audit(
+                    "budget_set", by, dataset_id, analyst=principal_id, budget=_cost_json(budget)
+                )
+            )
+        return grant
+
+    def grant(self, principal_id: str, dataset_id: str) -> Grant | None:
+        """The grant of an analyst on a dataset, if any."""
+        with self._transaction(write=False) as s:
+            return s.get(Grant, (principal_id, dataset_id))
+
+    def grants(self, *, principal_id: str | None = None) -> list[Grant]:
+        """Grants, optionally of one analyst."""
+        query = select(Grant).order_by(Grant.dataset_id, Grant.principal_id)
+        if principal_id is not None:
+            query = query.where(Grant.principal_id == principal_id)
+        with self._transaction(write=False) as s:
+            return list(s.scalars(query))
+
+    # -- the ledger proper ------------------------------------------------------------------
+
+    def reserve(self, request: ChargeRequest) -> Reservation:
+        """Charge ``request.cost`` atomically against the grant and the dataset cap.
+
+        Raises:
+            BudgetExceededError: the cost does not fit; nothing was changed.
+            ConflictError: the request key was already used for a different request.
+            NotFoundError: unknown dataset, or the analyst has no grant on it.
+        """
+        with self._transaction(write=True) as s:
+            dataset = s.get(Dataset, request.dataset_id, with_for_update=True)
+            if dataset is None:
+                raise NotFoundError(f"No dataset with id {request.dataset_id!r}.")
+            if request.request_key is not None:
+                earlier = s.scalar(
+                    select(Charge).where(
+                        Charge.principal_id == request.principal_id,
+                        Charge.request_key == request.request_key,
+                    )
+                )
+                if earlier is not None:
+                    return self._reuse(earlier, request)
+            grant = None
+            if request.charge_grant:
+                grant = s.get(Grant, (request.principal_id, dataset.id), with_for_update=True)
+                if grant is None:
+                    raise NotFoundError(f"No dataset with id {request.dataset_id!r}.")
+                grant_view = grant_budget(grant)
+                if not (grant_view.spent + request.cost).fits_within(grant_view.total):
+                    raise BudgetExceededError(
+                        request.cost, grant_view.remaining, what="analyst's privacy budget"
+                    )
+            cap_view = dataset_budget(dataset)
+            if not (cap_view.spent + request.cost).fits_within(cap_view.total):
+                raise BudgetExceededError(
+                    request.cost, cap_view.remaining, what="dataset's global privacy budget"
+                )
+            if grant is not None:
+                spent = grant_budget(grant).spent + request.cost
+                grant.spent_epsilon, grant.spent_delta = str(spent.epsilon), str(spent.delta)
+            spent = cap_view.spent + request.cost
+            dataset.spent_epsilon, dataset.spent_delta = str(spent.epsilon), str(spent.delta)
+            charge = Charge(
+                principal_id=request.principal_id,
+                dataset_id=request.dataset_id,
+                kind=request.kind,
+                request_key=request.request_key,
+                fingerprint=request.fingerprint,
+                query_text=request.query_text,
+                epsilon=str(request.cost.epsilon),
+                delta=str(request.cost.delta),
+                events=request.events,
+                status="reserved",
+                claimed_by=self.boot_id,
+                created_at=utcnow(),
+            )
+            s.add(charge)
+            s.flush()
+            return Reservation(charge.id, request.cost, "reserved", None, reused=False)
+
+    def _reuse(self, earlier: Charge, request: ChargeRequest) -> Reservation:
+        """Return the charge of a retried request; claim it if its first process died."""
+        if earlier.fingerprint != request.fingerprint or earlier.dataset_id != request.dataset_id:
+            raise ConflictError(
+                f"The request key {request.request_key!r} was already used for a different "
+                "request. Use a fresh key for every new question."
+            )
+        if earlier.status == "reserved":
+            if earlier.claimed_by == self.boot_id:
+                raise ConflictError(
+                    f"The request with key {request.request_key!r} is still running. Retry later."
+                )
+            earlier.claimed_by = self.boot_id
+        return Reservation(
+            earlier.id,
+            cost_of(earlier.epsilon, earlier.delta),
+            earlier.status,
+            earlier.result,
+            reused=True,
+        )
+
+    def cancel(self, charge_id: int) -> None:
+        """Refund a reservation whose release failed before any noise was drawn.
+
+        The entry stays in the ledger (status ``cancelled``, cost kept for the record) but its
+        cost leaves both running totals. Only ``reserved`` charges can be cancelled.
+        """
+        with self._transaction(write=True) as s:
+            charge = s.get(Charge, charge_id)
+            if charge is None:
+                raise NotFoundError(f"No charge with id {charge_id}.")
+            dataset = s.get(Dataset, charge.dataset_id, with_for_update=True)
+            if charge.status != "reserved" or dataset is None:
+                raise ConflictError(
+                    f"Charge {charge_id} is {charge.status}; it cannot be refunded."
+                )
+            cost = cost_of(charge.epsilon, charge.delta)
+            grant = s.get(Grant, (charge.principal_id, charge.dataset_id), with_for_update=True)
+            if grant is not None and charge.kind == "query":
+                left = _subtract(grant_budget(grant).spent, cost)
+                grant.spent_epsilon, grant.spent_delta = str(left.epsilon), str(left.delta)
+            left = _subtract(dataset_budget(dataset).spent, cost)
+            dataset.spent_epsilon, dataset.spent_delta = str(left.epsilon), str(left.delta)
+            charge.status, charge.completed_at = "cancelled", utcnow()
+
+    def complete(self, charge_id: int, result: dict[str, Any]) -> None:
+        """Store the released values of a reserved charge (the charge itself is unchanged)."""
+        with self._transaction(write=True) as s:
+            charge = s.get(Charge, charge_id)
+            if charge is None:
+                raise NotFoundError(f"No charge with id {charge_id}.")
+            charge.status, charge.result, charge.completed_at = "released", result, utcnow()
+
+    def fail(self, charge_id: int, error: str) -> None:
+        """Record that the engine failed after the reservation; the charge stands."""
+        with self._transaction(write=True) as s:
+            charge = s.get(Charge, charge_id)
+            if charge is None:
+                raise NotFoundError(f"No charge with id {charge_id}.")
+            charge.status, charge.error, charge.completed_at = "failed", error, utcnow()
+
+    def find_replay(self, principal_id: str, dataset_id: str, fingerprint: str) -> Charge | None:
+        """The latest released answer of this principal to the same question, if any."""
+        with self._transaction(write=False) as s:
+            return s.scalar(
+                select(Charge)
+                .where(
+                    Charge.principal_id == principal_id,
+                    Charge.dataset_id == dataset_id,
+                    Charge.fingerprint == fingerprint,
+                    Charge.kind == "query",
+                    Charge.status == "released",
+                )
+                .order_by(Charge.id.desc())
+                .limit(1)
+            )
+
+    def record_replay(self, original: Charge, request_key: str | None) -> Charge:
+        """Record that ``original`` was answered again from history, at zero cost."""
+        with self._transaction(write=True) as s:
+            replay = Charge(
+                principal_id=original.principal_id,
+                dataset_id=original.dataset_id,
+                kind="replay",
+                request_key=request_key,
+                fingerprint=original.fingerprint,
+                query_text=original.query_text,
+                epsilon="0",
+                delta="0",
+                events=[],
+                status="released",
+                replay_of=original.id,
+                result=original.result,
+                created_at=utcnow(),
+                completed_at=utcnow(),
+            )
+            s.add(replay)
+        return replay
+
+    def charge(self, charge_id: int) -> Charge:
+        """One ledger entry, or :class:`NotFoundError`."""
+        with self._transaction(write=False) as s:
+            charge = s.get(Charge, charge_id)
+        if charge is None:
+            raise NotFoundError(f"No charge with id {charge_id}.")
+        return charge
+
+    def history(
+        self, *, dataset_id: str | None = None, principal_id: str | None = None, limit: int = 100
+    ) -> list[Charge]:
+        """Ledger entries, newest first, optionally of one dataset and/or one principal."""
+        query = select(Charge).order_by(Charge.id.desc()).limit(limit)
+        if dataset_id is not None:
+            query = query.where(Charge.dataset_id == dataset_id)
+        if principal_id is not None:
+            query = query.where(Charge.principal_id == principal_id)
+        with self._transaction(write=False) as s:
+            return list(s.scalars(query))
+
+    def charged_total(self, dataset_id: str) -> ApproxDP:
+        """The exact sum of the live charges on a dataset (equals the dataset's running total)."""
+        with self._transaction(write=False) as s:
+            rows = s.execute(
+                select(Charge.epsilon, Charge.delta).where(
+                    Charge.dataset_id == dataset_id, Charge.status != "cancelled"
+                )
+            ).all()
+        total = _ZERO
+        for epsilon, delta in rows:
+            total = total + cost_of(epsilon, delta)
+        return total
+
+    def count_charges(self, dataset_id: str) -> int:
+        """How many live charges (not replays, not cancelled) a dataset has."""
+        with self._transaction(write=False) as s:
+            count = s.scalar(
+                select(func.count())
+                .select_from(Charge)
+                .where(
+                    Charge.dataset_id == dataset_id,
+                    Charge.kind != "replay",
+                    Charge.status != "cancelled",
+                )
+            )
+        return int(count or 0)
+
+    # -- published releases and audit -------------------------------------------------------
+
+    def publish(
+        self, release_id: str, *, dataset_id: str, name: str, charge_id: int, results: list[Any]
+    ) -> PublishedRelease:
+        """Store a batch release (already charged) so that it can be read at no cost."""
+        with self._transaction(write=True) as s:
+            charge = s.get(Charge, charge_id)
+            if charge is None:
+                raise NotFoundError(f"No charge with id {charge_id}.")
+            charge.status, charge.completed_at = "released", utcnow()
+            charge.result = {"release_id": release_id, "results": results}
+            release = PublishedRelease(
+                id=release_id,
+                dataset_id=dataset_id,
+                name=name,
+                charge_id=charge_id,
+                results=results,
+                created_by=charge.principal_id,
+                created_at=utcnow(),
+            )
+            s.add(release)
+        return release
+
+    def release(self, release_id: str) -> PublishedRelease:
+        """A published release, or :class:`NotFoundError`."""
+        with self._transaction(write=False) as s:
+            release = s.get(PublishedRelease, release_id)
+        if release is None:
+            raise NotFoundError(f"No release with id {release_id!r}.")
+        return release
+
+    def releases(self, dataset_id: str) -> list[PublishedRelease]:
+        """The releases published on a dataset, newest first."""
+        with self._transaction(write=False) as s:
+            return list(
+                s.scalars(
+                    select(PublishedRelease)
+                    .where(PublishedRelease.dataset_id == dataset_id)
+                    .order_by(PublishedRelease.created_at.desc(), PublishedRelease.id)
+                )
+            )
+
+    def audit(
+        self, action: str, principal_id: str | None, dataset_id: str | None, **detail: Any
+    ) -> None:
+        """Append an event to the audit log."""
+        with self._transaction(write=True) as s:
+            s.add(_audit(action, principal_id, dataset_id, **detail))
+
+    def audit_log(self, limit: int = 200) -> list[AuditEvent]:
+        """The latest audit events, newest first."""
+        with self._transaction(write=False) as s:
+            return list(s.scalars(select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)))
+
+
+def grant_budget(grant: Grant) -> BudgetView:
+    """The budget of a grant as exact costs."""
+    return BudgetView(
+        cost_of(grant.budget_epsilon, grant.budget_delta),
+        cost_of(grant.spent_epsilon, grant.spent_delta),
+    )
+
+
+def dataset_budget(dataset: Dataset) -> BudgetView:
+    """The global cap of a dataset as exact costs."""
+    return BudgetView(
+        cost_of(dataset.cap_epsilon, dataset.cap_delta),
+        cost_of(dataset.spent_epsilon, dataset.spent_delta),
+    )
+
+
+def _cost_json(cost: ApproxDP) -> dict[str, str]:
+    return {"epsilon": str(cost.epsilon), "delta": str(cost.delta)}
+
+
+def _audit(
+    action: str, principal_id: str | None, dataset_id: str | None, **detail: Any
+) -> AuditEvent:
+    return AuditEvent(
+        at=utcnow(), principal_id=principal_id, action=action, dataset_id=dataset_id, detail=detail
+    )

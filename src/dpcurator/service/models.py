@@ -1,0 +1,158 @@
+"""The ledger's database tables (SQLAlchemy 2 declarative models).
+
+Privacy costs are stored as exact fractions written as text (``"1/10"``), never as floats, so that
+running totals and budget checks are exact on every database. The running totals ``spent_*`` of a
+:class:`Grant` (one analyst on one dataset) and of a :class:`Dataset` (the global cap across all
+analysts) are updated in the same transaction that inserts the :class:`Charge`, while those rows are
+locked; the sum of the charges always equals them (a test checks this invariant).
+
+Tables:
+
+* ``principals`` — owners and analysts.
+* ``tokens`` — API tokens: a public id (the lookup key) and the argon2 hash of the secret.
+* ``datasets`` — registered data sources with their public metadata and global cap.
+* ``grants`` — per-analyst, per-dataset budgets.
+* ``charges`` — the ledger proper: every reservation, its cost, the query text and, once
+  released, the released values. Replayed answers are rows with zero cost that point to the charge
+  they repeat.
+* ``releases`` — published batch releases readable without further spending.
+* ``audit`` — everything else worth recording (tokens issued and revoked, budgets changed,
+  refusals).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    """The current time in UTC, naive (every database stores and returns naive UTC timestamps)."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the ledger tables."""
+
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Principal(Base):
+    """An owner (manages datasets, analysts and budgets) or an analyst (asks queries)."""
+
+    __tablename__ = "principals"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Token(Base):
+    """An API token: ``dpc_<token_id>_<secret>``; only the argon2 hash of the secret is stored."""
+
+    __tablename__ = "tokens"
+
+    token_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    principal_id: Mapped[str] = mapped_column(ForeignKey("principals.id"), index=True)
+    secret_hash: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Dataset(Base):
+    """A registered data source, its public metadata and its global cap across all analysts."""
+
+    __tablename__ = "datasets"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    source: Mapped[dict[str, Any]]
+    metadata_doc: Mapped[dict[str, Any]]
+    cap_epsilon: Mapped[str] = mapped_column(String(200))
+    cap_delta: Mapped[str] = mapped_column(String(200))
+    spent_epsilon: Mapped[str] = mapped_column(String(200), default="0")
+    spent_delta: Mapped[str] = mapped_column(String(200), default="0")
+    replay_enabled: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Grant(Base):
+    """The budget of one analyst on one dataset, and what the analyst has spent of it."""
+
+    __tablename__ = "grants"
+
+    principal_id: Mapped[str] = mapped_column(ForeignKey("principals.id"), primary_key=True)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), primary_key=True)
+    budget_epsilon: Mapped[str] = mapped_column(String(200))
+    budget_delta: Mapped[str] = mapped_column(String(200))
+    spent_epsilon: Mapped[str] = mapped_column(String(200), default="0")
+    spent_delta: Mapped[str] = mapped_column(String(200), default="0")
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Charge(Base):
+    """One entry of the ledger: a reservation of privacy budget and, once released, its values.
+
+    ``status`` is ``reserved`` (budget taken, nothing released yet), ``released`` (values stored
+    and returned) or ``failed`` (the engine failed after the reservation; the charge stands).
+    ``claimed_by`` is the boot id of the server process computing a ``reserved`` charge: after a
+    crash, a retry with the same request key may finish the charge in a new process, never twice
+    concurrently in the same one.
+    """
+
+    __tablename__ = "charges"
+    __table_args__ = (
+        UniqueConstraint("principal_id", "request_key", name="uq_charge_request_key"),
+        Index("ix_charge_history", "dataset_id", "principal_id", "id"),
+        Index("ix_charge_replay", "dataset_id", "principal_id", "fingerprint"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    principal_id: Mapped[str] = mapped_column(ForeignKey("principals.id"))
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"))
+    kind: Mapped[str] = mapped_column(String(16))
+    request_key: Mapped[str | None] = mapped_column(String(200), default=None)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    query_text: Mapped[str] = mapped_column(Text)
+    epsilon: Mapped[str] = mapped_column(String(200))
+    delta: Mapped[str] = mapped_column(String(200))
+    events: Mapped[list[Any]]
+    status: Mapped[str] = mapped_column(String(16))
+    claimed_by: Mapped[str] = mapped_column(String(64), default="")
+    replay_of: Mapped[int | None] = mapped_column(ForeignKey("charges.id"), default=None)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    completed_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class PublishedRelease(Base):
+    """A batch of query results published by an owner; reading it spends nothing."""
+
+    __tablename__ = "releases"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    charge_id: Mapped[int] = mapped_column(ForeignKey("charges.id"))
+    results: Mapped[list[Any]]
+    created_by: Mapped[str] = mapped_column(ForeignKey("principals.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class AuditEvent(Base):
+    """An administrative or security event (token issued/revoked, budget set, query refused)."""
+
+    __tablename__ = "audit"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    principal_id: Mapped[str | None] = mapped_column(String(40), default=None)
+    action: Mapped[str] = mapped_column(String(40))
+    dataset_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    detail: Mapped[dict[str, Any]]

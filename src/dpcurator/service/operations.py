@@ -1,0 +1,276 @@
+"""What the curator does for each request, independent of HTTP: who may see what, and the
+reserve -> run -> commit sequence of every release.
+
+The HTTP layer (:mod:`dpcurator.service.app`) authenticates the caller and maps errors to problem
+documents; everything that touches budgets or data goes through :class:`CuratorService`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from dpcurator.core.measures import ApproxDP
+from dpcurator.errors import BackendError, BudgetExceededError
+from dpcurator.service.auth import Identity, IssuedToken, TokenAuthority, random_id
+from dpcurator.service.curator import AlreadyCharged, Catalog, LedgerFilter
+from dpcurator.service.errors import NotFoundError
+from dpcurator.service.ledger import (
+    BudgetView,
+    ChargeRequest,
+    Ledger,
+    dataset_budget,
+    grant_budget,
+)
+from dpcurator.service.models import Charge, Dataset, Principal, PublishedRelease
+
+
+def normalise_sql(sql: str) -> str:
+    """SQL with runs of whitespace collapsed and trailing semicolons dropped (for replay)."""
+    return " ".join(sql.split()).rstrip(";").rstrip()
+
+
+def fingerprint(sql: str, epsilon: Fraction, delta: Fraction) -> str:
+    """Identifies a question (normalised SQL and requested cost) for replay and retries."""
+    text = f"{normalise_sql(sql)}\x00{epsilon}\x00{delta}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A released (or replayed) answer and the caller's budget afterwards."""
+
+    charge: Charge
+    replayed: bool
+    remaining: BudgetView | None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The cost and expected accuracy of a query, without running it."""
+
+    cost: ApproxDP
+    details: dict[str, Any]
+    fits: bool
+    remaining: BudgetView | None
+
+
+@dataclass(frozen=True)
+class BatchQuery:
+    """One query of a batch release."""
+
+    sql: str
+    epsilon: Fraction
+    delta: Fraction
+
+
+class CuratorService:
+    """Owners, analysts, datasets, budgets, queries and releases."""
+
+    def __init__(self, ledger: Ledger, authority: TokenAuthority, catalog: Catalog) -> None:
+        self.ledger = ledger
+        self.authority = authority
+        self.catalog = catalog
+
+    # -- principals -------------------------------------------------------------------------
+
+    def create_principal(
+        self, name: str, role: str, *, expires_in: float | None = None
+    ) -> tuple[Principal, IssuedToken]:
+        """Create an owner or analyst and its first token (shown once)."""
+        prefix = "own" if role == "owner" else "ana"
+        principal = self.ledger.create_principal(f"{prefix}_{random_id(9)}", name, role)
+        return principal, self.authority.issue(principal.id, expires_in=expires_in)
+
+    # -- visibility -------------------------------------------------------------------------
+
+    def visible_dataset(self, identity: Identity, dataset_id: str) -> Dataset:
+        """The dataset if the caller may see it; analysts see only granted datasets (else 404)."""
+        dataset = self.ledger.dataset(dataset_id)
+        if not identity.is_owner and self.ledger.grant(identity.principal_id, dataset_id) is None:
+            raise NotFoundError(f"No dataset with id {dataset_id!r}.")
+        return dataset
+
+    def visible_datasets(self, identity: Identity) -> list[Dataset]:
+        """Every dataset for owners; the granted ones for analysts."""
+        datasets = self.ledger.datasets()
+        if identity.is_owner:
+            return datasets
+        granted = {g.dataset_id for g in self.ledger.grants(principal_id=identity.principal_id)}
+        return [d for d in datasets if d.id in granted]
+
+    def own_budget(self, identity: Identity, dataset: Dataset) -> BudgetView | None:
+        """An analyst's budget on a dataset (None for owners, who spend only the cap)."""
+        if identity.is_owner:
+            return None
+        grant = self.ledger.grant(identity.principal_id, dataset.id)
+        return None if grant is None else grant_budget(grant)
+
+    def cap(self, identity: Identity, dataset: Dataset) -> BudgetView | None:
+        """The global cap of a dataset, shown to owners only."""
+        return dataset_budget(dataset) if identity.is_owner else None
+
+    # -- datasets ---------------------------------------------------------------------------
+
+    def register_dataset(
+        self,
+        identity: Identity,
+        dataset_id: str,
+        *,
+        name: str,
+        source: dict[str, Any],
+        metadata_doc: dict[str, Any],
+        cap: ApproxDP,
+        replay_enabled: bool,
+    ) -> Dataset:
+        """Check the source and metadata, then register the dataset (owners only)."""
+        identity.require_owner()
+        metadata = self.catalog.check(source, metadata_doc)
+        return self.ledger.add_dataset(
+            dataset_id,
+            name=name,
+            source=source,
+            metadata_doc=metadata,
+            cap=cap,
+            replay_enabled=replay_enabled,
+            by=identity.principal_id,
+        )
+
+    def schema(self, dataset: Dataset) -> dict[str, Any]:
+        """The public metadata of a dataset."""
+        return self.catalog.runtime(dataset).schema()
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def answer(
+        self,
+        identity: Identity,
+        dataset_id: str,
+        sql: str,
+        epsilon: Fraction,
+        delta: Fraction,
+        *,
+        request_key: str | None = None,
+    ) -> Answer:
+        """Answer a query: replay or reserve -> run -> commit. A refusal changes nothing."""
+        dataset = self.visible_dataset(identity, dataset_id)
+        runtime = self.catalog.runtime(dataset)
+        print_ = fingerprint(sql, epsilon, delta)
+        if dataset.replay_enabled:
+            original = self.ledger.find_replay(identity.principal_id, dataset.id, print_)
+            if original is not None:
+                replay = self.ledger.record_replay(original, request_key)
+                return Answer(replay, True, self.own_budget(identity, dataset))
+        template = ChargeRequest(
+            principal_id=identity.principal_id,
+            dataset_id=dataset.id,
+            kind="query",
+            query_text=sql,
+            fingerprint=print_,
+            cost=ApproxDP(0, 0),
+            events=[],
+            request_key=request_key,
+            charge_grant=not identity.is_owner,
+        )
+        charge_filter = LedgerFilter(self.ledger, template)
+        try:
+            release = runtime.run(sql, epsilon, delta, charge_filter)
+        except AlreadyCharged as done:
+            return self._earlier_answer(identity, dataset, done.charge_id)
+        except BudgetExceededError as exc:
+            self.ledger.audit(
+                "query_refused",
+                identity.principal_id,
+                dataset.id,
+                sql=sql,
+                requested={"epsilon": str(epsilon), "delta": str(delta)},
+                reason=str(exc),
+            )
+            raise
+        except Exception as exc:
+            if charge_filter.charge_id is not None:
+                self.ledger.fail(charge_filter.charge_id, f"{type(exc).__name__}: {exc}")
+            raise
+        charge_id = charge_filter.require_charge()
+        self.ledger.complete(charge_id, release)
+        return Answer(self.ledger.charge(charge_id), False, self.own_budget(identity, dataset))
+
+    def _earlier_answer(self, identity: Identity, dataset: Dataset, charge_id: int) -> Answer:
+        charge = self.ledger.charge(charge_id)
+        if charge.status == "failed":
+            raise BackendError(f"This request failed earlier and was charged: {charge.error}")
+        return Answer(charge, charge.kind == "replay", self.own_budget(identity, dataset))
+
+    def estimate(
+        self, identity: Identity, dataset_id: str, sql: str, epsilon: Fraction, delta: Fraction
+    ) -> Estimate:
+        """Cost and expected accuracy of a query from public metadata; nothing is run."""
+        dataset = self.visible_dataset(identity, dataset_id)
+        cost, details = self.catalog.runtime(dataset).estimate(sql, epsilon, delta)
+        budget = self.own_budget(identity, dataset)
+        cap = dataset_budget(dataset)
+        fits = (cap.spent + cost).fits_within(cap.total) and (
+            budget is None or (budget.spent + cost).fits_within(budget.total)
+        )
+        return Estimate(cost, details, fits, budget)
+
+    def history(self, identity: Identity, dataset_id: str, *, limit: int) -> list[Charge]:
+        """An analyst's own ledger entries on a dataset; every entry for owners."""
+        dataset = self.visible_dataset(identity, dataset_id)
+        principal = None if identity.is_owner else identity.principal_id
+        return self.ledger.history(dataset_id=dataset.id, principal_id=principal, limit=limit)
+
+    # -- batch releases ---------------------------------------------------------------------
+
+    def publish(
+        self, identity: Identity, dataset_id: str, name: str, queries: list[BatchQuery]
+    ) -> PublishedRelease:
+        """Run a batch once, charged as one entry against the global cap, and publish it."""
+        identity.require_owner()
+        dataset = self.ledger.dataset(dataset_id)
+        runtime = self.catalog.runtime(dataset)
+        costs = [runtime.estimate(q.sql, q.epsilon, q.delta)[0] for q in queries]
+        total = ApproxDP(0, 0)
+        for cost in costs:
+            total = total + cost
+        text = json.dumps([q.sql for q in queries])
+        reservation = self.ledger.reserve(
+            ChargeRequest(
+                principal_id=identity.principal_id,
+                dataset_id=dataset.id,
+                kind="batch",
+                query_text=text,
+                fingerprint=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                cost=total,
+                events=[{"epsilon": str(c.epsilon), "delta": str(c.delta)} for c in costs],
+                charge_grant=False,
+            )
+        )
+        prepaid = self.catalog.prepaid_filter(total)
+        results = []
+        try:
+            for query in queries:
+                release = runtime.run(query.sql, query.epsilon, query.delta, prepaid)
+                results.append({"sql": query.sql, "release": release})
+        except Exception as exc:
+            self.ledger.fail(reservation.charge_id, f"{type(exc).__name__}: {exc}")
+            raise
+        return self.ledger.publish(
+            f"rel_{random_id(9)}",
+            dataset_id=dataset.id,
+            name=name,
+            charge_id=reservation.charge_id,
+            results=results,
+        )
+
+    def visible_release(self, identity: Identity, release_id: str) -> PublishedRelease:
+        """A published release, if the caller may see its dataset (else 404)."""
+        release = self.ledger.release(release_id)
+        try:
+            self.visible_dataset(identity, release.dataset_id)
+        except NotFoundError as exc:
+            raise NotFoundError(f"No release with id {release_id!r}.") from exc
+        return release

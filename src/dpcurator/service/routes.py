@@ -1,0 +1,368 @@
+"""The ``/v1`` endpoints. Each one authenticates the caller, then delegates to the service."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+
+from dpcurator.core.measures import ApproxDP
+from dpcurator.service import schemas as s
+from dpcurator.service.auth import Identity
+from dpcurator.service.errors import NotFoundError
+from dpcurator.service.ledger import BudgetView, cost_of, grant_budget
+from dpcurator.service.models import Charge, Dataset, Principal, PublishedRelease
+from dpcurator.service.operations import BatchQuery, CuratorService
+
+router = APIRouter(prefix="")
+
+
+def _service(request: Request) -> CuratorService:
+    service: CuratorService = request.app.state.service
+    return service
+
+
+Service = Annotated[CuratorService, Depends(_service)]
+
+
+def _identity(
+    request: Request,
+    service: Service,
+    authorization: Annotated[str | None, Header()] = None,
+) -> Identity:
+    client = request.client.host if request.client else "unknown"
+    return service.authority.authenticate(authorization, client)
+
+
+Caller = Annotated[Identity, Depends(_identity)]
+
+
+def _owner(who: Caller) -> Identity:
+    who.require_owner()
+    return who
+
+
+Owner = Annotated[Identity, Depends(_owner)]
+
+
+def _budget_out(view: BudgetView | None) -> s.BudgetOut | None:
+    return None if view is None else _view_out(view)
+
+
+def _view_out(view: BudgetView) -> s.BudgetOut:
+    return s.BudgetOut(
+        total=s.CostOut.of(view.total),
+        spent=s.CostOut.of(view.spent),
+        remaining=s.CostOut.of(view.remaining),
+    )
+
+
+def _principal_out(p: Principal) -> s.PrincipalOut:
+    return s.PrincipalOut(id=p.id, name=p.name, role=p.role, created_at=p.created_at)  # type: ignore[arg-type]
+
+
+def _history_out(c: Charge) -> s.HistoryEntry:
+    return s.HistoryEntry(
+        id=c.id,
+        principal_id=c.principal_id,
+        dataset_id=c.dataset_id,
+        kind=c.kind,
+        sql=c.query_text,
+        cost=s.CostOut.of(cost_of(c.epsilon, c.delta)),
+        status=c.status,
+        replay_of=c.replay_of,
+        created_at=c.created_at,
+        completed_at=c.completed_at,
+        result=c.result,
+        error=c.error,
+    )
+
+
+def _release_out(r: PublishedRelease) -> s.ReleaseOut:
+    return s.ReleaseOut(
+        id=r.id,
+        dataset_id=r.dataset_id,
+        name=r.name,
+        charge_id=r.charge_id,
+        created_by=r.created_by,
+        created_at=r.created_at,
+        results=r.results,
+    )
+
+
+def _dataset_out(service: CuratorService, who: Identity, d: Dataset) -> s.DatasetOut:
+    return s.DatasetOut(
+        id=d.id,
+        name=d.name,
+        schema=service.schema(d),
+        replay_enabled=d.replay_enabled,
+        budget=_budget_out(service.own_budget(who, d)),
+        cap=_budget_out(service.cap(who, d)),
+    )
+
+
+@router.get("/v1/health", tags=["meta"])
+def health() -> dict[str, str]:
+    """Liveness probe (no authentication, touches nothing)."""
+    return {"status": "ok"}
+
+
+@router.get("/v1/me", tags=["meta"])
+def me(who: Caller) -> s.MeOut:
+    """The caller's identity."""
+    return s.MeOut(id=who.principal_id, name=who.name, role=who.role, token_id=who.token_id)
+
+
+# -- datasets ---------------------------------------------------------------------------
+
+
+@router.get("/v1/datasets", tags=["datasets"])
+def list_datasets(service: Service, who: Caller) -> list[s.DatasetOut]:
+    """The datasets the caller may query, with public schema and budgets."""
+    return [_dataset_out(service, who, d) for d in service.visible_datasets(who)]
+
+
+@router.post("/v1/datasets", tags=["datasets"], status_code=201)
+def register_dataset(service: Service, who: Owner, body: s.DatasetIn) -> s.DatasetOut:
+    """Register a dataset (owners)."""
+    dataset = service.register_dataset(
+        who,
+        body.id,
+        name=body.name or body.id,
+        source=body.source,
+        metadata_doc=body.metadata,
+        cap=ApproxDP(s.exact(body.cap_epsilon), s.exact(body.cap_delta)),
+        replay_enabled=body.replay_enabled,
+    )
+    return _dataset_out(service, who, dataset)
+
+
+@router.get("/v1/datasets/{dataset_id}", tags=["datasets"])
+def get_dataset(service: Service, who: Caller, dataset_id: str) -> s.DatasetOut:
+    """One dataset: public schema, the caller's budget (analysts) or the cap (owners)."""
+    return _dataset_out(service, who, service.visible_dataset(who, dataset_id))
+
+
+@router.patch("/v1/datasets/{dataset_id}", tags=["datasets"])
+def patch_dataset(
+    service: Service, who: Owner, dataset_id: str, body: s.DatasetPatch
+) -> s.DatasetOut:
+    """Change the global cap or the replay switch (owners)."""
+    current = service.ledger.dataset(dataset_id)
+    cap = None
+    if body.cap_epsilon is not None or body.cap_delta is not None:
+        old = cost_of(current.cap_epsilon, current.cap_delta)
+        cap = ApproxDP(
+            old.epsilon if body.cap_epsilon is None else s.exact(body.cap_epsilon),
+            old.delta if body.cap_delta is None else s.exact(body.cap_delta),
+        )
+    dataset = service.ledger.update_dataset(
+        dataset_id, cap=cap, replay_enabled=body.replay_enabled, by=who.principal_id
+    )
+    return _dataset_out(service, who, dataset)
+
+
+@router.get("/v1/datasets/{dataset_id}/budget", tags=["datasets"])
+def get_budget(service: Service, who: Caller, dataset_id: str) -> s.BudgetOut:
+    """The caller's budget on a dataset (for owners: the global cap)."""
+    dataset = service.visible_dataset(who, dataset_id)
+    view = service.own_budget(who, dataset) or service.cap(who, dataset)
+    out = _budget_out(view)
+    if out is None:
+        raise NotFoundError(f"No dataset with id {dataset_id!r}.")
+    return out
+
+
+# -- queries ----------------------------------------------------------------------------
+
+
+@router.post("/v1/datasets/{dataset_id}/queries", tags=["queries"])
+def run_query(
+    service: Service,
+    who: Caller,
+    dataset_id: str,
+    body: s.QueryIn,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> s.QueryOut:
+    """Answer a query: reserve the budget atomically, run, release.
+
+    A retry with the same ``Idempotency-Key`` header returns the first answer at no cost.
+    """
+    epsilon, delta = s.exact(body.epsilon), s.exact(body.delta)
+    answer = service.answer(who, dataset_id, body.sql, epsilon, delta, request_key=idempotency_key)
+    charge = answer.charge
+    return s.QueryOut(
+        charge_id=charge.id,
+        dataset_id=charge.dataset_id,
+        sql=charge.query_text,
+        replayed=answer.replayed,
+        cost=s.CostOut.of(cost_of(charge.epsilon, charge.delta)),
+        remaining=_budget_out(answer.remaining),
+        release=charge.result or {},
+    )
+
+
+@router.post("/v1/datasets/{dataset_id}/queries:estimate", tags=["queries"])
+def estimate_query(
+    service: Service, who: Caller, dataset_id: str, body: s.QueryIn
+) -> s.EstimateOut:
+    """The cost and expected accuracy of a query; nothing runs and nothing is charged."""
+    estimate = service.estimate(
+        who, dataset_id, body.sql, s.exact(body.epsilon), s.exact(body.delta)
+    )
+    return s.EstimateOut(
+        dataset_id=dataset_id,
+        sql=body.sql,
+        cost=s.CostOut.of(estimate.cost),
+        remaining=_budget_out(estimate.remaining),
+        fits=estimate.fits,
+        estimate=estimate.details,
+    )
+
+
+@router.get("/v1/datasets/{dataset_id}/queries", tags=["queries"])
+def query_history(
+    service: Service,
+    who: Caller,
+    dataset_id: str,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[s.HistoryEntry]:
+    """The caller's own history on a dataset (owners: everyone's), newest first."""
+    return [_history_out(c) for c in service.history(who, dataset_id, limit=limit)]
+
+
+# -- published releases -----------------------------------------------------------------
+
+
+@router.post("/v1/datasets/{dataset_id}/releases", tags=["releases"], status_code=201)
+def publish(service: Service, who: Owner, dataset_id: str, body: s.BatchIn) -> s.ReleaseOut:
+    """Run a batch once against the global cap and publish it (owners)."""
+    queries = [BatchQuery(q.sql, s.exact(q.epsilon), s.exact(q.delta)) for q in body.queries]
+    return _release_out(service.publish(who, dataset_id, body.name, queries))
+
+
+@router.get("/v1/datasets/{dataset_id}/releases", tags=["releases"])
+def list_releases(service: Service, who: Caller, dataset_id: str) -> list[s.ReleaseOut]:
+    """Releases published on a dataset (free to read)."""
+    dataset = service.visible_dataset(who, dataset_id)
+    return [_release_out(r) for r in service.ledger.releases(dataset.id)]
+
+
+@router.get("/v1/releases/{release_id}", tags=["releases"])
+def get_release(service: Service, who: Caller, release_id: str) -> s.ReleaseOut:
+    """One published release (free to read)."""
+    return _release_out(service.visible_release(who, release_id))
+
+
+# -- analysts, tokens, grants, audit (owners) -------------------------------------------
+
+
+@router.get("/v1/analysts", tags=["owners"])
+def list_analysts(service: Service, _who: Owner) -> list[s.PrincipalOut]:
+    """Every analyst."""
+    return [_principal_out(p) for p in service.ledger.principals("analyst")]
+
+
+@router.post("/v1/analysts", tags=["owners"], status_code=201)
+def create_analyst(service: Service, _who: Owner, body: s.AnalystIn) -> s.IssuedTokenOut:
+    """Create an analyst; its token is in the response and shown only once."""
+    principal, issued = service.create_principal(body.name, "analyst", expires_in=body.expires_in)
+    return s.IssuedTokenOut(
+        principal=_principal_out(principal),
+        token_id=issued.token_id,
+        token=issued.token,
+        expires_at=issued.expires_at,
+    )
+
+
+@router.post("/v1/analysts/{analyst_id}/tokens", tags=["owners"], status_code=201)
+def issue_token(
+    service: Service, _who: Owner, analyst_id: str, body: s.TokenIn
+) -> s.IssuedTokenOut:
+    """Issue another token for a principal (shown once)."""
+    principal = service.ledger.principal(analyst_id)
+    issued = service.authority.issue(principal.id, expires_in=body.expires_in)
+    return s.IssuedTokenOut(
+        principal=_principal_out(principal),
+        token_id=issued.token_id,
+        token=issued.token,
+        expires_at=issued.expires_at,
+    )
+
+
+@router.get("/v1/analysts/{analyst_id}/tokens", tags=["owners"])
+def list_tokens(service: Service, _who: Owner, analyst_id: str) -> list[s.TokenOut]:
+    """The tokens of a principal (ids only, never secrets)."""
+    principal = service.ledger.principal(analyst_id)
+    return [
+        s.TokenOut(
+            token_id=t.token_id,
+            principal_id=t.principal_id,
+            created_at=t.created_at,
+            expires_at=t.expires_at,
+            revoked=t.revoked_at is not None,
+        )
+        for t in service.ledger.tokens(principal.id)
+    ]
+
+
+@router.put("/v1/analysts/{analyst_id}/grants/{dataset_id}", tags=["owners"])
+def set_grant(
+    service: Service, who: Owner, analyst_id: str, dataset_id: str, body: s.GrantIn
+) -> s.GrantOut:
+    """Give an analyst access to a dataset with this total budget."""
+    budget = ApproxDP(s.exact(body.epsilon), s.exact(body.delta))
+    grant = service.ledger.set_grant(analyst_id, dataset_id, budget, by=who.principal_id)
+    return s.GrantOut(
+        analyst_id=analyst_id, dataset_id=dataset_id, budget=_view_out(grant_budget(grant))
+    )
+
+
+@router.get("/v1/analysts/{analyst_id}/grants", tags=["owners"])
+def list_grants(service: Service, _who: Owner, analyst_id: str) -> list[s.GrantOut]:
+    """An analyst's budgets on every granted dataset."""
+    principal = service.ledger.principal(analyst_id)
+    return [
+        s.GrantOut(
+            analyst_id=g.principal_id,
+            dataset_id=g.dataset_id,
+            budget=_view_out(grant_budget(g)),
+        )
+        for g in service.ledger.grants(principal_id=principal.id)
+    ]
+
+
+@router.delete("/v1/tokens/{token_id}", tags=["meta"], status_code=204)
+def revoke_token(service: Service, who: Caller, token_id: str) -> None:
+    """Revoke a token: owners may revoke any token, analysts only their own."""
+    found = service.ledger.token(token_id)
+    if found is None or (not who.is_owner and found[0].principal_id != who.principal_id):
+        raise NotFoundError(f"No token with id {token_id!r}.")
+    service.authority.revoke(token_id, by=who.principal_id)
+
+
+@router.get("/v1/audit", tags=["owners"])
+def audit(
+    service: Service, _who: Owner, limit: Annotated[int, Query(ge=1, le=1000)] = 200
+) -> list[s.AuditOut]:
+    """The audit log, newest first."""
+    return [
+        s.AuditOut(
+            id=e.id,
+            at=e.at,
+            principal_id=e.principal_id,
+            action=e.action,
+            dataset_id=e.dataset_id,
+            detail=json.loads(json.dumps(e.detail)),
+        )
+        for e in service.ledger.audit_log(limit)
+    ]
+
+
+@router.get("/v1/ledger", tags=["owners"])
+def ledger_entries(
+    service: Service, _who: Owner, limit: Annotated[int, Query(ge=1, le=1000)] = 200
+) -> list[s.HistoryEntry]:
+    """Every ledger entry (charges and replays), newest first."""
+    return [_history_out(c) for c in service.ledger.history(limit=limit)]

@@ -1,0 +1,237 @@
+"""Request and response bodies of the HTTP API (pydantic models; they define the OpenAPI spec).
+
+Privacy parameters arrive as JSON numbers and are read as the DECIMAL the client wrote
+(``0.1`` means exactly 1/10), so ten queries at ε = 0.1 fit a budget of ε = 1. They leave as both a
+float (for display) and an exact fraction string (for accounting).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from fractions import Fraction
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dpcurator.core.measures import ApproxDP
+
+Epsilon = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False, description="ε > 0")]
+Delta = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False, description="δ in [0, 1)")]
+BudgetEpsilon = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
+Sql = Annotated[str, Field(min_length=1, max_length=20_000)]
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[\w .@-]+$")]
+DatasetId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+
+
+def exact(value: float) -> Fraction:
+    """The decimal a client wrote as an exact fraction (``0.1`` -> 1/10)."""
+    return Fraction(repr(value))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CostOut(BaseModel):
+    """A privacy cost or budget: floats for display, exact fractions for accounting."""
+
+    epsilon: float
+    delta: float
+    epsilon_exact: str
+    delta_exact: str
+
+    @classmethod
+    def of(cls, cost: ApproxDP) -> CostOut:
+        """Describe an exact cost."""
+        return cls(
+            epsilon=float(cost.epsilon),
+            delta=float(cost.delta),
+            epsilon_exact=str(cost.epsilon),
+            delta_exact=str(cost.delta),
+        )
+
+
+class BudgetOut(BaseModel):
+    """A budget with what has been spent and what remains."""
+
+    total: CostOut
+    spent: CostOut
+    remaining: CostOut
+
+
+class QueryIn(_Strict):
+    """A SQL query and the privacy cost the analyst is willing to pay for it."""
+
+    sql: Sql
+    epsilon: Epsilon
+    delta: Delta = 0.0
+
+
+class QueryOut(BaseModel):
+    """The answer to a query: the release, its cost and the budget left afterwards."""
+
+    charge_id: int
+    dataset_id: str
+    sql: str
+    replayed: bool
+    cost: CostOut
+    remaining: BudgetOut | None
+    release: dict[str, Any]
+
+
+class EstimateOut(BaseModel):
+    """The cost and expected accuracy of a query, computed from public metadata only."""
+
+    dataset_id: str
+    sql: str
+    cost: CostOut
+    remaining: BudgetOut | None
+    fits: bool
+    estimate: dict[str, Any]
+
+
+class HistoryEntry(BaseModel):
+    """One ledger entry as its owner (or a data owner) sees it."""
+
+    id: int
+    principal_id: str
+    dataset_id: str
+    kind: str
+    sql: str
+    cost: CostOut
+    status: str
+    replay_of: int | None
+    created_at: datetime
+    completed_at: datetime | None
+    result: dict[str, Any] | None
+    error: str | None
+
+
+class DatasetIn(_Strict):
+    """Register a dataset: where its rows are, its public metadata and its global cap."""
+
+    id: DatasetId
+    name: Name | None = None
+    source: dict[str, Any] = Field(
+        description="{'path': 'file.parquet|csv'} or {'path': 'db.duckdb', 'table': 'name'}"
+    )
+    metadata: dict[str, Any] = Field(description="public metadata (dpcurator or SmartNoise)")
+    cap_epsilon: BudgetEpsilon
+    cap_delta: Delta = 0.0
+    replay_enabled: bool = False
+
+
+class DatasetPatch(_Strict):
+    """Change the global cap or the replay switch of a dataset."""
+
+    cap_epsilon: BudgetEpsilon | None = None
+    cap_delta: Delta | None = None
+    replay_enabled: bool | None = None
+
+
+class DatasetOut(BaseModel):
+    """A dataset as a caller may see it: public metadata and budgets, never rows."""
+
+    id: str
+    name: str
+    schema_: dict[str, Any] = Field(alias="schema")
+    replay_enabled: bool
+    budget: BudgetOut | None = Field(description="the caller's own budget (analysts)")
+    cap: BudgetOut | None = Field(description="the global cap (owners only)")
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class AnalystIn(_Strict):
+    """Create an analyst (a token is issued and shown once)."""
+
+    name: Name
+    expires_in: Annotated[float, Field(gt=0, le=3.2e7, allow_inf_nan=False)] | None = None
+
+
+class PrincipalOut(BaseModel):
+    """An owner or analyst."""
+
+    id: str
+    name: str
+    role: Literal["owner", "analyst"]
+    created_at: datetime
+
+
+class TokenOut(BaseModel):
+    """A token's public description (never its secret)."""
+
+    token_id: str
+    principal_id: str
+    created_at: datetime
+    expires_at: datetime | None
+    revoked: bool
+
+
+class IssuedTokenOut(BaseModel):
+    """A new token: ``token`` is shown here once and cannot be recovered later."""
+
+    principal: PrincipalOut
+    token_id: str
+    token: str
+    expires_at: datetime | None
+
+
+class TokenIn(_Strict):
+    """Issue another token for a principal."""
+
+    expires_in: Annotated[float, Field(gt=0, le=3.2e7, allow_inf_nan=False)] | None = None
+
+
+class GrantIn(_Strict):
+    """Set an analyst's total budget on a dataset."""
+
+    epsilon: BudgetEpsilon
+    delta: Delta = 0.0
+
+
+class GrantOut(BaseModel):
+    """An analyst's budget on a dataset."""
+
+    analyst_id: str
+    dataset_id: str
+    budget: BudgetOut
+
+
+class BatchIn(_Strict):
+    """A batch of queries to run once and publish."""
+
+    name: Name
+    queries: Annotated[list[QueryIn], Field(min_length=1, max_length=100)]
+
+
+class ReleaseOut(BaseModel):
+    """A published batch release: readable by anyone with access, at no cost."""
+
+    id: str
+    dataset_id: str
+    name: str
+    charge_id: int
+    created_by: str
+    created_at: datetime
+    results: list[dict[str, Any]]
+
+
+class AuditOut(BaseModel):
+    """One audit event."""
+
+    id: int
+    at: datetime
+    principal_id: str | None
+    action: str
+    dataset_id: str | None
+    detail: dict[str, Any]
+
+
+class MeOut(BaseModel):
+    """The caller."""
+
+    id: str
+    name: str
+    role: str
+    token_id: str

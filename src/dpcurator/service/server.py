@@ -1,0 +1,115 @@
+"""Assemble and start a curator: ledger + token authority + catalog + app (used by the CLI).
+
+On first start against an empty ledger an owner is created and its token returned once; with
+``demo=True`` the built-in demo dataset (``dpcurator/demo/``: one data file and one metadata
+file) is registered and a demo analyst is created with a budget on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from argon2 import PasswordHasher
+
+from dpcurator.core.measures import ApproxDP
+from dpcurator.errors import DomainError
+from dpcurator.service.auth import Identity, TokenAuthority
+from dpcurator.service.curator import Catalog
+from dpcurator.service.ledger import Ledger
+from dpcurator.service.operations import CuratorService
+
+DEMO_DIR = Path(__file__).resolve().parent.parent / "demo"
+DEMO_DATASET = "demo"
+DEMO_ANALYST_BUDGET = ApproxDP(5, 0)
+DEMO_CAP = ApproxDP(50, 0)
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """Tokens created at start-up (each shown once): owner (first start), demo analyst."""
+
+    owner_token: str | None
+    analyst_token: str | None
+
+
+def build_service(
+    ledger_url: str,
+    *,
+    hasher: PasswordHasher | None = None,
+    max_failures: int = 10,
+    engine: str = "duckdb",
+) -> CuratorService:
+    """Open the ledger and wire the service together."""
+    ledger = Ledger(ledger_url)
+    authority = TokenAuthority(ledger, hasher=hasher, max_failures=max_failures)
+    return CuratorService(ledger, authority, Catalog(engine=engine))
+
+
+def read_metadata(path: Path) -> dict[str, Any]:
+    """A metadata file (YAML or JSON) as a dict."""
+    with path.open(encoding="utf-8") as handle:
+        data = yaml.safe_load(handle)
+    if not isinstance(data, dict):
+        raise DomainError(f"The metadata file {path} does not hold a mapping.")
+    return data
+
+
+def demo_files(directory: Path = DEMO_DIR) -> tuple[Path, Path]:
+    """The demo data file and its metadata file."""
+    data = sorted([*directory.glob("*.parquet"), *directory.glob("*.csv")])
+    meta = sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
+    if not data or not meta:
+        raise DomainError(f"No demo data and metadata files found in {directory}.")
+    return data[0], meta[0]
+
+
+def bootstrap(
+    service: CuratorService,
+    *,
+    demo: bool,
+    data: Path | None = None,
+    metadata: Path | None = None,
+    dataset_id: str | None = None,
+    cap: ApproxDP = DEMO_CAP,
+) -> Bootstrap:
+    """Create the first owner if none exists, register the given (or demo) dataset if new."""
+    owners = service.ledger.principals("owner")
+    owner_token = None
+    if owners:
+        owner = owners[0]
+    else:
+        owner, issued = service.create_principal("owner", "owner")
+        owner_token = issued.token
+    who = Identity(owner.id, owner.name, owner.role, "bootstrap")
+    if demo:
+        data, metadata = demo_files()
+        dataset_id = DEMO_DATASET
+    analyst_token = None
+    if data is not None and metadata is not None:
+        dataset_id = dataset_id or data.stem
+        known = {d.id for d in service.ledger.datasets()}
+        if dataset_id not in known:
+            service.register_dataset(
+                who,
+                dataset_id,
+                name=dataset_id,
+                source={"path": str(data.resolve())},
+                metadata_doc=read_metadata(metadata),
+                cap=cap,
+                replay_enabled=demo,
+            )
+    if demo and dataset_id is not None:
+        analysts = {p.name: p for p in service.ledger.principals("analyst")}
+        if "demo-analyst" in analysts:
+            analyst = analysts["demo-analyst"]
+            analyst_token = service.authority.issue(analyst.id).token
+        else:
+            analyst, issued = service.create_principal("demo-analyst", "analyst")
+            analyst_token = issued.token
+            service.ledger.set_grant(analyst.id, dataset_id, DEMO_ANALYST_BUDGET, by=owner.id)
+        if owner_token is None:
+            owner_token = service.authority.issue(owner.id).token
+    return Bootstrap(owner_token, analyst_token)

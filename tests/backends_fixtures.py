@@ -1,0 +1,31 @@
+"""Fixtures shared by the backend tests: one local SparkSession per test run.
+
+Import the fixture into a test module (``from tests.backends_fixtures import spark``); the
+session is started on first use only, so runs that deselect ``-m "not spark"`` never start a JVM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """A local[2] SparkSession with the UI off and few shuffle partitions (stopped at the end)."""
+    pyspark_sql = pytest.importorskip("pyspark.sql")
+    session = (
+        pyspark_sql.SparkSession.builder.master("local[2]")
+        .appName("dpcurator-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -1,0 +1,215 @@
+"""Fixtures and helpers shared by the service tests (imported by tests/test_service_*.py).
+
+* :func:`postgres_server` — a throwaway PostgreSQL 15 cluster (session-scoped; run as user
+  ``postgres`` because initdb refuses root), with :func:`fresh_postgres_url` making one empty
+  database per test.
+* :func:`cheap_hasher` — argon2 with minimal cost so tests that issue many tokens stay fast.
+* :class:`LiveServer` — ``dpcurator serve`` as a real uvicorn subprocess on a random loopback port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+import uvicorn
+from argon2 import PasswordHasher
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+REPO = Path(__file__).resolve().parent.parent
+_DB_NUMBERS = itertools.count(1)
+
+
+def cheap_hasher() -> PasswordHasher:
+    """Argon2id with the smallest parameters (tests only: speed over hardness)."""
+    return PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _as_postgres(*args: str) -> subprocess.CompletedProcess[str]:
+    command = list(args)
+    if os.geteuid() == 0:
+        command = ["runuser", "-u", "postgres", "--", *command]
+    return subprocess.run(command, check=True, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """Start a throwaway PostgreSQL cluster; yields its base URL (without database name)."""
+    if not (PG_BIN / "initdb").exists():
+        pytest.skip("PostgreSQL 15 binaries are not installed")
+    root = Path(tempfile.mkdtemp(prefix="dpc-pg-"))
+    data = root / "data"
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+    port = free_port()
+    _as_postgres(
+        str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"
+    )
+    options = (
+        f"-p {port} -k {root} -c fsync=off -c listen_addresses=127.0.0.1 -c max_connections=200"
+    )
+    _as_postgres(
+        str(PG_BIN / "pg_ctl"),
+        "-D",
+        str(data),
+        "-o",
+        options,
+        "-w",
+        "-l",
+        str(root / "log"),
+        "start",
+    )
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}"
+    finally:
+        _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def fresh_postgres_url(base: str) -> str:
+    """Create an empty database on the throwaway cluster and return its SQLAlchemy URL."""
+    name = f"ledger_{os.getpid()}_{next(_DB_NUMBERS)}"
+    plain = base.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(f"{plain}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"{base}/{name}"
+
+
+class LiveServer:
+    """``python -m dpcurator.cli serve ...`` on 127.0.0.1 in a subprocess (killable)."""
+
+    def __init__(self, args: list[str], *, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = args
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen[str] | None = None
+        self.first_lines: list[str] = []
+
+    def start(self, *, wait_lines: int = 0) -> LiveServer:
+        """Start the server and wait until /v1/health answers."""
+        command = [
+            sys.executable,
+            "-m",
+            "dpcurator.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *self.args,
+        ]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=self.env
+        )
+        assert self.process.stdout is not None
+        self.first_lines = [self.process.stdout.readline().rstrip("\n") for _ in range(wait_lines)]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/v1/health", timeout=1).status_code == 200:
+                    return self
+            time.sleep(0.05)
+        raise RuntimeError("server did not start")
+
+    def kill(self) -> None:
+        """SIGKILL the server (no cleanup runs in it)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """Terminate politely, then kill."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+PEOPLE_METADATA = {
+    "table": "people",
+    "columns": {
+        "age": {"type": "int", "lower": 0, "upper": 100},
+        "sex": {"type": "string", "keys": ["F", "M"]},
+        "region": {"type": "string", "keys": ["north", "south", "east", "west"]},
+        "income": {"type": "float", "lower": 0, "upper": 100000},
+    },
+}
+
+
+def write_people(path: Path, rows: int = 2000) -> Path:
+    """A deterministic CSV of ``rows`` people matching :data:`PEOPLE_METADATA`."""
+    regions = ["north", "south", "east", "west"]
+    lines = ["age,sex,region,income"]
+    for i in range(rows):
+        lines.append(
+            f"{(i * 37) % 90 + 5},{'FM'[i % 2]},{regions[(i // 3) % 4]},{(i * 7919) % 90000 + 1000}"
+        )
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+class ThreadServer:
+    """A real uvicorn server for an in-process app, on a random loopback port, in a thread."""
+
+    def __init__(self, app: object) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            app,  # type: ignore[arg-type]
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="off",
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.clients: list[httpx.Client] = []
+
+    def __enter__(self) -> ThreadServer:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for client in self.clients:
+            client.close()
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        """An httpx client for this server (with a Bearer token if given)."""
+        headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+        client = httpx.Client(base_url=self.url, headers=headers, timeout=60)
+        self.clients.append(client)
+        return client

@@ -1,0 +1,508 @@
+"""Every backend returns exactly the aggregates of the in-memory oracle on real public data.
+
+Plans without contribution bounding, and bounded plans on data where every person is within the
+bounds, must agree EXACTLY. On data where persons exceed the bounds, engines may keep different
+rows (each uses its own fast hash), so those tests check what privacy needs instead: each person
+keeps exactly min(rows, k) rows per kept group and exactly min(groups, m) groups.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pytest
+
+from dpcurator.errors import BackendError, ParameterError, UnsupportedQueryError
+from dpcurator.query.backends import Backend, open_backend
+from dpcurator.query.ir import (
+    AggregatePlan,
+    And,
+    Between,
+    BinOp,
+    Case,
+    Col,
+    Compare,
+    ContributionBound,
+    ExactAggregate,
+    ExactResult,
+    Func,
+    GroupColumn,
+    In,
+    IsNull,
+    Lit,
+    Not,
+    Or,
+)
+from tests.backends_fixtures import spark  # noqa: F401  (session fixture)
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:PySpark does not yet fully support pandas:FutureWarning"
+)
+
+ADULT_COLUMNS = [
+    "age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation",
+    "relationship", "race", "sex", "capital_gain", "capital_loss", "hours_per_week",
+    "native_country", "income",
+]  # fmt: skip
+ENGINES = [
+    "memory",
+    "duckdb",
+    "polars",
+    pytest.param("spark", marks=[pytest.mark.spark, pytest.mark.slow]),
+]
+
+
+def _adult(path: Path) -> pa.Table:
+    options = pa_csv.ReadOptions(column_names=ADULT_COLUMNS)
+    table = pa_csv.read_csv(path, read_options=options)
+    table = table.filter(pc.is_valid(table["income"]))
+    for name in table.column_names:
+        if pa.types.is_string(table[name].type):
+            index = table.column_names.index(name)
+            table = table.set_column(index, name, pc.utf8_trim_whitespace(table[name]))
+    return table
+
+
+def _with_nan() -> pa.Table:
+    x = [1.5, math.nan, None, 7.25, math.inf, -math.inf, 3.0, math.nan, 2.5, -2.5]
+    return pa.table(
+        {
+            "g": ["a", "b", "a", None, "b", "a", "b", None, "a", "b"],
+            "x": pa.array(x, type=pa.float64()),
+            "n": pa.array([1, 2, None, 4, 5, 6, None, 8, 9, 10], type=pa.int64()),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def tables(shared_data: Path) -> dict[str, pa.Table]:
+    pums = shared_data / "pums_smartnoise"
+    adult = _adult(shared_data / "adult_uci" / "adult.data")
+    row = pa.array(np.arange(adult.num_rows, dtype=np.int64))
+    return {
+        "pums": pa_csv.read_csv(pums / "PUMS.csv"),
+        "pums_pid": pa_csv.read_csv(pums / "PUMS_pid.csv"),
+        "pums_dup": pa_csv.read_csv(pums / "PUMS_dup.csv"),
+        "pums_null": pa_csv.read_csv(pums / "PUMS_null.csv"),
+        "adult": adult.append_column("pid", row).append_column("uid", pc.divide(row, 8)),
+        "nan": _with_nan(),
+    }
+
+
+@pytest.fixture(scope="module")
+def backends(
+    request: pytest.FixtureRequest, tables: dict[str, pa.Table]
+) -> Iterator[Callable[[str, str], Backend]]:
+    """Open (once per module) the backend of an engine on a named table."""
+    opened: dict[tuple[str, str], Backend] = {}
+
+    def get(engine: str, table: str) -> Backend:
+        if engine == "spark":
+            request.getfixturevalue("spark")
+        if (engine, table) not in opened:
+            opened[engine, table] = open_backend(tables[table], table=table, engine=engine)
+        return opened[engine, table]
+
+    yield get
+    for backend in opened.values():
+        backend.close()
+
+
+def normalise(result: ExactResult) -> dict[tuple[object, ...], dict[str, object]]:
+    """Make results comparable with ==, checking value types on the way."""
+    normalised = {}
+    for key, values in result.groups.items():
+        row: dict[str, object] = {}
+        for name, value in values.items():
+            if isinstance(value, np.ndarray):
+                assert value.dtype == np.int64
+                row[name] = tuple(value.tolist())
+            else:
+                assert type(value) is int, (name, value)
+                row[name] = value
+        normalised[key] = row
+    return normalised
+
+
+def count(name: str = "n") -> ExactAggregate:
+    return ExactAggregate(name, "count")
+
+
+def total(name: str, expr: object, lower: float, upper: float, **kw: object) -> ExactAggregate:
+    return ExactAggregate(name, "sum", expr, lower, upper, **kw)  # type: ignore[arg-type]
+
+
+AGE, INCOME, SEX, EDUC = Col("age"), Col("income"), Col("sex"), Col("educ")
+AGE_BANDS = Case(
+    ((Compare("<", AGE, Lit(30)), Lit("young")), (Compare("<", AGE, Lit(60)), Lit("middle"))),
+    Lit("old"),
+)
+
+PLANS: dict[str, AggregatePlan] = {
+    "count": AggregatePlan("pums", (count(),)),
+    "count_empty": AggregatePlan(
+        "pums",
+        (
+            count(),
+            total("s", AGE, 0, 100, fill=0.0),
+            ExactAggregate("h", "histogram", AGE, 0, 100, bins=4),
+        ),
+        where=Compare(">", AGE, Lit(1000)),
+    ),
+    "grouped_empty": AggregatePlan(
+        "pums", (count(),), where=Compare(">", AGE, Lit(1000)), group_by=(GroupColumn("s", SEX),)
+    ),
+    "sum_clamped": AggregatePlan("pums", (total("s", INCOME, 0, 100_000, fill=0.0),)),
+    "sum_fine_grid": AggregatePlan(
+        "pums_pid",
+        (total("s", BinOp("/", AGE, Lit(3)), 0, 40, fill=0.0, grid_exponent=-3),),
+    ),
+    "sum_coarse_grid": AggregatePlan(
+        "pums_pid", (total("s", INCOME, 1_000, 250_000.5, fill=5_000.0, grid_exponent=7),)
+    ),
+    "sum_squares": AggregatePlan(
+        "pums",
+        (ExactAggregate("q", "sum_squares", BinOp("-", AGE, Lit(40)), -20, 35.5, 0.0, 2),),
+        group_by=(GroupColumn("sex", SEX),),
+    ),
+    "histogram": AggregatePlan(
+        "pums",
+        (ExactAggregate("h", "histogram", AGE, 10, 90, None, 0, 7), count()),
+        group_by=(GroupColumn("married", Col("married")),),
+    ),
+    "filters_every_node": AggregatePlan(
+        "pums",
+        (count(), total("s", AGE, 0, 100, fill=0.0)),
+        where=And(
+            (
+                Or((Compare(">=", AGE, Lit(25)), Not(Compare("=", SEX, Lit(1))))),
+                Not(IsNull(INCOME)),
+                In(EDUC, (9, 11, 13, 14)),
+                Between(AGE, Lit(18), Lit(70.5)),
+                Compare("!=", Col("race"), Lit(2)),
+                Compare("<=", BinOp("*", AGE, Lit(2)), BinOp("+", INCOME, Lit(150))),
+            )
+        ),
+        group_by=(GroupColumn("educ", EDUC),),
+    ),
+    "derived_groups": AggregatePlan(
+        "pums",
+        (count(), total("s", INCOME, 0, 200_000, fill=0.0, grid_exponent=3)),
+        group_by=(
+            GroupColumn("band", AGE_BANDS),
+            GroupColumn("k", Func("floor", (BinOp("/", INCOME, Lit(50_000)),))),
+        ),
+    ),
+    "functions": AggregatePlan(
+        "pums",
+        (
+            count(),
+            total(
+                "r",
+                Func("round", (BinOp("/", BinOp("-", AGE, Lit(50)), Lit(2)),)),
+                -30,
+                30,
+                fill=0.0,
+            ),
+            total("c", Func("ceil", (BinOp("/", AGE, Lit(7)),)), 0, 20, fill=0.0),
+            total("a", Func("abs", (BinOp("-", AGE, Lit(45)),)), 0, 60, fill=0.0),
+        ),
+        group_by=(GroupColumn("sex", SEX),),
+    ),
+    "division_by_zero": AggregatePlan(
+        "pums",
+        (total("s", BinOp("/", INCOME, SEX), 0, 100_000, fill=1.0), count()),
+        group_by=(GroupColumn("sex", SEX),),
+    ),
+    "public_keys": AggregatePlan(
+        "pums",
+        (count(), total("s", AGE, 0, 100, fill=0.0)),
+        group_by=(GroupColumn("educ", EDUC), GroupColumn("sex", SEX)),
+        group_keys=((9, 0), (9, 1), (13, 1), (99, 0), (None, 1)),
+    ),
+    "public_keys_empty": AggregatePlan(
+        "pums", (count(),), group_by=(GroupColumn("educ", EDUC),), group_keys=()
+    ),
+    "null_fill": AggregatePlan(
+        "pums_null",
+        (
+            count(),
+            total("age", AGE, 0, 100, fill=30.0),
+            total("income_skip", INCOME, 0, 500_000),
+            ExactAggregate("h", "histogram", AGE, 0, 100, 100.0, 0, 5),
+        ),
+        group_by=(GroupColumn("married", Col("married")),),
+    ),
+    "null_filters": AggregatePlan(
+        "pums_null",
+        (count(),),
+        where=Or((IsNull(AGE), Compare(">", Func("coalesce", (INCOME, Lit(0))), Lit(20_000)))),
+        group_by=(GroupColumn("null_sex", IsNull(SEX)), GroupColumn("sex", SEX)),
+    ),
+    "in_with_null": AggregatePlan(
+        "pums_null",
+        (count(),),
+        where=Not(In(EDUC, (9, None))),
+        group_by=(GroupColumn("x", In(EDUC, ())),),
+    ),
+    "nan_fill": AggregatePlan(
+        "nan",
+        (
+            count(),
+            total("s", Col("x"), -5, 5, fill=1.0, grid_exponent=-2),
+            ExactAggregate("q", "sum_squares", Col("x"), -5, 5, None, -4),
+            ExactAggregate("h", "histogram", Col("x"), -5, 5, 0.0, 0, 4),
+            total("m", Col("n"), 0, 8),
+        ),
+        group_by=(GroupColumn("g", Col("g")),),
+    ),
+    "strings": AggregatePlan(
+        "adult",
+        (count(), total("hours", Col("hours_per_week"), 0, 80, fill=0.0)),
+        where=And(
+            (
+                Compare("=", Col("workclass"), Lit("Private")),
+                Compare(">", Func("length", (Col("occupation"),)), Lit(5)),
+            )
+        ),
+        group_by=(
+            GroupColumn("edu", Func("upper", (Col("education"),))),
+            GroupColumn("sex", Func("lower", (Col("sex"),))),
+        ),
+    ),
+    "adult_income": AggregatePlan(
+        "adult",
+        (
+            count(),
+            total("gain", Col("capital_gain"), 0, 10_000, fill=0.0, grid_exponent=5),
+            ExactAggregate("h", "histogram", Col("age"), 17, 90, 17.0, 0, 8),
+        ),
+        where=In(Col("race"), ("White", "Black", "Other")),
+        group_by=(GroupColumn("income", Col("income")), GroupColumn("race", Col("race"))),
+    ),
+    "within_bounds_rows": AggregatePlan(
+        "pums_pid",
+        (count(), ExactAggregate("p", "count_persons"), total("s", AGE, 0, 100, fill=0.0)),
+        group_by=(GroupColumn("educ", EDUC),),
+        bound=ContributionBound("pid", 1, 1, 3),
+    ),
+    "within_bounds_dup": AggregatePlan(
+        "pums_dup",
+        (count(), ExactAggregate("p", "count_persons"), total("s", INCOME, 0, 90_000, fill=0.0)),
+        group_by=(GroupColumn("sex", SEX),),
+        bound=ContributionBound("pid", 1, 4, 11),
+    ),
+    "within_bounds_null_pid": AggregatePlan(
+        "pums_null",
+        (count(), ExactAggregate("p", "count_persons"), total("s", AGE, 0, 100, fill=50.0)),
+        bound=ContributionBound("pid", 2, 4, 0),
+    ),
+    "within_bounds_adult": AggregatePlan(
+        "adult",
+        (
+            ExactAggregate("p", "count_persons"),
+            ExactAggregate("h", "histogram", Col("age"), 17, 90, bins=6),
+        ),
+        group_by=(GroupColumn("sex", Col("sex")),),
+        bound=ContributionBound("pid", 3, 2, 5),
+    ),
+}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("plan_id", list(PLANS))
+def test_matches_oracle(engine: str, plan_id: str, backends: Callable[[str, str], Backend]) -> None:
+    plan = PLANS[plan_id]
+    expected = normalise(backends("memory", plan.table).compute(plan))
+    assert normalise(backends(engine, plan.table).compute(plan)) == expected
+
+
+def test_oracle_is_not_vacuous(
+    backends: Callable[[str, str], Backend], tables: dict[str, pa.Table]
+) -> None:
+    """Spot values computed independently of the oracle (plain numpy on the same table)."""
+    memory = backends("memory", "pums")
+    assert memory.compute(PLANS["count"]).groups == {(): {"n": 1000}}
+    empty = memory.compute(PLANS["count_empty"]).groups[()]
+    assert empty["n"] == 0
+    assert empty["s"] == 0
+    assert np.array_equal(empty["h"], np.zeros(4, dtype=np.int64))  # type: ignore[arg-type]
+    assert memory.compute(PLANS["grouped_empty"]).groups == {}
+    income = np.clip(tables["pums"]["income"].to_numpy(), 0, 100_000)
+    assert memory.compute(PLANS["sum_clamped"]).groups[()]["s"] == int(income.sum())
+    keys = set(memory.compute(PLANS["public_keys"]).groups)
+    assert keys == {(9, 0), (9, 1), (13, 1)}
+
+
+# ----------------------------------------------------------------------------------------------
+# Over-bound data: the engines may keep different rows, but always the right number of them.
+
+OVER = "adult"  # pid: row // 8 in "uid"; persons have ~8 rows spread over several educations
+
+
+def _rows_per_person(tables: dict[str, pa.Table]) -> dict[int, list[str]]:
+    table = tables[OVER]
+    per: dict[int, list[str]] = {}
+    for uid, education in zip(
+        table["uid"].to_pylist(), table["education"].to_pylist(), strict=True
+    ):
+        per.setdefault(uid, []).append(education)
+    return per
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_over_bound_rows_per_person(
+    engine: str, backends: Callable[[str, str], Backend], tables: dict[str, pa.Table]
+) -> None:
+    per = _rows_per_person(tables)
+    for k in (1, 3):
+        plan = AggregatePlan(
+            OVER,
+            (count(), ExactAggregate("p", "count_persons")),
+            bound=ContributionBound("uid", 1, k, 42),
+        )
+        result = backends(engine, OVER).compute(plan).groups[()]
+        assert result == {"n": sum(min(len(rows), k) for rows in per.values()), "p": len(per)}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_over_bound_groups_per_person(
+    engine: str, backends: Callable[[str, str], Backend], tables: dict[str, pa.Table]
+) -> None:
+    per = _rows_per_person(tables)
+    by_education = GroupColumn("education", Col("education"))
+    for m in (1, 2):
+        plan = AggregatePlan(
+            OVER,
+            (count(), ExactAggregate("p", "count_persons")),
+            group_by=(by_education,),
+            bound=ContributionBound("uid", m, 1, 7),
+        )
+        groups = backends(engine, OVER).compute(plan).groups
+        # one row per kept (person, group): count == persons per group, and summed over groups
+        # each person appears in exactly min(#groups, m) groups
+        assert all(values["n"] == values["p"] for values in groups.values())
+        assert sum(v["n"] for v in groups.values()) == sum(  # type: ignore[misc]
+            min(len(set(rows)), m) for rows in per.values()
+        )
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bounding_is_deterministic(engine: str, backends: Callable[[str, str], Backend]) -> None:
+    plan = AggregatePlan(
+        OVER,
+        (count(), total("h", Col("hours_per_week"), 0, 99, fill=0.0)),
+        group_by=(GroupColumn("education", Col("education")),),
+        bound=ContributionBound("uid", 2, 2, 123),
+    )
+    backend = backends(engine, OVER)
+    assert normalise(backend.compute(plan)) == normalise(backend.compute(plan))
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_int64_overflow_is_refused(engine: str, backends: Callable[[str, str], Backend]) -> None:
+    backend = backends(engine, "pums")
+    per_row = AggregatePlan("pums", (total("s", AGE, 0, 2.0**64, fill=0.0),))
+    with pytest.raises(BackendError, match="could exceed int64"):
+        backend.compute(per_row)
+    many_rows = AggregatePlan("pums", (total("s", AGE, 0, 2.0**62, fill=0.0),))
+    with pytest.raises(BackendError, match="summed over the rows of a group"):
+        backend.compute(many_rows)
+    squares = AggregatePlan("pums", (ExactAggregate("q", "sum_squares", AGE, 0, 2.0**31, 0.0, 0),))
+    with pytest.raises(BackendError, match="could exceed int64"):
+        backend.compute(squares)
+    # the same magnitudes on a coarser grid fit
+    coarse = AggregatePlan("pums", (total("s", AGE, 0, 2.0**62, fill=0.0, grid_exponent=20),))
+    assert backend.compute(coarse).groups[()]["s"] == 0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_unknown_table_and_column(engine: str, backends: Callable[[str, str], Backend]) -> None:
+    backend = backends(engine, "pums")
+    with pytest.raises(BackendError, match="no table 'nope'"):
+        backend.compute(AggregatePlan("nope", (count(),)))
+    with pytest.raises(BackendError, match="no table 'nope'"):
+        backend.columns("nope")
+    with pytest.raises(BackendError, match="no column 'salary'"):
+        backend.compute(AggregatePlan("pums", (total("s", Col("salary"), 0, 1),)))
+    with pytest.raises(BackendError, match="no column 'who'"):
+        backend.compute(AggregatePlan("pums", (count(),), bound=ContributionBound("who")))
+
+
+@pytest.mark.parametrize(
+    ("plan", "error", "message"),
+    [
+        (AggregatePlan("pums", ()), ParameterError, "'aggregates'"),
+        (AggregatePlan("pums", (ExactAggregate("s", "sum", AGE),)), ParameterError, "'lower'"),
+        (AggregatePlan("pums", (total("s", AGE, 5, 1),)), ParameterError, "'upper'"),
+        (AggregatePlan("pums", (total("s", AGE, 0, 1, fill=3.0),)), ParameterError, "'fill'"),
+        (AggregatePlan("pums", (total("s", AGE, 0, math.inf),)), ParameterError, "finite"),
+        (
+            AggregatePlan("pums", (ExactAggregate("h", "histogram", AGE, 0, 1, bins=0),)),
+            ParameterError,
+            "'bins'",
+        ),
+        (AggregatePlan("pums", (count("x"), count("x"))), ParameterError, "uniquely"),
+        (AggregatePlan("pums", (count("__dp_x"),)), ParameterError, "__dp_"),
+        (
+            AggregatePlan("pums", (count(),), group_keys=((1,),)),
+            ParameterError,
+            "'group_keys'",
+        ),
+        (
+            AggregatePlan(
+                "pums", (count(),), group_by=(GroupColumn("s", SEX),), group_keys=((1, 2),)
+            ),
+            ParameterError,
+            "length 1",
+        ),
+        (
+            AggregatePlan("pums", (count(),), bound=ContributionBound("age", max_rows_per_group=0)),
+            ParameterError,
+            "'max_rows_per_group'",
+        ),
+        (
+            AggregatePlan("pums", (count(),), where=Compare("=", AGE, Lit(2**70))),
+            ParameterError,
+            "int64",
+        ),
+        (
+            AggregatePlan(
+                "pums", (count(),), where=Compare("=", Func("round", (AGE, Lit(1))), Lit(1))
+            ),
+            UnsupportedQueryError,
+            "exactly one argument",
+        ),
+    ],
+)
+@pytest.mark.parametrize("engine", ["memory", "duckdb", "polars"])
+def test_malformed_plans(
+    engine: str,
+    plan: AggregatePlan,
+    error: type[Exception],
+    message: str,
+    backends: Callable[[str, str], Backend],
+) -> None:
+    with pytest.raises(error, match=message):
+        backends(engine, "pums").compute(plan)
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "polars"])
+def test_engine_type_errors_are_backend_errors(
+    engine: str, backends: Callable[[str, str], Backend]
+) -> None:
+    plan = AggregatePlan(
+        "adult", (count(),), where=Compare(">", BinOp("+", Col("workclass"), Lit(3)), Lit(1))
+    )
+    with pytest.raises(BackendError, match="failed to compute"):
+        backends(engine, "adult").compute(plan)

@@ -1,0 +1,148 @@
+"""The CLI against a real `dpcurator serve` subprocess, and crash safety: SIGKILL the server at
+random points under load; every released answer is charged, nothing twice; restart resumes."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dpcurator.cli import format_release, main
+from dpcurator.core.measures import ApproxDP
+from dpcurator.service.ledger import Ledger
+from tests.service_fixtures import PEOPLE_METADATA, LiveServer, write_people
+
+
+@pytest.fixture
+def people(tmp_path: Path) -> tuple[Path, Path]:
+    """A CSV and its metadata file."""
+    csv = write_people(tmp_path / "people.csv")
+    meta = tmp_path / "people.json"
+    meta.write_text(json.dumps(PEOPLE_METADATA), encoding="utf-8")
+    return csv, meta
+
+
+def _serve_args(people: tuple[Path, Path], ledger: str) -> list[str]:
+    csv, meta = people
+    return [
+        "--data",
+        str(csv),
+        "--metadata",
+        str(meta),
+        "--ledger",
+        ledger,
+        "--cap-epsilon",
+        "1000",
+    ]
+
+
+def _analyst(url: str, owner_token: str, epsilon: float) -> tuple[str, str]:
+    owner = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {owner_token}"})
+    with owner:
+        issued = owner.post("/v1/analysts", json={"name": f"a{time.monotonic_ns()}"}).json()
+        owner.put(
+            f"/v1/analysts/{issued['principal']['id']}/grants/people", json={"epsilon": epsilon}
+        ).raise_for_status()
+    return issued["principal"]["id"], issued["token"]
+
+
+def test_serve_query_and_budget_commands(
+    people: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = LiveServer(_serve_args(people, f"sqlite:///{tmp_path / 'l.sqlite3'}"))
+    server.start(wait_lines=2)
+    try:
+        owner_line, url_line = server.first_lines
+        assert owner_line.startswith("owner token: dpc_")
+        assert url_line == f"url: {server.url}/console/"
+        _, token = _analyst(server.url, owner_line.removeprefix("owner token: "), 1.0)
+        args = ["--url", server.url, "--token", token, "--dataset", "people"]
+        sql = "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex"
+        assert main(["query", *args, "--epsilon", "0.25", sql]) == 0
+        out = capsys.readouterr().out
+        assert out.splitlines()[0].split() == ["sex", "n"]
+        assert out.splitlines()[1].startswith("F ")
+        assert "cost: ε=0.25" in out
+        assert main(["budget", *args]) == 0
+        assert "remaining: ε=0.75" in capsys.readouterr().out
+        assert main(["query", *args, "--epsilon", "5", sql]) == 1
+        assert "exhausted" in capsys.readouterr().err
+    finally:
+        server.stop()
+
+
+def test_format_release_aligns_values_and_intervals() -> None:
+    release = {
+        "group_columns": ["g"],
+        "value_columns": ["n"],
+        "rows": [{"group": {"g": "a"}, "values": {"n": {"value": 3.0, "ci_low": 1, "ci_high": 5}}}],
+    }
+    assert format_release(release).splitlines() == ["g  n", "a  3 [1, 5]"]
+
+
+@pytest.mark.slow
+def test_sigkill_under_load_never_loses_or_doubles_a_charge(
+    people: tuple[Path, Path], tmp_path: Path
+) -> None:
+    ledger_url = f"sqlite:///{tmp_path / 'crash.sqlite3'}"
+    args = _serve_args(people, ledger_url)
+    server = LiveServer(args).start(wait_lines=2)
+    owner_token = server.first_lines[0].removeprefix("owner token: ")
+    analyst_id, token = _analyst(server.url, owner_token, 1000.0)
+    answers: dict[str, dict[str, object]] = {}
+    lock = threading.Lock()
+    keys = [f"k{i}" for i in range(120)]
+    rng = random.Random(7)
+
+    def client_loop(worker: int) -> None:
+        with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=5) as http:
+            for key in keys[worker::4]:
+                while True:  # retry with the same key until answered (the server may be dead)
+                    try:
+                        response = http.post(
+                            f"{server.url}/v1/datasets/people/queries",
+                            json={"sql": "SELECT COUNT(*) AS n FROM people", "epsilon": 0.5},
+                            headers={"Idempotency-Key": key},
+                        )
+                    except httpx.HTTPError:
+                        time.sleep(0.05)
+                        continue
+                    if response.status_code == 200:
+                        with lock:
+                            answers[key] = response.json()
+                        break
+                    time.sleep(0.05)  # 409 "still running" or 5xx: retry
+
+    workers = [threading.Thread(target=client_loop, args=(w,)) for w in range(4)]
+    for worker in workers:
+        worker.start()
+    for _ in range(4):  # kill at random points, restart on the same ledger
+        time.sleep(rng.uniform(0.2, 0.8))
+        server.kill()
+        server.stop()
+        server = LiveServer(args)
+        server.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    server.stop()
+    assert len(answers) == len(keys)
+    ledger = Ledger(ledger_url)
+    try:
+        charges = [c for c in ledger.history(limit=10_000) if c.principal_id == analyst_id]
+        by_key: dict[str | None, list[int]] = {}
+        for charge in charges:
+            by_key.setdefault(charge.request_key, []).append(charge.id)
+        assert all(len(ids) == 1 for ids in by_key.values())  # nothing charged twice
+        released = {c.request_key: c for c in charges if c.status == "released"}
+        for key, answer in answers.items():  # every answer seen by the client is charged
+            assert released[key].id == answer["charge_id"]
+            assert released[key].result == answer["release"]
+        assert ledger.charged_total("people") == ApproxDP(Fraction(1, 2) * len(charges), 0)
+    finally:
+        ledger.close()

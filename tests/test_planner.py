@@ -1,0 +1,224 @@
+"""The planner: sensitivities and budget splits against hand-computed values; no data is read."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+import dpcurator.query.builder as qb
+from dpcurator.core.measures import ApproxDP, PureDP
+from dpcurator.errors import DomainError, ParameterError, UnsupportedQueryError
+from dpcurator.query import ir
+from dpcurator.query.planner import (
+    choose_grid_exponent,
+    grid_units,
+    infer_bounds,
+    is_integer_valued,
+    plan_bounds,
+    plan_query,
+    public_keys,
+    sum_sensitivity,
+)
+from dpcurator.query.schema import Metadata
+
+ROW = Metadata.from_dict(
+    {
+        "table": "t",
+        "columns": {
+            "age": {"type": "int", "lower": 0, "upper": 100},
+            "x": {"type": "float", "lower": -1.0, "upper": 3.0},
+            "sex": {"type": "string", "keys": ["F", "M"]},
+            "city": {"type": "string"},
+            "flag": {"type": "bool"},
+            "free": {"type": "float"},
+        },
+    }
+)
+USER = Metadata.from_dict(
+    {
+        "table": "t",
+        "person_column": "pid",
+        "max_rows_per_person": 2,
+        "max_groups_per_person": 3,
+        "columns": {
+            "pid": {"type": "int"},
+            "age": {"type": "int", "lower": 0, "upper": 100},
+            "income": {"type": "int", "lower": 0, "upper": 500000},
+            "region": {"type": "string", "keys": ["N", "E", "S", "W"]},
+            "sex": {"type": "string", "keys": ["F", "M"]},
+            "city": {"type": "string"},
+        },
+    }
+)
+
+
+def _parts(plan_output: object) -> list[tuple[str, int, int, Fraction]]:
+    return [
+        (p.role, p.sensitivity, p.grid_exponent, p.epsilon)
+        for p in plan_output.parts  # type: ignore[attr-defined]
+    ]
+
+
+def test_row_level_count_sum_mean_sensitivities() -> None:
+    query = qb.Query("t").agg(qb.count(), qb.sum_("age"), qb.mean("age"), qb.sum_("x"))
+    plan = plan_query(query, ROW, epsilon=1)
+    count, total, mean, float_sum = plan.outputs
+    third = Fraction(1, 4)
+    assert _parts(count) == [("count", 1, 0, third)]
+    assert _parts(total) == [("sum", 100, 0, third)]  # integer column: grid 1, max |value| 100
+    # mean: centre 50, centred values in [-50, 50]: sensitivity 50; ε/2 each for count and sum
+    assert mean.centre == 50.0
+    assert _parts(mean) == [("count", 1, 0, third / 2), ("sum", 50, 0, third / 2)]
+    # float sum over [-1, 3]: grid 2^(floor(log2 3) - 20) = 2^-19, max |value| = 3 * 2^19 units
+    assert _parts(float_sum) == [("sum", 3 * 2**19, -19, third)]
+    assert float_sum.parts[0].laplace.scale == Fraction(3 * 2**19) / third
+    assert plan.cost == PureDP(1)
+    assert plan.exact.bound == ir.ContributionBound(None, 1, 1)
+
+
+def test_user_level_grouped_sensitivities_use_min_of_groups_and_keys() -> None:
+    by_sex = qb.Query("t").group_by("sex").agg(qb.count(), qb.sum_("income"), qb.count_persons())
+    plan = plan_query(by_sex, USER, epsilon=3)
+    count, total, persons = plan.outputs
+    # r = 2 rows per group, g = min(3 groups per person, 2 keys) = 2
+    assert _parts(count) == [("count", 4, 0, Fraction(1))]
+    assert _parts(total) == [("sum", 4 * 500000, 0, Fraction(1))]
+    assert _parts(persons) == [("count", 2, 0, Fraction(1))]
+    assert plan.exact.bound == ir.ContributionBound("pid", 2, 2)
+    by_region = qb.Query("t").group_by("region").agg(qb.count())
+    (count,) = plan_query(by_region, USER, epsilon=1).outputs
+    assert _parts(count) == [("count", 6, 0, Fraction(1))]  # r·g = 2·3
+    ungrouped = plan_query(qb.Query("t").agg(qb.count()), USER, epsilon=1)
+    assert _parts(ungrouped.outputs[0]) == [("count", 2, 0, Fraction(1))]  # g = 1
+    assert ungrouped.exact.bound == ir.ContributionBound("pid", 1, 2)
+
+
+def test_variance_parts_and_quantile_step() -> None:
+    plan = plan_query(
+        qb.Query("t").group_by("region").agg(qb.variance("age"), qb.median("age")), USER, epsilon=2
+    )
+    variance, median = plan.outputs
+    # count r·g = 6; centred sum 6·50; centred squares 6·2500; ε/3 each of a share of 1
+    assert _parts(variance) == [
+        ("count", 6, 0, Fraction(1, 3)),
+        ("sum", 300, 0, Fraction(1, 3)),
+        ("sum_squares", 15000, 0, Fraction(1, 3)),
+    ]
+    step = median.quantile
+    assert step is not None
+    assert (step.bins.lower, step.bins.upper, step.bins.bins) == (-0.5, 100.5, 101)
+    assert step.epsilon_per_group == Fraction(1, 3)  # share 1 over 3 groups per person
+    assert step.rows_per_person == 2
+
+
+def test_weights_split_the_budget() -> None:
+    query = qb.Query("t").agg(qb.count(weight=3), qb.sum_("age"))
+    count, total = plan_query(query, ROW, epsilon=1).outputs
+    assert (count.epsilon, total.epsilon) == (Fraction(3, 4), Fraction(1, 4))
+    with pytest.raises(ParameterError, match="'weight'"):
+        qb.count(weight=0)
+
+
+def test_public_keys_give_the_full_cross_product() -> None:
+    query = qb.Query("t").group_by("sex", "flag").agg(qb.count())
+    plan = plan_query(query, ROW, epsilon=1)
+    assert plan.keys == (("F", False), ("F", True), ("M", False), ("M", True))
+    assert plan.exact.group_keys == plan.keys
+    assert plan.selection is None
+
+
+def test_partition_selection_needs_delta() -> None:
+    query = qb.Query("t").group_by("city").agg(qb.count())
+    with pytest.raises(UnsupportedQueryError, match="delta > 0"):
+        plan_query(query, ROW, epsilon=1)
+    plan = plan_query(query, ROW, epsilon=1, delta=1e-6)
+    assert plan.keys is None
+    assert plan.selection is not None
+    assert plan.selection.epsilon == Fraction(1, 2)  # one share for the count, one for selection
+    assert plan.cost == ApproxDP(1, 1e-6)
+    assert plan.exact.aggregates[-1] == ir.ExactAggregate("__persons", "count_persons")
+    assert plan_query(qb.Query("t").agg(qb.count()), ROW, epsilon=1, delta=1e-6).cost == PureDP(1)
+
+
+def test_public_keys_of_expressions() -> None:
+    age = ir.Col("age")
+    case = ir.Case(((ir.Compare(">", age, ir.Lit(50)), ir.Lit("old")),), ir.Lit("young"))
+    assert public_keys(case, ROW) == ("old", "young")
+    assert public_keys(ir.Compare(">", age, ir.Lit(1)), ROW) == (False, True)
+    assert public_keys(ir.Col("city"), ROW) is None
+    assert public_keys(ir.BinOp("+", age, ir.Lit(1)), ROW) is None
+
+
+def test_interval_arithmetic_bounds() -> None:
+    age, x = ir.Col("age"), ir.Col("x")
+    assert infer_bounds(ir.BinOp("*", x, ir.Lit(-2)), ROW) == (-6.0, 2.0)
+    assert infer_bounds(ir.BinOp("-", age, x), ROW) == (-3.0, 101.0)
+    assert infer_bounds(ir.BinOp("/", age, ir.Lit(4)), ROW) == (0.0, 25.0)
+    assert infer_bounds(ir.BinOp("/", age, x), ROW) is None  # divisor range contains 0
+    assert infer_bounds(ir.Func("abs", (x,)), ROW) == (0.0, 3.0)
+    assert infer_bounds(ir.Col("free"), ROW) is None
+    assert is_integer_valued(ir.BinOp("*", age, ir.Lit(2)), ROW)
+    assert not is_integer_valued(ir.BinOp("/", age, ir.Lit(2)), ROW)
+
+
+def test_grid_helpers() -> None:
+    assert choose_grid_exponent(0, 500000, integer=True) == 0
+    assert choose_grid_exponent(0, 1.0, integer=False) == -20
+    assert grid_units(2.5, 0) == 2  # half to even
+    assert grid_units(-0.75, -1) == -2
+    assert sum_sensitivity(-3.0, 1.0, 0, 2) == 6
+
+
+def test_missing_bounds_give_a_hint_and_derived_columns_are_substituted() -> None:
+    with pytest.raises(DomainError, match=r"dp_bounds\('free'"):
+        plan_query(qb.Query("t").agg(qb.sum_("free")), ROW, epsilon=1)
+    plan = plan_query(qb.Query("t").agg(qb.sum_("free", lower=0, upper=8)), ROW, epsilon=1)
+    assert plan.outputs[0].parts[0].grid_exponent == 3 - 20
+    query = (
+        qb.Query("t")
+        .with_column("double_age", qb.col("age") * 2)
+        .filter(qb.col("double_age") > 10)
+        .agg(qb.sum_("double_age"))
+    )
+    plan = plan_query(query, ROW, epsilon=1)
+    assert plan.outputs[0].parts[0].sensitivity == 200
+    assert plan.exact.where == ir.Compare(">", ir.BinOp("*", ir.Col("age"), ir.Lit(2)), ir.Lit(10))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"epsilon": 0}, ParameterError, "'epsilon'"),
+        ({"epsilon": float("nan")}, ParameterError, "'epsilon'"),
+        ({"epsilon": 1, "delta": 1.5}, ParameterError, "'delta'"),
+    ],
+)
+def test_invalid_budget_parameters(kwargs: dict[str, float], error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        plan_query(qb.Query("t").agg(qb.count()), ROW, **kwargs)
+
+
+def test_other_refusals() -> None:
+    with pytest.raises(UnsupportedQueryError, match="person column"):
+        plan_query(qb.Query("t").group_by("pid").agg(qb.count()), USER, epsilon=1)
+    with pytest.raises(UnsupportedQueryError, match="person column"):
+        plan_query(qb.Query("t").agg(qb.count_persons()), ROW, epsilon=1)
+    with pytest.raises(UnsupportedQueryError, match="no aggregate"):
+        plan_query(qb.Query("t"), ROW, epsilon=1)
+    with pytest.raises(DomainError, match="Unknown table"):
+        plan_query(qb.Query("u").agg(qb.count()), ROW, epsilon=1)
+    with pytest.raises(ParameterError, match="distinct"):
+        plan_query(qb.Query("t").agg(qb.count(), qb.count()), ROW, epsilon=1)
+    with pytest.raises(UnsupportedQueryError, match="sort"):
+        plan_query(qb.Query("t").agg(qb.count()).sort("age"), ROW, epsilon=1)
+
+
+def test_bounds_plan() -> None:
+    plan = plan_bounds(USER, "income", epsilon=0.5)
+    assert plan.cost == PureDP(0.5)
+    assert plan.laplace.scale == 2 * 3 / Fraction(1, 2)  # r·g / ε
+    assert plan.exact.group_keys is not None
+    assert len(plan.exact.group_keys) == plan.bins.bins
+    with pytest.raises(ParameterError, match="numeric"):
+        plan_bounds(USER, "city", epsilon=1)

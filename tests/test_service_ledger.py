@@ -1,0 +1,186 @@
+"""The ledger: atomic reservations against the analyst budget AND the global cap, exact totals,
+request keys (exactly-once retries), refunds, on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from dpcurator.core.measures import ApproxDP
+from dpcurator.errors import BudgetExceededError
+from dpcurator.service.errors import ConflictError, NotFoundError
+from dpcurator.service.ledger import ChargeRequest, Ledger, dataset_budget, grant_budget
+from tests.service_fixtures import fresh_postgres_url, postgres_server
+
+__all__ = ["postgres_server"]
+
+EPS = Fraction(1, 8)
+
+
+def _setup(ledger: Ledger, *, grant: ApproxDP, cap: ApproxDP, analysts: int = 1) -> list[str]:
+    ledger.create_principal("own_1", "owner", "owner")
+    ledger.add_dataset(
+        "d",
+        name="d",
+        source={},
+        metadata_doc={},
+        cap=cap,
+        replay_enabled=False,
+        by="own_1",
+    )
+    ids = []
+    for i in range(analysts):
+        ledger.create_principal(f"ana_{i}", f"analyst {i}", "analyst")
+        ledger.set_grant(f"ana_{i}", "d", grant, by="own_1")
+        ids.append(f"ana_{i}")
+    return ids
+
+
+def _request(analyst: str, cost: ApproxDP, key: str | None = None, sql: str = "q") -> ChargeRequest:
+    return ChargeRequest(
+        principal_id=analyst,
+        dataset_id="d",
+        kind="query",
+        query_text=sql,
+        fingerprint=sql,
+        cost=cost,
+        events=[],
+        request_key=key,
+    )
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def make_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Ledger]:
+    """A factory of Ledger objects on one fresh database (SQLite file or PostgreSQL)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+    else:
+        url = fresh_postgres_url(request.getfixturevalue("postgres_server"))
+    made: list[Ledger] = []
+
+    def make() -> Ledger:
+        made.append(Ledger(url))
+        return made[-1]
+
+    yield make
+    for ledger in made:
+        ledger.close()
+
+
+def test_reserve_updates_running_totals_exactly(make_ledger: Callable[[], Ledger]) -> None:
+    ledger = make_ledger()
+    (analyst,) = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(2, 0))
+    for _ in range(8):
+        ledger.reserve(_request(analyst, ApproxDP(EPS, 0)))
+    with pytest.raises(BudgetExceededError) as info:
+        ledger.reserve(_request(analyst, ApproxDP(EPS, 0)))
+    assert info.value.remaining == ApproxDP(0, 0)
+    grant = ledger.grant(analyst, "d")
+    assert grant is not None
+    assert grant_budget(grant).spent == ApproxDP(1, 0)
+    assert dataset_budget(ledger.dataset("d")).spent == ApproxDP(1, 0)
+    assert ledger.charged_total("d") == ApproxDP(1, 0)
+    assert ledger.count_charges("d") == 8
+
+
+def test_refusal_changes_nothing(make_ledger: Callable[[], Ledger]) -> None:
+    ledger = make_ledger()
+    (analyst,) = _setup(ledger, grant=ApproxDP(1, Fraction(1, 10**6)), cap=ApproxDP(5, 0))
+    ledger.reserve(_request(analyst, ApproxDP(Fraction(1, 2), 0)))
+    with pytest.raises(BudgetExceededError):
+        ledger.reserve(_request(analyst, ApproxDP(Fraction(1, 4), Fraction(1, 10**5))))
+    assert ledger.count_charges("d") == 1
+    assert ledger.charged_total("d") == ApproxDP(Fraction(1, 2), 0)
+
+
+def test_global_cap_binds_across_analysts(make_ledger: Callable[[], Ledger]) -> None:
+    ledger = make_ledger()
+    a, b = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(Fraction(3, 2), 0), analysts=2)
+    ledger.reserve(_request(a, ApproxDP(1, 0)))
+    ledger.reserve(_request(b, ApproxDP(Fraction(1, 2), 0)))
+    with pytest.raises(BudgetExceededError, match="global"):
+        ledger.reserve(_request(b, ApproxDP(EPS, 0)))
+    assert ledger.charged_total("d") == ApproxDP(Fraction(3, 2), 0)
+
+
+def test_no_grant_is_not_found(make_ledger: Callable[[], Ledger]) -> None:
+    ledger = make_ledger()
+    _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
+    ledger.create_principal("ana_x", "stranger", "analyst")
+    with pytest.raises(NotFoundError):
+        ledger.reserve(_request("ana_x", ApproxDP(EPS, 0)))
+    assert ledger.count_charges("d") == 0
+
+
+def test_request_key_charges_once_and_claims_after_a_crash(
+    make_ledger: Callable[[], Ledger],
+) -> None:
+    ledger = make_ledger()
+    (analyst,) = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
+    first = ledger.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1"))
+    # The same process is still running it: a concurrent duplicate is refused.
+    with pytest.raises(ConflictError, match="still running"):
+        ledger.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1"))
+    # A different question under the same key is refused.
+    with pytest.raises(ConflictError, match="different"):
+        ledger.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1", sql="other"))
+    # After a restart (new boot id) the retry claims the first charge; nothing is charged again.
+    restarted = make_ledger()
+    again = restarted.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1"))
+    assert again.reused
+    assert again.charge_id == first.charge_id
+    restarted.complete(first.charge_id, {"rows": [1]})
+    done = restarted.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1"))
+    assert done.status == "released"
+    assert done.result == {"rows": [1]}
+    assert restarted.charged_total("d") == ApproxDP(EPS, 0)
+
+
+def test_cancel_refunds_only_reserved_charges(make_ledger: Callable[[], Ledger]) -> None:
+    ledger = make_ledger()
+    (analyst,) = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
+    kept = ledger.reserve(_request(analyst, ApproxDP(EPS, 0)))
+    refunded = ledger.reserve(_request(analyst, ApproxDP(EPS, 0)))
+    ledger.cancel(refunded.charge_id)
+    ledger.complete(kept.charge_id, {})
+    with pytest.raises(ConflictError):
+        ledger.cancel(kept.charge_id)
+    grant = ledger.grant(analyst, "d")
+    assert grant is not None
+    assert grant_budget(grant).spent == ApproxDP(EPS, 0)
+    assert ledger.charged_total("d") == ApproxDP(EPS, 0)
+
+
+def test_concurrent_reservations_never_overspend(make_ledger: Callable[[], Ledger]) -> None:
+    ledger = make_ledger()
+    analysts = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(Fraction(5, 4), 0), analysts=4)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(40)
+
+    def worker(i: int) -> None:
+        start.wait()
+        try:
+            ledger.reserve(_request(analysts[i % 4], ApproxDP(EPS, 0)))
+            result = "ok"
+        except BudgetExceededError:
+            result = "refused"
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes.count("ok") == 10
+    assert outcomes.count("refused") == 30
+    assert ledger.charged_total("d") == ApproxDP(Fraction(5, 4), 0)
+    assert dataset_budget(ledger.dataset("d")).spent == ApproxDP(Fraction(5, 4), 0)
+    spent = [grant_budget(g).spent.epsilon for g in ledger.grants()]
+    assert sum(spent) == Fraction(5, 4)
+    assert all(s <= 1 for s in spent)
