@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, int]] = [
     ("dpcurator.streams", 4),
     ("dpcurator.service", 5),
     ("dpcurator.cli", 5),
-    ("dpcurator.demo", 5),
+    ("dpcurator.demo", 1),
 ]
 ENTROPY_MODULES = ("random", "secrets", "numpy.random")
 LAZY_IMPORT_ALLOWED = ("pyspark", "dpcurator.query.backends.spark")

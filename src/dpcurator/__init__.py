@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dpcurator.accounting import Budget
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
+from dpcurator.demo import demo_path
 from dpcurator.errors import (
     BudgetExceededError,
     DPError,
@@ -65,6 +66,7 @@ __all__ = [
     "col",
     "count",
     "count_persons",
+    "demo_path",
     "histogram",
     "lit",
     "max_",
