@@ -55,7 +55,7 @@ def permute_and_flip_probabilities(scores: list[int], epsilon: float) -> np.ndar
 def test_permute_and_flip_matches_its_exact_law() -> None:
     scores = [0, 2, 3, 5, 5]
     rng = SecureRng()
-    n = 60_000
+    n = 20_000
     draws = np.array([permute_and_flip(scores, epsilon=1.0, rng=rng) for _ in range(n)])
     observed = np.bincount(draws, minlength=len(scores))
     expected = permute_and_flip_probabilities(scores, 1.0)

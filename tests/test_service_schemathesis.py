@@ -3,6 +3,8 @@ no request, valid or not, may produce a 5xx; every error is a problem document."
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,14 +20,14 @@ from tests.service_fixtures import PEOPLE_METADATA, cheap_hasher, write_people
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.xdist_group("schemathesis"),
     # Schemathesis drives ASGI apps through Starlette's TestClient, which warns about httpx.
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]
 
-_ROOT = Path(__file__).resolve().parent.parent / "test-artifacts" / "schemathesis"
-_ROOT.mkdir(parents=True, exist_ok=True)
+# One private directory per test process: pytest-xdist workers collect this module concurrently.
+_ROOT = Path(tempfile.mkdtemp(prefix="dpcurator-schemathesis-"))
 _LEDGER = _ROOT / "ledger.sqlite3"
-_LEDGER.unlink(missing_ok=True)
 _SERVICE = build_service(f"sqlite:///{_LEDGER}", hasher=cheap_hasher(), max_failures=10**9)
 _, _OWNER = _SERVICE.create_principal("owner", "owner")
 _SERVICE.register_dataset(
@@ -44,6 +46,7 @@ def _close_service() -> Iterator[None]:
     yield
     _SERVICE.catalog.close()
     _SERVICE.ledger.close()
+    shutil.rmtree(_ROOT, ignore_errors=True)
 
 
 schema = schemathesis.openapi.from_asgi("/v1/openapi.json", create_app(_SERVICE))
