@@ -1,150 +1,278 @@
-"""Service throughput: 8 concurrent clients on loopback against a real uvicorn server.
+"""Service throughput: concurrent client PROCESSES against a real uvicorn server subprocess.
 
-A 10^6-row dataset (Parquet), small grouped queries, with the SQLite ledger and (if the
-PostgreSQL 15 binaries are installed) a throwaway PostgreSQL ledger. Reports sustained queries/s
-and p50/p99 latency, and asserts zero overspend (ledger total == sum of released costs <= budget).
+A 10^6-row table with the demo dataset's columns (Parquet; the demo metadata with row-level
+privacy: each row is one person, so no contribution bounding by ``pid``), a mix of 20 small
+grouped queries, 8 client processes (httpx) on loopback, with the SQLite ledger and, if the
+PostgreSQL 15 binaries are installed, a throwaway PostgreSQL ledger (fsync on). Each ledger is
+run with the exact-result cache off and on (every release is charged and noised either way).
 
-    .venv/bin/python benchmarks/service.py [--rows 1000000] [--seconds 20]
+Reports sustained answered queries/s and p50/p99 latency over the measured window (after a
+warm-up), and asserts zero overspend: the ledger total equals the exact sum of the costs of the
+answered queries, fits the dataset cap, and no analyst spent more than its grant.
+
+    .venv/bin/python benchmarks/service.py [--rows 1000000] [--seconds 20] [--clients 8]
+        [--ledgers sqlite,postgresql] [--caches off,on]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import multiprocessing
 import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
+from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
 import pandas as pd
+import uvicorn
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dpcurator.core.measures import ApproxDP  # noqa: E402
 from dpcurator.service.app import create_app  # noqa: E402
-from dpcurator.service.server import build_service  # noqa: E402
-from tests.service_fixtures import PEOPLE_METADATA, ThreadServer, cheap_hasher  # noqa: E402
+from dpcurator.service.auth import Identity  # noqa: E402
+from dpcurator.service.ledger import Ledger, grant_budget  # noqa: E402
+from dpcurator.service.server import DEMO_DIR, build_service, read_metadata  # noqa: E402
+from tests.service_fixtures import (  # noqa: E402
+    free_port,
+    fresh_postgres_url,
+    postgres_available,
+    throwaway_postgres,
+)
 
 QUERIES = [
     "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex",
     "SELECT region, COUNT(*) AS n FROM people GROUP BY region",
-    "SELECT region, SUM(age) AS s FROM people GROUP BY region",
+    "SELECT education, COUNT(*) AS n FROM people GROUP BY education",
+    "SELECT employed, COUNT(*) AS n FROM people GROUP BY employed",
+    "SELECT sex, region, COUNT(*) AS n FROM people GROUP BY sex, region",
+    "SELECT region, education, COUNT(*) AS n FROM people GROUP BY region, education",
+    "SELECT sex, AVG(income) AS income FROM people GROUP BY sex",
+    "SELECT region, AVG(income) AS income FROM people GROUP BY region",
+    "SELECT education, AVG(income) AS income FROM people GROUP BY education",
+    "SELECT region, SUM(hours) AS hours FROM people GROUP BY region",
+    "SELECT sex, AVG(age) AS age FROM people GROUP BY sex",
+    "SELECT education, AVG(age) AS age FROM people GROUP BY education",
+    "SELECT region, COUNT(*) AS n FROM people WHERE age >= 65 GROUP BY region",
+    "SELECT sex, COUNT(*) AS n FROM people WHERE employed GROUP BY sex",
+    "SELECT education, AVG(income) AS income FROM people WHERE age < 30 GROUP BY education",
+    "SELECT region, AVG(hours) AS hours FROM people WHERE employed GROUP BY region",
+    "SELECT sex, SUM(income) AS income FROM people WHERE region = 'North' GROUP BY sex",
+    "SELECT employed, AVG(age) AS age FROM people GROUP BY employed",
+    "SELECT sex, COUNT(*) AS n, AVG(income) AS income FROM people GROUP BY sex",
+    "SELECT region, COUNT(*) AS n FROM people WHERE income > 50000 GROUP BY region",
 ]
 EPSILON = 0.001
+GRANT = 1000
+CAP = 100_000
 
 
 def write_data(path: Path, rows: int) -> Path:
-    """A synthetic table matching PEOPLE_METADATA."""
-    generator = np.random.default_rng(1)
+    """A synthetic table with the demo dataset's columns (same generator as the demo data)."""
+    generator = np.random.default_rng(20240601)
+    education = ["primary", "secondary", "bachelor", "master", "doctorate"]
+    age = generator.integers(18, 91, rows)
+    level = generator.choice(5, rows, p=[0.15, 0.4, 0.28, 0.14, 0.03])
+    income = np.exp(generator.normal(9.6 + 0.25 * level + 0.01 * (age - 18), 0.6))
+    employed = generator.random(rows) < np.where(age < 66, 0.8, 0.15)
+    hours = np.where(employed, np.clip(generator.normal(38, 8, rows), 1, 80), 0).round()
+    hours[generator.random(rows) < 0.05] = np.nan
     frame = pd.DataFrame(
         {
-            "age": generator.integers(0, 100, rows),
+            "pid": np.arange(1, rows + 1),
+            "age": age,
             "sex": generator.choice(["F", "M"], rows),
-            "region": generator.choice(["north", "south", "east", "west"], rows),
-            "income": generator.uniform(0, 100000, rows),
+            "region": generator.choice(["North", "East", "South", "West"], rows),
+            "education": np.array(education)[level],
+            "income": np.minimum(np.round(income, 2), 400000.0),
+            "employed": employed,
+            "hours": hours,
         }
     )
     frame.to_parquet(path)
     return path
 
 
-def run(ledger_url: str, data: Path, seconds: float, clients: int) -> dict[str, float]:
-    """Drive the server for ``seconds`` and return throughput and latency figures."""
-    service = build_service(ledger_url, hasher=cheap_hasher())
-    _, owner = service.create_principal("owner", "owner")
+def row_level_metadata() -> dict[str, Any]:
+    """The demo metadata, with each row as one person (no ``pid`` bounding)."""
+    metadata = read_metadata(DEMO_DIR / "people.yaml")
+    for key in ("person_column", "max_rows_per_person", "max_groups_per_person"):
+        metadata.pop(key, None)
+    metadata["columns"].pop("pid")
+    return metadata
+
+
+# -- the server subprocess ------------------------------------------------------------------
+
+
+def serve(args: argparse.Namespace) -> None:
+    """Set up owner, dataset and analysts, print their tokens as JSON, then run uvicorn."""
+    service = build_service(args.ledger, result_cache=args.result_cache)
+    owner, _ = service.create_principal("owner", "owner")
+    who = Identity(owner.id, owner.name, owner.role, "bench")
+    service.register_dataset(
+        who,
+        "people",
+        name="people",
+        source={"path": args.data},
+        metadata_doc=row_level_metadata(),
+        cap=ApproxDP(CAP, 0),
+        replay_enabled=False,
+    )
+    tokens = []
+    for i in range(args.clients):
+        analyst, issued = service.create_principal(f"bench{i}", "analyst")
+        service.ledger.set_grant(analyst.id, "people", ApproxDP(GRANT, 0), by=owner.id)
+        tokens.append(issued.token)
+    print(json.dumps({"tokens": tokens}), flush=True)
+    uvicorn.run(
+        create_app(service), host="127.0.0.1", port=args.port, log_level="warning", access_log=False
+    )
+
+
+@contextlib.contextmanager
+def server(ledger: str, data: Path, clients: int, *, result_cache: bool) -> Iterator[Any]:
+    """The benchmark server as a subprocess; yields (url, tokens)."""
+    port = free_port()
+    command = [sys.executable, __file__, "serve", "--ledger", ledger, "--data", str(data)]
+    command += ["--port", str(port), "--clients", str(clients)]
+    command += ["--result-cache"] if result_cache else []
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        tokens = json.loads(process.stdout.readline())["tokens"]
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
+                    break
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError("the benchmark server did not start")
+            time.sleep(0.05)
+        yield url, tokens
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+# -- the client processes -------------------------------------------------------------------
+
+
+def client(url: str, token: str, index: int, start: float, stop: float) -> dict[str, Any]:
+    """Ask queries of the mix until ``stop``; latencies and costs of those sent after ``start``."""
     latencies: list[float] = []
-    refused = 0
-    lock = threading.Lock()
-    with ThreadServer(create_app(service)) as server:
-        admin = server.client(owner.token)
-        admin.post(
-            "/v1/datasets",
-            json={
-                "id": "people",
-                "source": {"path": str(data)},
-                "metadata": PEOPLE_METADATA,
-                "cap_epsilon": 1000,
-            },
-        ).raise_for_status()
-        tokens = []
-        for i in range(clients):
-            issued = admin.post("/v1/analysts", json={"name": f"bench{i}"}).json()
-            admin.put(
-                f"/v1/analysts/{issued['principal']['id']}/grants/people", json={"epsilon": 50}
-            ).raise_for_status()
-            tokens.append(issued["token"])
-        # Warm up: open the dataset, fill the token cache.
-        for token in tokens:
-            with httpx.Client(headers={"Authorization": f"Bearer {token}"}) as http:
-                http.get(f"{server.url}/v1/me").raise_for_status()
-        stop = time.monotonic() + seconds
+    costs: list[str] = []
+    failed = 0
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+        i = index
+        while (now := time.time()) < stop:
+            body = {"sql": QUERIES[i % len(QUERIES)], "epsilon": EPSILON}
+            began = time.perf_counter()
+            response = http.post("/v1/datasets/people/queries", json=body)
+            elapsed = time.perf_counter() - began
+            if response.status_code == 200:
+                costs.append(response.json()["cost"]["epsilon_exact"])
+                if now >= start:
+                    latencies.append(elapsed)
+            else:
+                failed += 1
+            i += 1
+    return {"latencies": latencies, "costs": costs, "failed": failed}
 
-        def worker(index: int) -> None:
-            nonlocal refused
-            headers = {"Authorization": f"Bearer {tokens[index]}"}
-            with httpx.Client(base_url=server.url, headers=headers, timeout=30) as http:
-                i = index
-                while time.monotonic() < stop:
-                    body = {"sql": QUERIES[i % len(QUERIES)], "epsilon": EPSILON}
-                    start = time.perf_counter()
-                    response = http.post("/v1/datasets/people/queries", json=body)
-                    elapsed = time.perf_counter() - start
-                    with lock:
-                        if response.status_code == 200:
-                            latencies.append(elapsed)
-                        else:
-                            refused += 1
-                    i += 1
 
-        began = time.monotonic()
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        wall = time.monotonic() - began
-    total = service.ledger.charged_total("people")
-    expected = ApproxDP(Fraction(str(EPSILON)) * len(latencies), 0)
-    assert total == expected, f"ledger {total} != released {expected}"
-    assert total.fits_within(ApproxDP(1000, 0))
-    service.catalog.close()
-    service.ledger.close()
-    ordered = sorted(latencies)
+def run(ledger: str, data: Path, args: argparse.Namespace, *, result_cache: bool) -> dict[str, Any]:
+    """Drive one server; throughput, latency and the overspend check."""
+    with server(ledger, data, args.clients, result_cache=result_cache) as (url, tokens):
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens[0]}"}) as http:
+            for sql in QUERIES:  # warm up: open the dataset, every plan (and result, if cached)
+                body = {"sql": sql, "epsilon": EPSILON}
+                http.post("/v1/datasets/people/queries", json=body).raise_for_status()
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(args.clients) as pool:
+            pool.map(abs, range(args.clients))  # every worker has started and imported
+            start = time.time() + args.warmup
+            stop = start + args.seconds
+            jobs = [(url, token, i, start, stop) for i, token in enumerate(tokens)]
+            results = pool.starmap(client, jobs)
+    latencies = sorted(x for r in results for x in r["latencies"])
+    answered = [Fraction(c) for r in results for c in r["costs"]] + [Fraction(str(EPSILON))] * len(
+        QUERIES
+    )
+    check = Ledger(ledger)
+    try:
+        total = check.charged_total("people")
+        assert total == ApproxDP(sum(answered, Fraction(0)), 0), "ledger != answered queries"
+        assert total.fits_within(ApproxDP(CAP, 0)), "the dataset cap was overspent"
+        for grant in check.grants():
+            assert grant_budget(grant).spent.fits_within(ApproxDP(GRANT, 0)), "grant overspent"
+    finally:
+        check.close()
     return {
         "queries": len(latencies),
-        "refused": refused,
-        "qps": len(latencies) / wall,
-        "p50_ms": 1000 * statistics.median(ordered),
-        "p99_ms": 1000 * ordered[int(0.99 * (len(ordered) - 1))],
+        "failed": sum(r["failed"] for r in results),
+        "qps": len(latencies) / args.seconds,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))],
     }
 
 
 def main() -> None:
-    """Run the benchmark with each available ledger."""
+    """Run the benchmark for each ledger and result-cache setting."""
     parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers(dest="command")
+    serve_parser = commands.add_parser("serve", help="(internal) the server subprocess")
+    serve_parser.add_argument("--ledger", required=True)
+    serve_parser.add_argument("--data", required=True)
+    serve_parser.add_argument("--port", type=int, required=True)
+    serve_parser.add_argument("--clients", type=int, required=True)
+    serve_parser.add_argument("--result-cache", action="store_true")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--postgres", help="a PostgreSQL SQLAlchemy URL for the second run")
+    parser.add_argument("--ledgers", default="sqlite,postgresql")
+    parser.add_argument("--caches", default="off,on")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        data = write_data(Path(tmp) / "people.parquet", args.rows)
-        ledgers = {"sqlite": f"sqlite:///{tmp}/ledger.sqlite3"}
-        if args.postgres:
-            ledgers["postgresql"] = args.postgres
-        for name, url in ledgers.items():
-            result = run(url, data, args.seconds, args.clients)
-            print(
-                f"{name:10s} rows={args.rows} clients={args.clients} "
-                f"queries={result['queries']} refused={result['refused']} "
-                f"qps={result['qps']:.1f} p50={result['p50_ms']:.1f}ms "
-                f"p99={result['p99_ms']:.1f}ms overspend=0"
-            )
+    if args.command == "serve":
+        serve(args)
+        return
+    ledgers = args.ledgers.split(",")
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        data = write_data(tmp / "people.parquet", args.rows)
+        postgres = None
+        if "postgresql" in ledgers and postgres_available():
+            postgres = stack.enter_context(throwaway_postgres(durable=True))
+        print(f"rows={args.rows} clients={args.clients} seconds={args.seconds} mix={len(QUERIES)}")
+        print("| ledger | result cache | q/s | p50 ms | p99 ms | answered | failed | overspend |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name in ledgers:
+            for cache in args.caches.split(","):
+                if name == "sqlite":
+                    url = f"sqlite:///{tmp}/ledger-{cache}.sqlite3"
+                elif postgres is not None:
+                    url = fresh_postgres_url(postgres)
+                else:
+                    print(f"| {name} | {cache} | skipped: PostgreSQL is not installed |")
+                    continue
+                result = run(url, data, args, result_cache=cache == "on")
+                print(
+                    f"| {name} | {cache} | {result['qps']:.0f} | {result['p50_ms']:.1f} | "
+                    f"{result['p99_ms']:.1f} | {result['queries']} | {result['failed']} | 0 |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Fixtures and helpers shared by the service tests (imported by tests/test_service_*.py).
 
 * :func:`postgres_server` — a throwaway PostgreSQL 15 cluster (session-scoped; run as user
-  ``postgres`` because initdb refuses root), with :func:`fresh_postgres_url` making one empty
-  database per test.
+  ``postgres`` because initdb refuses root; :func:`throwaway_postgres` outside pytest), with
+  :func:`fresh_postgres_url` making one empty database per test.
 * :func:`cheap_hasher` — argon2 with minimal cost so tests that issue many tokens stay fast.
 * :class:`LiveServer` — ``dpcurator serve`` as a real uvicorn subprocess on a random loopback port.
 """
@@ -52,11 +52,13 @@ def _as_postgres(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, check=True, capture_output=True, text=True, timeout=60)
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
-    """Start a throwaway PostgreSQL cluster; yields its base URL (without database name)."""
-    if not (PG_BIN / "initdb").exists():
-        pytest.skip("PostgreSQL 15 binaries are not installed")
+@contextlib.contextmanager
+def throwaway_postgres(*, durable: bool = False) -> Iterator[str]:
+    """Run a throwaway PostgreSQL 15 cluster; yields its base URL (without database name).
+
+    ``durable=False`` (tests) turns fsync off; ``durable=True`` (benchmarks) keeps PostgreSQL's
+    defaults (fsync on, synchronous_commit on).
+    """
     root = Path(tempfile.mkdtemp(prefix="dpc-pg-"))
     data = root / "data"
     if os.geteuid() == 0:
@@ -65,9 +67,9 @@ def postgres_server() -> Iterator[str]:
     _as_postgres(
         str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"
     )
-    options = (
-        f"-p {port} -k {root} -c fsync=off -c listen_addresses=127.0.0.1 -c max_connections=200"
-    )
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=200"
+    if not durable:
+        options += " -c fsync=off"
     _as_postgres(
         str(PG_BIN / "pg_ctl"),
         "-D",
@@ -84,6 +86,20 @@ def postgres_server() -> Iterator[str]:
     finally:
         _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
         shutil.rmtree(root, ignore_errors=True)
+
+
+def postgres_available() -> bool:
+    """Whether the PostgreSQL 15 binaries are installed."""
+    return (PG_BIN / "initdb").exists()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster for the session (skipped without the binaries)."""
+    if not postgres_available():
+        pytest.skip("PostgreSQL 15 binaries are not installed")
+    with throwaway_postgres() as url:
+        yield url
 
 
 def fresh_postgres_url(base: str) -> str:

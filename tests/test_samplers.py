@@ -1,7 +1,7 @@
 """Tests of the exact samplers (dpcurator.random.samplers).
 
 Distributional tests (marker ``statistical``) compare ~10^6 draws from the real SecureRng with the
-exact pmf, computed independently in mpmath at 50 digits, by a chi-square test over cells with
+exact pmf, computed independently in mpmath at 40 digits, by a chi-square test over cells with
 merged tails (every merged cell expects >= 5 counts) at alpha = 1e-6 per test; the same sample must
 then be REJECTED against the pmf with the scale (or σ) multiplied by 0.9 and by 1.1 (power check).
 Bernoulli samplers use an exact binomial test.
@@ -35,7 +35,7 @@ from dpcurator.random import (
 from tests.stat_tools import ALPHA, chi_square_pvalue
 
 N = 1_000_000
-mpmath.mp.dps = 50
+DIGITS = 40  # mpmath precision of the reference distributions
 MPF = mpmath.mpf
 
 # -- exact reference distributions (mpmath) --------------------------------------------------------
@@ -58,9 +58,9 @@ def geometric_cdf(gamma: Fraction) -> Callable[[int], mpmath.mpf]:
 
 
 def gaussian_cdf(sigma: Fraction | float) -> Callable[[int], mpmath.mpf]:
-    """P[X <= x] for P[x] ∝ exp(-x²/(2σ²)), by exact summation (terms below 10^-60 dropped)."""
+    """P[X <= x] for P[x] ∝ exp(-x²/(2σ²)), by exact summation (terms below 10^-31 dropped)."""
     s2 = MPF(Fraction(sigma) ** 2)
-    half = math.ceil(float(Fraction(sigma)) * 17) + 2  # exp(-17²/2) < 1e-62
+    half = math.ceil(float(Fraction(sigma)) * 12) + 2  # exp(-12²/2) < 1e-31
     weights = [mpmath.exp(-(MPF(x) ** 2) / (2 * s2)) for x in range(-half, half + 1)]
     total = mpmath.fsum(weights)
     cumulative: list[mpmath.mpf] = []
@@ -104,11 +104,12 @@ def assert_fits_and_has_power(
     cdf_of: Callable[[float], Callable[[int], mpmath.mpf]],
 ) -> None:
     """Chi-square fit to cdf_of(1) at ALPHA; the same sample rejects cdf_of(0.9) and cdf_of(1.1)."""
-    observed, expected = observed_and_expected(sample, edges, cdf_of(1.0))
-    assert chi_square_pvalue(observed, expected) > ALPHA
-    for factor in (0.9, 1.1):
-        _, wrong = observed_and_expected(sample, edges, cdf_of(factor))
-        assert chi_square_pvalue(observed, wrong) < ALPHA, f"no power against x{factor}"
+    with mpmath.workdps(DIGITS):
+        observed, expected = observed_and_expected(sample, edges, cdf_of(1.0))
+        assert chi_square_pvalue(observed, expected) > ALPHA
+        for factor in (0.9, 1.1):
+            _, wrong = observed_and_expected(sample, edges, cdf_of(factor))
+            assert chi_square_pvalue(observed, wrong) < ALPHA, f"no power against x{factor}"
 
 
 def binomial_pvalue(successes: int, trials: int, p: mpmath.mpf) -> float:
@@ -202,6 +203,37 @@ def test_discrete_gaussian_python_fallback_is_exact(monkeypatch: pytest.MonkeyPa
     sigma = Fraction(3)
     sample = discrete_gaussian(SecureRng(), sigma, 200_000)
     assert_fits_and_has_power(sample, cells(-20, 20), lambda f: gaussian_cdf(sigma * Fraction(f)))
+
+
+@pytest.mark.statistical
+def test_scalar_python_paths_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Batches of at most _SCALAR_MAX values run the same algorithms in Python integers; force that
+    # path for whole samples and check it against the exact pmfs too.
+    monkeypatch.setattr(samplers, "_SCALAR_MAX", 10**9)
+    rng = SecureRng()
+    n = 60_000
+    sample = discrete_laplace(rng, 10, n)
+    assert_fits_and_has_power(sample, cells(-150, 150), lambda f: laplace_cdf(10 * Fraction(f)))
+    sample = discrete_gaussian(rng, Fraction(7, 3), n)
+    exact = Fraction(7, 3)
+    assert_fits_and_has_power(sample, cells(-15, 15), lambda f: gaussian_cdf(exact * Fraction(f)))
+    for gamma in (Fraction(1, 10), Fraction(3)):
+        sample = geometric(rng, gamma.numerator, gamma.denominator, 50_000)
+        top = math.ceil(13 / gamma)
+        assert_fits_and_has_power(
+            sample, cells(0, top), lambda f, g=gamma: geometric_cdf(g / Fraction(f))
+        )
+    assert discrete_laplace(rng, Fraction(1, 2**70), 1000).tolist() == [0] * 1000
+
+
+def test_small_batches_are_seeded_and_typed() -> None:
+    for size in range(1, 6):
+        a = discrete_laplace(SeededRng(size), 3, size)
+        assert a.dtype == np.int64
+        assert a.shape == (size,)
+        assert a.tolist() == discrete_laplace(SeededRng(size), 3, size).tolist()
+        assert discrete_gaussian(SeededRng(size), 3, size).shape == (size,)
+        assert geometric(SeededRng(size), 1, 3, size).shape == (size,)
 
 
 def test_quadratic_parts_is_exact() -> None:

@@ -17,12 +17,27 @@ refused, which groups appear (with public keys) or how long a refusal takes:
 
 A query is charged as one event (:class:`~dpcurator.accounting.PureEvent` of its ε, or
 :class:`~dpcurator.accounting.ApproxEvent` when partition selection spends δ).
+
+Caches (both bounded LRUs, thread-safe, shareable between sessions over the same table):
+
+* **plans** (always on): the parsed query and its private plan per (query, ε, δ, selection
+  weight, metadata). Planning is a pure function of these public inputs, so a cached plan is the
+  plan that would be computed again; nothing about the data is involved.
+* **exact results** (off unless a ``result_cache`` is passed): the engine's exact aggregates per
+  exact plan. Every release still reserves and charges its full cost and draws FRESH noise, so
+  the distribution of every release is unchanged. What changes is timing: a hit skips the engine,
+  and whether a query hits depends only on the history of queries (public to the curator), not on
+  the data. A result cache is only valid for ONE backend over data that does not change (one
+  dataset version): never share it between backends.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
+from collections.abc import Hashable
 from types import TracebackType
+from typing import Generic, TypeVar
 
 from dpcurator._validation import check_probability, fail
 from dpcurator.accounting import ApproxEvent, Budget, BudgetFilter, PrivacyFilter, PureEvent
@@ -31,11 +46,60 @@ from dpcurator.core.measures import ApproxDP, Measure, PureDP
 from dpcurator.estimators.bounds import bounds_from_noisy_counts
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.builder import Query
+from dpcurator.query.ir import AggregatePlan, ExactResult
 from dpcurator.query.planner import Plan, plan_bounds, plan_query
 from dpcurator.query.release import CostEstimate, Release, estimate_plan, release_plan
 from dpcurator.query.schema import Metadata
 from dpcurator.query.sql import parse_sql
 from dpcurator.random import Rng
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+DEFAULT_PLAN_CACHE_SIZE = 512
+
+
+class LruCache(Generic[K, V]):
+    """A bounded, thread-safe least-recently-used mapping.
+
+    Args:
+        maxsize: how many entries are kept (the least recently used is dropped first).
+    """
+
+    def __init__(self, maxsize: int) -> None:
+        if not isinstance(maxsize, int) or isinstance(maxsize, bool) or maxsize < 1:
+            raise fail("LruCache", "maxsize", "an int >= 1", maxsize)
+        self.maxsize = maxsize
+        self._entries: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: K) -> V | None:
+        """The value stored under ``key`` (now the most recently used), or None."""
+        with self._lock:
+            value = self._entries.get(key)
+            if value is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+                self._entries.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        """Store ``value`` under ``key``, dropping the least recently used entry when full."""
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            if len(self._entries) > self.maxsize:
+                self._entries.popitem(last=False)
+
+
+PlanKey = tuple[str | Query, object, object, object, Metadata]
+PlanCache = LruCache[PlanKey, Plan]
+ResultCache = LruCache[AggregatePlan, ExactResult]
 
 
 def _event(cost: PureDP | ApproxDP) -> PrivacyEvent:
@@ -54,6 +118,9 @@ class Session:
         budget_filter: any :class:`~dpcurator.accounting.BudgetFilter` instead (e.g. a ledger).
         alpha: default level of the released (1-α) confidence intervals.
         rng: the randomness source (default: the process-wide SecureRng; tests pass SeededRng).
+        plan_cache: a plan cache to share between sessions (default: a new one for this session).
+        result_cache: an exact-result cache for this backend's data, or None (the default) to
+            run the engine for every release (see the module docstring before enabling it).
     """
 
     def __init__(
@@ -65,6 +132,8 @@ class Session:
         budget_filter: BudgetFilter | None = None,
         alpha: float = 0.05,
         rng: Rng | None = None,
+        plan_cache: PlanCache | None = None,
+        result_cache: ResultCache | None = None,
     ) -> None:
         if not isinstance(metadata, Metadata):
             raise fail("Session", "metadata", "a Metadata", metadata)
@@ -80,6 +149,10 @@ class Session:
         self._alpha = float(alpha)
         self._rng = rng
         self._lock = threading.Lock()
+        self._plans: PlanCache = (
+            LruCache(DEFAULT_PLAN_CACHE_SIZE) if plan_cache is None else plan_cache
+        )
+        self._results = result_cache
 
     @classmethod
     def from_data(
@@ -93,10 +166,18 @@ class Session:
         alpha: float = 0.05,
         rng: Rng | None = None,
     ) -> Session:
-        """Open ``source`` (CSV/Parquet path, pandas/polars/pyarrow, DuckDB, Spark) as the table."""
+        """Open ``source`` (CSV/Parquet path, pandas/polars/pyarrow, DuckDB, Spark) as the table.
+
+        The table is exposed with the metadata's declared column types (a CSV column of digits
+        declared a string is text), so a conversion the engine cannot make is refused here, with
+        DomainError, before any budget is spent.
+        """
         if not isinstance(metadata, Metadata):
             raise fail("Session.from_data", "metadata", "a Metadata", metadata)
-        backend = open_backend(source, table=metadata.table, engine=engine)
+        column_types = {column.name: column.type for column in metadata.columns}
+        backend = open_backend(
+            source, table=metadata.table, engine=engine, column_types=column_types
+        )
         return cls(
             backend, metadata, budget=budget, budget_filter=budget_filter, alpha=alpha, rng=rng
         )
@@ -133,11 +214,20 @@ class Session:
         delta: float = 0.0,
         selection_weight: float = 1.0,
     ) -> Plan:
-        """The private plan of a query (SQL text or builder Query), computed without data."""
-        parsed = parse_sql(query, self._metadata) if isinstance(query, str) else query
-        return plan_query(
-            parsed, self._metadata, epsilon=epsilon, delta=delta, selection_weight=selection_weight
-        )
+        """The private plan of a query (SQL text or builder Query), computed without data.
+
+        Plans are cached per (query, ε, δ, selection weight, metadata): see the module docstring.
+        """
+        metadata = self._metadata
+        key: PlanKey = (query, epsilon, delta, selection_weight, metadata)
+        plan = self._plans.get(key)
+        if plan is None:
+            parsed = parse_sql(query, metadata) if isinstance(query, str) else query
+            plan = plan_query(
+                parsed, metadata, epsilon=epsilon, delta=delta, selection_weight=selection_weight
+            )
+            self._plans.put(key, plan)
+        return plan
 
     def estimate(
         self,
@@ -166,7 +256,7 @@ class Session:
         plan = self.plan(query, epsilon=epsilon, delta=delta, selection_weight=selection_weight)
         reservation = self._filter.reserve(_event(plan.cost), description=_describe(query))
         reservation.commit()
-        exact = self._backend.compute(plan.exact)
+        exact = self._compute(plan.exact)
         return release_plan(plan, exact, alpha=level, rng=self._rng)
 
     def sql(
@@ -195,7 +285,7 @@ class Session:
         plan = plan_bounds(self._metadata, column, epsilon=epsilon, beta=beta)
         reservation = self._filter.reserve(_event(plan.cost), description=f"dp_bounds({column})")
         reservation.commit()
-        exact = self._backend.compute(plan.exact)
+        exact = self._compute(plan.exact)
         counts = [
             int(exact.groups.get((i,), {}).get("n", 0))  # type: ignore[call-overload]
             for i in range(plan.bins.bins)
@@ -220,6 +310,16 @@ class Session:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+    def _compute(self, exact: AggregatePlan) -> ExactResult:
+        """The engine's exact aggregates (from the result cache when enabled and present)."""
+        if self._results is None:
+            return self._backend.compute(exact)
+        result = self._results.get(exact)
+        if result is None:
+            result = self._backend.compute(exact)
+            self._results.put(exact, result)
+        return result
 
     def _level(self, alpha: float | None) -> float:
         if alpha is None:

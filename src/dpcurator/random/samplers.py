@@ -16,9 +16,9 @@ thresholds (never by a biased ``% bound`` or float scaling).
 Timing side channels (Jin, McMurtry, Rubinstein & Ohrimenko, "Are We There Yet? Timing and
 Floating-Point Attacks on Differential Privacy Systems", IEEE S&P 2022): the samplers are NOT
 constant-time. The number of rejection rounds and chain iterations, hence the running time,
-depends on the values drawn (for example a large |noise| takes a few more iterations). A caller
-that releases many values at once leaks only the aggregate running time of the batch; do not
-expose per-value timings to an adversary.
+depends on the values drawn (for example a large |noise| takes a few more iterations). Drawing a
+whole batch at once blurs this to an aggregate over the batch, which still depends on the noise:
+do not expose per-call or per-value timings to an adversary.
 """
 
 from __future__ import annotations
@@ -60,6 +60,9 @@ _MAX_T: Final = 2**56
 #: Bounds of the vectorised exact path of the Gaussian acceptance test (see _quadratic_parts).
 _FAST_X: Final = 2**53
 _FAST_Q: Final = 2.0**40
+#: Batches up to this size run the same algorithms one value at a time in Python integers, which
+#: beats dozens of numpy calls on tiny arrays (e.g. one noisy threshold in sparse vector).
+_SCALAR_MAX: Final = 4
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
@@ -275,6 +278,35 @@ def _bexp_python(rng: Rng, numerator: int, denominator: int) -> bool:
     return k % 2 == 1
 
 
+def _geometric_python(rng: Rng, t: int, s: int) -> int:
+    """One draw of :func:`_geometric_core` (same algorithm) in Python integers."""
+    if s >= t:
+        count = 0
+        while _bexp_python(rng, s, t):
+            count += 1
+        return count
+    while True:
+        u = _randbelow(rng, t)
+        if _bexp_python(rng, u, t):
+            break
+    v = 0
+    while _bexp_python(rng, 1, 1):
+        v += 1
+    value = (u + t * v) // s
+    if value > _I64_MAX:  # pragma: no cover - probability below exp(-2^11)
+        raise InternalInvariantError("A geometric sample exceeded the int64 range.")
+    return value
+
+
+def _discrete_laplace_python(rng: Rng, t: int, s: int) -> int:
+    """One draw of :func:`_discrete_laplace_core` (same algorithm) in Python integers."""
+    while True:
+        magnitude = _geometric_python(rng, t, s)
+        negative = _randbelow(rng, 2) == 1
+        if not (negative and magnitude == 0):
+            return -magnitude if negative else magnitude
+
+
 # ------------------------------------------------------------------------------------------------
 # Public samplers
 # ------------------------------------------------------------------------------------------------
@@ -417,9 +449,11 @@ def _geometric_core(rng: Rng, t: int, s: int, n: int) -> IntArray:
     X = U + t·V is geometric with ratio e^(-1/t) and Y = floor(X / s). For s/t >= 1 (mean below
     0.6) the definition is cheaper: Y counts Bernoulli(exp(-s/t)) successes before a failure.
 
-    1 <= t < 2^63 and s >= 1 are Python integers; s may exceed int64 (then Y = 0 unless X does).
-    Accepted proposals are i.i.d. from the target, so they fill the output in order.
+    t and s are Python integers in [1, 2^63) (s may be larger when s >= t). Accepted proposals
+    are i.i.d. from the target, so they fill the output in order.
     """
+    if n <= _SCALAR_MAX:
+        return np.array([_geometric_python(rng, t, s) for _ in range(n)], dtype=np.int64)
     if s >= t:
         return _geometric_by_trials(rng, s, t, n)
     out = np.empty(n, dtype=np.int64)
@@ -432,12 +466,7 @@ def _geometric_core(rng: Rng, t: int, s: int, n: int) -> IntArray:
         v = _geometric_exp_one(rng, u.size)
         x = v * t
         x += u
-        if s == 1:
-            y = x
-        elif s <= _I64_MAX:
-            y = x // s
-        else:
-            y = np.zeros_like(x)
+        y = x if s == 1 else x // s
         for i in np.flatnonzero(v > v_safe):  # X beyond int64 (probability < e^-127): Python
             value = (int(u[i]) + t * int(v[i])) // s
             if value > _I64_MAX:
@@ -522,6 +551,8 @@ def _laplace_parameters(scale: object, owner: str = "discrete_laplace") -> tuple
 
 def _discrete_laplace_core(rng: Rng, t: int, s: int, n: int) -> IntArray:
     """CKS20 Algorithm 2: discrete Laplace with scale t/s (t < 2^63, s >= 1 Python integers)."""
+    if n <= _SCALAR_MAX:
+        return np.array([_discrete_laplace_python(rng, t, s) for _ in range(n)], dtype=np.int64)
     out = np.empty(n, dtype=np.int64)
     filled = 0
     while filled < n:
@@ -632,6 +663,14 @@ def _discrete_gaussian_core(rng: Rng, t: int, c: int, big_l: int, n: int) -> Int
     """CKS20 Algorithm 3 with σ² = c·t/L: Y ~ discrete Laplace(t), accept with probability
     exp(-(|Y| - σ²/t)² / (2σ²)) = exp(-(L|Y| - c)² / (2ctL))."""
     d = 2 * c * t * big_l
+    if n <= _SCALAR_MAX:
+        values: list[int] = []
+        while len(values) < n:
+            proposal = _discrete_laplace_python(rng, t, 1)
+            x = abs(proposal) * big_l - c
+            if _bexp_python(rng, x * x, d):
+                values.append(proposal)
+        return np.array(values, dtype=np.int64)
     out = np.empty(n, dtype=np.int64)
     filled = 0
     max_y = (_FAST_X - 1 + c) // big_l  # |Y| <= max_y keeps |L|Y| - c| < 2^53

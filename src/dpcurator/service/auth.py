@@ -2,9 +2,12 @@
 
 A token reads ``dpc_<token id>_<secret>``. The token id is public and indexes the ``tokens`` table;
 the secret (32 random bytes) is checked against its argon2id hash. Argon2 is deliberately slow, so
-a verified token is cached in memory for a short time under the SHA-256 of the whole token (a fast
-hash is enough: the secret has 256 bits of entropy). Revoking a token drops it from the cache at
-once; expiry is checked on every request.
+a verified token is cached in memory for a short time (``cache_seconds``) under a keyed BLAKE2b
+hash of the whole token (a fast hash is enough: the secret has 256 bits of entropy; the key is
+drawn per process, so the cache never holds anything that verifies a token elsewhere). Revoking a
+token through this server drops it from the cache at once (another server process sharing the
+ledger notices within ``cache_seconds``); expiry is checked on every request. The cache is
+bounded: expired entries are dropped when it grows past ``cache_size``.
 
 Failed sign-ins are counted per client address in a sliding window; past the limit the client is
 refused (429) for the rest of the window, valid token or not.
@@ -68,8 +71,11 @@ def random_id(nbytes: int) -> str:
     return text.rstrip("=")
 
 
-def _fast_key(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+_CACHE_KEY = _RNG.random_bytes(32)
+
+
+def _fast_key(token: str) -> bytes:
+    return hashlib.blake2b(token.encode("utf-8"), key=_CACHE_KEY, digest_size=32).digest()
 
 
 class _FailureWindow:
@@ -111,6 +117,8 @@ class TokenAuthority:
         ledger: where tokens and principals are stored.
         hasher: the argon2 hasher (tests may pass cheaper parameters).
         cache_seconds: how long a verified token is trusted without argon2.
+        cache_size: past this many cached tokens, expired entries are dropped (and, if still
+            full, the whole cache: the next requests verify with argon2 again).
         max_failures, failure_window: rate limit of failed sign-ins per client address.
     """
 
@@ -120,6 +128,7 @@ class TokenAuthority:
         *,
         hasher: PasswordHasher | None = None,
         cache_seconds: float = 30.0,
+        cache_size: int = 10_000,
         max_failures: int = 10,
         failure_window: float = 60.0,
     ) -> None:
@@ -127,7 +136,8 @@ class TokenAuthority:
         self._hasher = hasher or PasswordHasher()
         self._dummy_hash = self._hasher.hash("dpcurator-dummy-secret")
         self._cache_seconds = cache_seconds
-        self._cache: dict[str, tuple[Identity, float, datetime | None]] = {}
+        self._cache_size = cache_size
+        self._cache: dict[bytes, tuple[Identity, float, datetime | None]] = {}
         self._lock = threading.Lock()
         self._failures = _FailureWindow(max_failures, failure_window)
 
@@ -146,6 +156,22 @@ class TokenAuthority:
             for key in [k for k, v in self._cache.items() if v[0].token_id == token_id]:
                 del self._cache[key]
 
+    def cached(self, authorization: str | None, client: str) -> Identity | None:
+        """The identity of a recently verified token (no database, no argon2), or None.
+
+        Raises:
+            RateLimitedError: this client failed too often recently.
+        """
+        self._failures.check(client)
+        if authorization is None or not authorization.startswith("Bearer "):
+            return None
+        key = _fast_key(authorization.removeprefix("Bearer ").strip())
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is not None and cached[1] > time.monotonic() and not _expired(cached[2]):
+            return cached[0]
+        return None
+
     def authenticate(self, authorization: str | None, client: str) -> Identity:
         """The identity behind an ``Authorization: Bearer <token>`` header.
 
@@ -153,22 +179,24 @@ class TokenAuthority:
             RateLimitedError: this client failed too often recently.
             AuthError: no token, malformed, unknown, wrong secret, revoked or expired.
         """
-        self._failures.check(client)
+        identity = self.cached(authorization, client)
+        if identity is not None:
+            return identity
         if authorization is None or not authorization.startswith("Bearer "):
             raise AuthError("Missing credentials: send 'Authorization: Bearer <token>'.")
         token = authorization.removeprefix("Bearer ").strip()
         key = _fast_key(token)
         now = time.monotonic()
-        with self._lock:
-            cached = self._cache.get(key)
-        if cached is not None and cached[1] > now and not _expired(cached[2]):
-            return cached[0]
         try:
             identity, expires_at = self._verify(token)
         except AuthError:
             self._failures.record(client)
             raise
         with self._lock:
+            if len(self._cache) >= self._cache_size:
+                self._cache = {k: v for k, v in self._cache.items() if v[1] > now}
+                if len(self._cache) >= self._cache_size:
+                    self._cache.clear()
             self._cache[key] = (identity, now + self._cache_seconds, expires_at)
         return identity
 

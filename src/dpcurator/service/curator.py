@@ -2,10 +2,12 @@
 ledger-backed :class:`BudgetFilter` they charge.
 
 A :class:`Catalog` opens each registered dataset once (public metadata + data source) and keeps
-it. Every request gets a Session whose budget filter is a :class:`LedgerFilter`: when the Session
-reserves the query's privacy event — after planning from public metadata, before touching any
-data — the filter runs the ledger's atomic reservation, so a refused query reads no data and
-costs nothing.
+it, with a plan cache (always) and, if the catalog is built with ``result_cache=True``, an
+exact-result cache per dataset (see :mod:`dpcurator.query.session`: every release is still
+charged in full and gets fresh noise; a cache hit skips only the engine). Every request gets a
+Session whose budget filter is a :class:`LedgerFilter`: when the Session reserves the query's
+privacy event — after planning from public metadata, before touching any data — the filter runs
+the ledger's atomic reservation, so a refused query reads no data and costs nothing.
 """
 
 from __future__ import annotations
@@ -25,11 +27,24 @@ from dpcurator.core.measures import ApproxDP, Measure, PureDP
 from dpcurator.errors import DomainError, InternalInvariantError, ParameterError
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.schema import Metadata
-from dpcurator.query.session import Session
-from dpcurator.service.ledger import ChargeRequest, Ledger, dataset_budget, grant_budget
+from dpcurator.query.session import (
+    DEFAULT_PLAN_CACHE_SIZE,
+    LruCache,
+    PlanCache,
+    ResultCache,
+    Session,
+)
+from dpcurator.service.ledger import (
+    BudgetView,
+    ChargeRequest,
+    Ledger,
+    dataset_budget,
+    grant_budget,
+)
 from dpcurator.service.models import Dataset
 
 _SOURCE_SUFFIXES = (".parquet", ".csv", ".duckdb")
+DEFAULT_RESULT_CACHE_SIZE = 1024
 
 
 class AlreadyCharged(Exception):  # noqa: N818  # a control-flow signal, not an error
@@ -63,6 +78,7 @@ class LedgerFilter:
         self._template = template
         self._live: list[Reservation] = []
         self.charge_id: int | None = None
+        self.budget: BudgetView | None = None
 
     def reserve(self, event: PrivacyEvent, *, description: str = "") -> Reservation:
         """Charge the ledger atomically (or raise BudgetExceededError, changing nothing)."""
@@ -73,6 +89,7 @@ class LedgerFilter:
         if reserved.reused and reserved.status != "reserved":
             raise AlreadyCharged(reserved.charge_id)
         self.charge_id = reserved.charge_id
+        self.budget = reserved.budget
         reservation = Reservation(event, description, reserved.charge_id, self)
         self._live.append(reservation)
         return reservation
@@ -121,17 +138,25 @@ def _exact(value: Fraction) -> float:
 
 @dataclass
 class DatasetRuntime:
-    """A registered dataset opened for querying: its public metadata and its engine."""
+    """A registered dataset opened for querying: public metadata, engine and caches."""
 
     metadata: Metadata
     backend: Backend
+    plans: PlanCache
+    results: ResultCache | None
 
     def schema(self) -> dict[str, Any]:
         """The public metadata (what analysts may see)."""
         return self.metadata.to_dict()
 
     def _session(self, budget_filter: BudgetFilter) -> Session:
-        return Session(self.backend, self.metadata, budget_filter=budget_filter)
+        return Session(
+            self.backend,
+            self.metadata,
+            budget_filter=budget_filter,
+            plan_cache=self.plans,
+            result_cache=self.results,
+        )
 
     def estimate(
         self, sql: str, epsilon: Fraction, delta: Fraction
@@ -153,10 +178,17 @@ class DatasetRuntime:
 
 
 class Catalog:
-    """Opens registered datasets once and keeps them (thread-safe)."""
+    """Opens registered datasets once and keeps them (thread-safe).
 
-    def __init__(self, *, engine: str = "duckdb") -> None:
+    Args:
+        engine: the query engine of file sources.
+        result_cache: keep each dataset's exact aggregates per exact plan (see the module
+            docstring); off by default.
+    """
+
+    def __init__(self, *, engine: str = "duckdb", result_cache: bool = False) -> None:
         self.engine = engine
+        self.result_cache = result_cache
         self._runtimes: dict[str, DatasetRuntime] = {}
         self._lock = threading.Lock()
 
@@ -179,7 +211,12 @@ class Catalog:
             runtime = self._runtimes.get(dataset.id)
             if runtime is None:
                 metadata = Metadata.from_dict(dataset.metadata_doc)
-                runtime = DatasetRuntime(metadata, self._open(dataset.source, metadata))
+                runtime = DatasetRuntime(
+                    metadata,
+                    self._open(dataset.source, metadata),
+                    LruCache(DEFAULT_PLAN_CACHE_SIZE),
+                    LruCache(DEFAULT_RESULT_CACHE_SIZE) if self.result_cache else None,
+                )
                 self._runtimes[dataset.id] = runtime
             return runtime
 

@@ -8,6 +8,17 @@ transaction is serialised by ``BEGIN IMMEDIATE`` on SQLite (one writer at a time
 concurrent requests can never both see the same remaining budget. A refused reservation rolls
 back and changes nothing.
 
+A query costs three short transactions: :meth:`Ledger.access` (read: the dataset row and the
+caller's grant, to check visibility before any planning), :meth:`Ledger.reserve` (write: check both
+budgets and insert the charge) and :meth:`Ledger.complete` (write: store the release).
+
+Durability. SQLite runs in WAL mode with ``synchronous=NORMAL``: a committed transaction is in the
+WAL file before ``COMMIT`` returns, so it survives the server process being killed at any point
+(the crash test SIGKILLs the server under load), but the WAL is fsynced only at checkpoints, so an
+OS crash or power loss may lose the last few commits (never corrupt the ledger). Where that matters,
+use PostgreSQL (with its default ``synchronous_commit=on``). Writers wait for the lock up to
+``busy_timeout``. PostgreSQL connections are pooled (``pool_size`` + ``max_overflow``).
+
 Costs compose by basic sequential composition in (ε, δ): costs add exactly (Fractions stored as
 text). A charge, once reserved, is never refunded: if the engine fails afterwards the charge stays
 (``failed``), because the failure may already depend on the data.
@@ -23,12 +34,24 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from sqlalchemy import Connection, create_engine, event, func, select
+from sqlalchemy import (
+    BindParameter,
+    Connection,
+    Row,
+    Table,
+    bindparam,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session as OrmSession
 
 from dpcurator.core.measures import ApproxDP
-from dpcurator.errors import BudgetExceededError
+from dpcurator.errors import BudgetExceededError, InternalInvariantError
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.models import (
     AuditEvent,
@@ -44,6 +67,7 @@ from dpcurator.service.models import (
 
 ROLES = ("owner", "analyst")
 _ZERO = ApproxDP(0, 0)
+SQLITE_BUSY_TIMEOUT_MS = 60_000
 
 
 def cost_of(epsilon: str, delta: str) -> ApproxDP:
@@ -73,6 +97,14 @@ class BudgetView:
 
 
 @dataclass(frozen=True)
+class Access:
+    """A dataset as one caller may use it: its row and, for analysts, their budget on it."""
+
+    dataset: Dataset
+    budget: BudgetView | None
+
+
+@dataclass(frozen=True)
 class ChargeRequest:
     """What :meth:`Ledger.reserve` needs to know about a release before it runs.
 
@@ -94,13 +126,17 @@ class ChargeRequest:
 
 @dataclass(frozen=True)
 class Reservation:
-    """A reserved charge. ``reused`` is true when an earlier charge with the same key was found."""
+    """A reserved charge. ``reused`` is true when an earlier charge with the same key was found.
+
+    ``budget`` is the caller's grant right after this charge (None for owners and reused charges).
+    """
 
     charge_id: int
     cost: ApproxDP
     status: str
     result: dict[str, Any] | None
     reused: bool
+    budget: BudgetView | None = None
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -111,9 +147,9 @@ def _configure_sqlite(engine: Engine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA synchronous=NORMAL")  # durable against process kill, see above
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -143,6 +179,13 @@ class Ledger:
     def close(self) -> None:
         """Release every pooled database connection."""
         self._engine.dispose()
+
+    @contextmanager
+    def _connection(self, *, write: bool) -> Iterator[Connection]:
+        with self._engine.connect() as conn:
+            conn.execution_options(dpcurator_write=write)
+            with conn.begin():
+                yield conn
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[OrmSession]:
@@ -332,68 +375,85 @@ class Ledger:
         with self._transaction(write=False) as s:
             return list(s.scalars(query))
 
+    def access(self, principal_id: str, dataset_id: str, *, owner: bool) -> Access:
+        """The dataset and the caller's budget on it, in one read transaction.
+
+        Raises :class:`NotFoundError` if the dataset is unknown or, for an analyst, not granted
+        (an analyst without a grant does not learn that the dataset exists).
+        """
+        with self._connection(write=False) as conn:
+            row = conn.execute(_SQL.dataset, {"d": dataset_id}).first()
+            grant = None
+            if row is not None and not owner:
+                grant = conn.execute(_SQL.grant, {"p": principal_id, "d": dataset_id}).first()
+        if row is None or (not owner and grant is None):
+            raise NotFoundError(f"No dataset with id {dataset_id!r}.")
+        budget = None if grant is None else _view(*grant)
+        return Access(Dataset(**row._mapping), budget)
+
     # -- the ledger proper ------------------------------------------------------------------
 
     def reserve(self, request: ChargeRequest) -> Reservation:
         """Charge ``request.cost`` atomically against the grant and the dataset cap.
+
+        One write transaction of a few SQL statements (no ORM on this hot path): lock the dataset
+        row, look up the request key, lock the grant row, check both budgets, update both running
+        totals and insert the charge.
 
         Raises:
             BudgetExceededError: the cost does not fit; nothing was changed.
             ConflictError: the request key was already used for a different request.
             NotFoundError: unknown dataset, or the analyst has no grant on it.
         """
-        with self._transaction(write=True) as s:
-            dataset = s.get(Dataset, request.dataset_id, with_for_update=True)
-            if dataset is None:
+        cost = request.cost
+        who = {"p": request.principal_id, "d": request.dataset_id}
+        with self._connection(write=True) as conn:
+            cap_row = conn.execute(_SQL.cap_for_update, who).first()
+            if cap_row is None:
                 raise NotFoundError(f"No dataset with id {request.dataset_id!r}.")
             if request.request_key is not None:
-                earlier = s.scalar(
-                    select(Charge).where(
-                        Charge.principal_id == request.principal_id,
-                        Charge.request_key == request.request_key,
-                    )
-                )
+                earlier = conn.execute(_SQL.by_key, {**who, "k": request.request_key}).first()
                 if earlier is not None:
-                    return self._reuse(earlier, request)
-            grant = None
+                    return self._reuse(conn, earlier, request)
+            budget = None
             if request.charge_grant:
-                grant = s.get(Grant, (request.principal_id, dataset.id), with_for_update=True)
-                if grant is None:
+                grant_row = conn.execute(_SQL.grant_for_update, who).first()
+                if grant_row is None:
                     raise NotFoundError(f"No dataset with id {request.dataset_id!r}.")
-                grant_view = grant_budget(grant)
-                if not (grant_view.spent + request.cost).fits_within(grant_view.total):
+                grant_view = _view(*grant_row)
+                if not (grant_view.spent + cost).fits_within(grant_view.total):
                     raise BudgetExceededError(
-                        request.cost, grant_view.remaining, what="analyst's privacy budget"
+                        cost, grant_view.remaining, what="analyst's privacy budget"
                     )
-            cap_view = dataset_budget(dataset)
-            if not (cap_view.spent + request.cost).fits_within(cap_view.total):
+                budget = BudgetView(grant_view.total, grant_view.spent + cost)
+            cap_view = _view(*cap_row)
+            if not (cap_view.spent + cost).fits_within(cap_view.total):
                 raise BudgetExceededError(
-                    request.cost, cap_view.remaining, what="dataset's global privacy budget"
+                    cost, cap_view.remaining, what="dataset's global privacy budget"
                 )
-            if grant is not None:
-                spent = grant_budget(grant).spent + request.cost
-                grant.spent_epsilon, grant.spent_delta = str(spent.epsilon), str(spent.delta)
-            spent = cap_view.spent + request.cost
-            dataset.spent_epsilon, dataset.spent_delta = str(spent.epsilon), str(spent.delta)
-            charge = Charge(
-                principal_id=request.principal_id,
-                dataset_id=request.dataset_id,
-                kind=request.kind,
-                request_key=request.request_key,
-                fingerprint=request.fingerprint,
-                query_text=request.query_text,
-                epsilon=str(request.cost.epsilon),
-                delta=str(request.cost.delta),
-                events=request.events,
-                status="reserved",
-                claimed_by=self.boot_id,
-                created_at=utcnow(),
-            )
-            s.add(charge)
-            s.flush()
-            return Reservation(charge.id, request.cost, "reserved", None, reused=False)
+            if budget is not None:
+                conn.execute(_SQL.grant_spent, {**who, **_spent_values(budget.spent)})
+            conn.execute(_SQL.dataset_spent, {**who, **_spent_values(cap_view.spent + cost)})
+            charge_id = conn.execute(
+                _SQL.insert_charge,
+                {
+                    "principal_id": request.principal_id,
+                    "dataset_id": request.dataset_id,
+                    "kind": request.kind,
+                    "request_key": request.request_key,
+                    "fingerprint": request.fingerprint,
+                    "query_text": request.query_text,
+                    "epsilon": str(cost.epsilon),
+                    "delta": str(cost.delta),
+                    "events": request.events,
+                    "status": "reserved",
+                    "claimed_by": self.boot_id,
+                    "created_at": utcnow(),
+                },
+            ).scalar_one()
+        return Reservation(charge_id, cost, "reserved", None, False, budget)
 
-    def _reuse(self, earlier: Charge, request: ChargeRequest) -> Reservation:
+    def _reuse(self, conn: Connection, earlier: Row[Any], request: ChargeRequest) -> Reservation:
         """Return the charge of a retried request; claim it if its first process died."""
         if earlier.fingerprint != request.fingerprint or earlier.dataset_id != request.dataset_id:
             raise ConflictError(
@@ -405,7 +465,7 @@ class Ledger:
                 raise ConflictError(
                     f"The request with key {request.request_key!r} is still running. Retry later."
                 )
-            earlier.claimed_by = self.boot_id
+            conn.execute(_SQL.claim, {"i": earlier.id, "b": self.boot_id})
         return Reservation(
             earlier.id,
             cost_of(earlier.epsilon, earlier.delta),
@@ -438,13 +498,18 @@ class Ledger:
             dataset.spent_epsilon, dataset.spent_delta = str(left.epsilon), str(left.delta)
             charge.status, charge.completed_at = "cancelled", utcnow()
 
-    def complete(self, charge_id: int, result: dict[str, Any]) -> None:
-        """Store the released values of a reserved charge (the charge itself is unchanged)."""
-        with self._transaction(write=True) as s:
-            charge = s.get(Charge, charge_id)
-            if charge is None:
-                raise NotFoundError(f"No charge with id {charge_id}.")
-            charge.status, charge.result, charge.completed_at = "released", result, utcnow()
+    def complete(self, charge_id: int, result: dict[str, Any]) -> Charge:
+        """Store the released values of a reserved charge (its cost is unchanged); the entry.
+
+        One ``UPDATE ... RETURNING`` statement; the returned entry is detached from any session.
+        """
+        with self._connection(write=True) as conn:
+            row = conn.execute(
+                _SQL.complete, {"i": charge_id, "result": result, "completed_at": utcnow()}
+            ).first()
+        if row is None:
+            raise NotFoundError(f"No charge with id {charge_id}.")
+        return Charge(**row._mapping)
 
     def fail(self, charge_id: int, error: str) -> None:
         """Record that the engine failed after the reservation; the charge stands."""
@@ -609,6 +674,69 @@ def dataset_budget(dataset: Dataset) -> BudgetView:
         cost_of(dataset.cap_epsilon, dataset.cap_delta),
         cost_of(dataset.spent_epsilon, dataset.spent_delta),
     )
+
+
+def _view(total_epsilon: str, total_delta: str, spent_epsilon: str, spent_delta: str) -> BudgetView:
+    return BudgetView(cost_of(total_epsilon, total_delta), cost_of(spent_epsilon, spent_delta))
+
+
+def _spent_values(spent: ApproxDP) -> dict[str, str]:
+    return {"spent_epsilon": str(spent.epsilon), "spent_delta": str(spent.delta)}
+
+
+def _table(model: type[Base]) -> Table:
+    table = model.__table__
+    if not isinstance(table, Table):
+        raise InternalInvariantError(f"{model.__name__} is not mapped to a table.")
+    return table
+
+
+class _Statements:
+    """The statements of the hot path, built once with bound parameters (no ORM per request)."""
+
+    def __init__(self) -> None:
+        datasets, grants, charges = _table(Dataset), _table(Grant), _table(Charge)
+        d: BindParameter[str] = bindparam("d")
+        p: BindParameter[str] = bindparam("p")
+        cap = (datasets.c.cap_epsilon, datasets.c.cap_delta)
+        spent = (datasets.c.spent_epsilon, datasets.c.spent_delta)
+        grant_cols = (grants.c.budget_epsilon, grants.c.budget_delta)
+        grant_spent = (grants.c.spent_epsilon, grants.c.spent_delta)
+        is_grant = (grants.c.principal_id == p) & (grants.c.dataset_id == d)
+        self.dataset = select(*datasets.columns).where(datasets.c.id == d)
+        self.grant = select(*grant_cols, *grant_spent).where(is_grant)
+        self.grant_for_update = self.grant.with_for_update()
+        self.cap_for_update = select(*cap, *spent).where(datasets.c.id == d).with_for_update()
+        self.by_key = select(
+            *(
+                charges.c[name]
+                for name in (
+                    "id",
+                    "fingerprint",
+                    "dataset_id",
+                    "status",
+                    "claimed_by",
+                    "epsilon",
+                    "delta",
+                    "result",
+                )
+            )
+        ).where((charges.c.principal_id == p) & (charges.c.request_key == bindparam("k")))
+        self.grant_spent = update(grants).where(is_grant)
+        self.dataset_spent = update(datasets).where(datasets.c.id == d)
+        self.insert_charge = insert(charges).returning(charges.c.id)
+        self.claim = (
+            update(charges).where(charges.c.id == bindparam("i")).values(claimed_by=bindparam("b"))
+        )
+        self.complete = (
+            update(charges)
+            .where(charges.c.id == bindparam("i"))
+            .values(status="released")
+            .returning(*charges.columns)
+        )
+
+
+_SQL = _Statements()
 
 
 def _cost_json(cost: ApproxDP) -> dict[str, str]:

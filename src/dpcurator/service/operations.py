@@ -3,6 +3,10 @@ reserve -> run -> commit sequence of every release.
 
 The HTTP layer (:mod:`dpcurator.service.app`) authenticates the caller and maps errors to problem
 documents; everything that touches budgets or data goes through :class:`CuratorService`.
+
+A query costs three ledger transactions: one read (visibility and budget, before planning, so an
+analyst without a grant learns nothing about the dataset), the atomic reservation, and the commit
+of the release. The caller's remaining budget is the one written by its own reservation.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dpcurator.service.auth import Identity, IssuedToken, TokenAuthority, random
 from dpcurator.service.curator import AlreadyCharged, Catalog, LedgerFilter
 from dpcurator.service.errors import NotFoundError
 from dpcurator.service.ledger import (
+    Access,
     BudgetView,
     ChargeRequest,
     Ledger,
@@ -87,12 +92,13 @@ class CuratorService:
 
     # -- visibility -------------------------------------------------------------------------
 
+    def access(self, identity: Identity, dataset_id: str) -> Access:
+        """The dataset and the caller's budget on it; analysts see only granted datasets (404)."""
+        return self.ledger.access(identity.principal_id, dataset_id, owner=identity.is_owner)
+
     def visible_dataset(self, identity: Identity, dataset_id: str) -> Dataset:
         """The dataset if the caller may see it; analysts see only granted datasets (else 404)."""
-        dataset = self.ledger.dataset(dataset_id)
-        if not identity.is_owner and self.ledger.grant(identity.principal_id, dataset_id) is None:
-            raise NotFoundError(f"No dataset with id {dataset_id!r}.")
-        return dataset
+        return self.access(identity, dataset_id).dataset
 
     def visible_datasets(self, identity: Identity) -> list[Dataset]:
         """Every dataset for owners; the granted ones for analysts."""
@@ -156,14 +162,15 @@ class CuratorService:
         request_key: str | None = None,
     ) -> Answer:
         """Answer a query: replay or reserve -> run -> commit. A refusal changes nothing."""
-        dataset = self.visible_dataset(identity, dataset_id)
+        access = self.access(identity, dataset_id)
+        dataset = access.dataset
         runtime = self.catalog.runtime(dataset)
         print_ = fingerprint(sql, epsilon, delta)
         if dataset.replay_enabled:
             original = self.ledger.find_replay(identity.principal_id, dataset.id, print_)
             if original is not None:
                 replay = self.ledger.record_replay(original, request_key)
-                return Answer(replay, True, self.own_budget(identity, dataset))
+                return Answer(replay, True, access.budget)
         template = ChargeRequest(
             principal_id=identity.principal_id,
             dataset_id=dataset.id,
@@ -194,9 +201,8 @@ class CuratorService:
             if charge_filter.charge_id is not None:
                 self.ledger.fail(charge_filter.charge_id, f"{type(exc).__name__}: {exc}")
             raise
-        charge_id = charge_filter.require_charge()
-        self.ledger.complete(charge_id, release)
-        return Answer(self.ledger.charge(charge_id), False, self.own_budget(identity, dataset))
+        charge = self.ledger.complete(charge_filter.require_charge(), release)
+        return Answer(charge, False, charge_filter.budget)
 
     def _earlier_answer(self, identity: Identity, dataset: Dataset, charge_id: int) -> Answer:
         charge = self.ledger.charge(charge_id)
@@ -208,9 +214,9 @@ class CuratorService:
         self, identity: Identity, dataset_id: str, sql: str, epsilon: Fraction, delta: Fraction
     ) -> Estimate:
         """Cost and expected accuracy of a query from public metadata; nothing is run."""
-        dataset = self.visible_dataset(identity, dataset_id)
+        access = self.access(identity, dataset_id)
+        dataset, budget = access.dataset, access.budget
         cost, details = self.catalog.runtime(dataset).estimate(sql, epsilon, delta)
-        budget = self.own_budget(identity, dataset)
         cap = dataset_budget(dataset)
         fits = (cap.spent + cost).fits_within(cap.total) and (
             budget is None or (budget.spent + cost).fits_within(budget.total)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpcurator.core.measures import ApproxDP
+from dpcurator.service.ledger import BudgetView
 
 Epsilon = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False, description="ε > 0")]
 Delta = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False, description="δ in [0, 1)")]
@@ -32,6 +33,25 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def cost_json(cost: ApproxDP) -> dict[str, float | str]:
+    """An exact cost in the shape of :class:`CostOut` (plain JSON, for the hot path)."""
+    return {
+        "epsilon": float(cost.epsilon),
+        "delta": float(cost.delta),
+        "epsilon_exact": str(cost.epsilon),
+        "delta_exact": str(cost.delta),
+    }
+
+
+def budget_json(view: BudgetView) -> dict[str, dict[str, float | str]]:
+    """A budget in the shape of :class:`BudgetOut` (plain JSON, for the hot path)."""
+    return {
+        "total": cost_json(view.total),
+        "spent": cost_json(view.spent),
+        "remaining": cost_json(view.remaining),
+    }
+
+
 class CostOut(BaseModel):
     """A privacy cost or budget: floats for display, exact fractions for accounting."""
 
@@ -43,12 +63,7 @@ class CostOut(BaseModel):
     @classmethod
     def of(cls, cost: ApproxDP) -> CostOut:
         """Describe an exact cost."""
-        return cls(
-            epsilon=float(cost.epsilon),
-            delta=float(cost.delta),
-            epsilon_exact=str(cost.epsilon),
-            delta_exact=str(cost.delta),
-        )
+        return cls.model_validate(cost_json(cost))
 
 
 class BudgetOut(BaseModel):

@@ -41,11 +41,15 @@ def build_service(
     hasher: PasswordHasher | None = None,
     max_failures: int = 10,
     engine: str = "duckdb",
+    result_cache: bool = False,
 ) -> CuratorService:
-    """Open the ledger and wire the service together."""
+    """Open the ledger and wire the service together.
+
+    ``result_cache`` keeps exact aggregates per exact plan (see :mod:`dpcurator.service.curator`).
+    """
     ledger = Ledger(ledger_url)
     authority = TokenAuthority(ledger, hasher=hasher, max_failures=max_failures)
-    return CuratorService(ledger, authority, Catalog(engine=engine))
+    return CuratorService(ledger, authority, Catalog(engine=engine, result_cache=result_cache))
 
 
 def read_metadata(path: Path) -> dict[str, Any]:

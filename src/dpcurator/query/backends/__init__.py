@@ -7,7 +7,7 @@ is the one import done inside a function.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from dpcurator._validation import fail
 from dpcurator.errors import BackendError
@@ -21,7 +21,13 @@ ENGINES = ("duckdb", "memory", "polars", "spark")
 __all__ = ["ENGINES", "Backend", "DuckDBBackend", "MemoryBackend", "PolarsBackend", "open_backend"]
 
 
-def open_backend(source: object, *, table: str, engine: str = "duckdb") -> Backend:
+def open_backend(
+    source: object,
+    *,
+    table: str,
+    engine: str = "duckdb",
+    column_types: Mapping[str, str] | None = None,
+) -> Backend:
     """Open a backend that exposes ``source`` as the table ``table``.
 
     Args:
@@ -30,9 +36,13 @@ def open_backend(source: object, *, table: str, engine: str = "duckdb") -> Backe
             (implies ``engine="spark"``), or a dict of equal-length numpy arrays.
         table: the name plans use for this table.
         engine: ``"duckdb"`` (default), ``"polars"``, ``"spark"`` or ``"memory"`` (reference).
+        column_types: the metadata's declared types, column name -> ``"int"``, ``"float"``,
+            ``"string"`` or ``"bool"``; the table is exposed with these columns converted to them
+            (see :mod:`dpcurator.query.backends.types`).
 
     Raises:
-        ParameterError: unknown engine, empty table name or unsupported source type.
+        ParameterError: unknown engine, empty table name, bad column_types or unsupported source.
+        DomainError: a declared column is missing or cannot be converted to its declared type.
         BackendError: the engine cannot read the source (or pyspark is not installed).
 
     Example:
@@ -55,10 +65,10 @@ def open_backend(source: object, *, table: str, engine: str = "duckdb") -> Backe
             raise BackendError(
                 "The 'spark' engine needs pyspark: pip install 'dpcurator[spark]'."
             ) from exc
-        return SparkBackend.from_source(source, table=table)
+        return SparkBackend.from_source(source, table=table, column_types=column_types)
     openers: dict[str, Callable[..., Backend]] = {
         "duckdb": DuckDBBackend.from_source,
         "memory": MemoryBackend.from_source,
         "polars": PolarsBackend.from_source,
     }
-    return openers[engine](source, table=table)
+    return openers[engine](source, table=table, column_types=column_types)

@@ -254,6 +254,14 @@ def grid_value(agg: ExactAggregate, value: float) -> int:
     return round(scaled / 2.0**agg.grid_exponent)  # round() on a float is half-to-even
 
 
+def bin_index(agg: ExactAggregate, value: float) -> int:
+    """Return the histogram bin of a clamped ``value`` (see :mod:`dpcurator.query.ir`)."""
+    assert agg.lower is not None
+    assert agg.upper is not None
+    scaled = (value - agg.lower) / (agg.upper - agg.lower) * agg.bins
+    return min(math.floor(scaled), agg.bins - 1)
+
+
 def max_grid_value(agg: ExactAggregate) -> int:
     """Return the largest |grid value| one row can add to ``agg``; refuse values beyond int64.
 
@@ -366,16 +374,20 @@ def is_spark_dataframe(source: object) -> bool:
     )
 
 
-def to_arrow(source: object, table: str) -> pa.Table:
+def to_arrow(source: object, table: str, text: Iterable[str] = ()) -> pa.Table:
     """Convert any supported non-Spark source to a pyarrow Table.
 
     pandas missing values (NaN, None, NA) become NULL, as pandas means them; NaN in numpy arrays
-    and pyarrow/polars data stays NaN.
+    and pyarrow/polars data stays NaN. A CSV file's columns named in ``text`` are read as strings,
+    and empty CSV fields are NULL in every column (as DuckDB, Polars and Spark read them).
     """
     if is_path(source):
         path = os.fspath(source)  # type: ignore[call-overload]
         if file_format(path) == "csv":
-            return pa_csv.read_csv(path)
+            options = pa_csv.ConvertOptions(
+                column_types=dict.fromkeys(text, pa.string()), strings_can_be_null=True
+            )
+            return pa_csv.read_csv(path, convert_options=options)
         return pa_parquet.read_table(path)
     if isinstance(source, pa.Table):
         return source

@@ -10,7 +10,9 @@ quotes doubled. The query is a pipeline of common table expressions::
              (person, group); the hashes are materialised first because DuckDB rejects volatile
              window orderings, and ``rn < k`` is the fast form on DuckDB (``rn <= k`` triggers a
              slower top-N rewrite)
-    final    clamp / fill, round half-even to the grid 2**k, GROUP BY, exact HUGEINT sums
+    final    one CASE per value (clamp / fill / round half-even to the grid 2**k), GROUP BY,
+             integer sums without per-row overflow checks (refused afterwards if they could
+             overflow: see :func:`.base.check_sum_overflow`)
 
 The bounding hash is DuckDB's ``hash(person, group key..., seed)`` for groups and
 ``hash(person, aggregated values..., seed)`` for rows (see :mod:`.memory` on why ties are harmless).
@@ -18,22 +20,35 @@ The bounding hash is DuckDB's ``hash(person, group key..., seed)`` for groups an
 
 from __future__ import annotations
 
+import math
 import os
 import threading
+from collections.abc import Callable, Mapping
 
 import duckdb
 import pandas as pd
 import polars as pl
 import pyarrow as pa
 
-from dpcurator.errors import BackendError
+from dpcurator.errors import BackendError, DPError
 from dpcurator.query.backends.base import (
+    HIDDEN_PREFIX,
+    bin_index,
     check_plan,
     check_table,
     collect_rows,
     file_format,
+    grid_value,
     is_path,
     to_arrow,
+)
+from dpcurator.query.backends.types import (
+    cast_error,
+    check_column_types,
+    is_fractional,
+    needed_casts,
+    text_columns,
+    type_class,
 )
 from dpcurator.query.ir import (
     AggregatePlan,
@@ -62,6 +77,24 @@ _SQL_TYPES: tuple[tuple[type, str], ...] = (
     (str, "VARCHAR"),
 )
 _OPERATORS = {"!=": "<>"}
+_DECLARED_SQL = {"int": "BIGINT", "float": "DOUBLE", "string": "VARCHAR", "bool": "BOOLEAN"}
+_STAGING = HIDDEN_PREFIX + "source"
+_INTEGER_TEXT = r"\s*[+-]?[0-9]+\s*"  # DuckDB would round '1.5' to 2: text must be an integer
+
+
+def _cast(name: str, declared: str, engine_type: str) -> str:
+    """The SQL converting column ``name`` to its declared type exactly (error() otherwise)."""
+    column = quote(name)
+    converted = f"CAST({column} AS {_DECLARED_SQL[declared]})"
+    if declared != "int":
+        return converted
+    if is_fractional(engine_type):
+        exact = f"{column} = trunc({column})"
+    elif type_class(engine_type) == "string":
+        exact = f"regexp_full_match({column}, '{_INTEGER_TEXT}')"
+    else:
+        return converted
+    return f"(CASE WHEN {column} IS NULL OR {exact} THEN {converted} ELSE error('inexact') END)"
 
 
 def quote(identifier: str) -> str:
@@ -119,13 +152,58 @@ class _Sql:
                 return f"{name}(" + ", ".join(self.expr(arg) for arg in args) + ")"
         raise AssertionError(f"unknown expression {expr!r}")  # pragma: no cover
 
-    def clamped(self, agg: ExactAggregate, column: str) -> str:
-        """The clamped DOUBLE value of ``column`` (the fill for NULL/NaN; NULL if no fill)."""
+    def clamped(
+        self,
+        agg: ExactAggregate,
+        column: str,
+        inside: Callable[[str], str],
+        at: Callable[[float], str],
+    ) -> str:
+        """``inside(value)`` for a value within the bounds, else ``at(bound)`` or ``at(fill)``.
+
+        One CASE whose first branch takes the common in-range rows: DuckDB's least/greatest cost
+        several times a comparison, and ``isnan`` is evaluated only on rows above the upper bound
+        (DuckDB orders NaN above every number; NULL fails every comparison and reaches ELSE).
+        """
+        assert agg.lower is not None  # checked by check_plan
+        assert agg.upper is not None
         value = f"CAST({column} AS DOUBLE)"
-        fill = "NULL" if agg.fill is None else self.literal(float(agg.fill))
-        bounds = f"least(greatest({value}, {self.literal(float(agg.lower))}), "  # type: ignore[arg-type]
-        bounds += f"{self.literal(float(agg.upper))})"  # type: ignore[arg-type]
-        return f"(CASE WHEN {value} IS NULL OR isnan({value}) THEN {fill} ELSE {bounds} END)"
+        lower, upper = self.literal(float(agg.lower)), self.literal(float(agg.upper))
+        missing = "NULL" if agg.fill is None else at(float(agg.fill))
+        return (
+            f"(CASE WHEN {value} BETWEEN {lower} AND {upper} THEN {inside(value)} "
+            f"WHEN {value} < {lower} THEN {at(agg.lower)} "
+            f"WHEN {value} > {upper} AND NOT isnan({value}) THEN {at(agg.upper)} "
+            f"ELSE {missing} END)"
+        )
+
+    def grid(self, agg: ExactAggregate, value: str) -> str:
+        """The grid integer of an in-range DOUBLE ``value`` (squared for sum_squares).
+
+        Scaling by 2**-k is exact, and DuckDB's CAST(DOUBLE AS BIGINT) rounds half to even
+        (``nearbyint``), exactly like ``round_even`` at a fraction of its cost; the conformance
+        tests pin both facts against the oracle.
+        """
+        if agg.kind == "sum_squares":
+            value = f"({value} * {value})"
+        scale = 2.0**-agg.grid_exponent if agg.grid_exponent >= -1023 else math.inf
+        if agg.grid_exponent == 0:
+            scaled = value
+        elif math.isfinite(scale):
+            scaled = f"({value} * {self.literal(scale)})"
+        else:
+            scaled = f"({value} / {self.literal(2.0**agg.grid_exponent)})"
+        return f"CAST({scaled} AS BIGINT)"
+
+    def bin(self, agg: ExactAggregate, value: str) -> str:
+        """The histogram bin of an in-range DOUBLE ``value`` (the last bin includes ``upper``)."""
+        assert agg.lower is not None
+        assert agg.upper is not None
+        scaled = (
+            f"({value} - {self.literal(float(agg.lower))}) / "
+            f"{self.literal(float(agg.upper - agg.lower))} * {self.literal(agg.bins)}"
+        )
+        return f"least(CAST(floor({scaled}) AS BIGINT), {self.literal(agg.bins - 1)})"
 
     def aggregate(self, agg: ExactAggregate, column: str, *, bounded: bool) -> str:
         """The SQL aggregate of ``agg`` over ``column`` (persons are rows unless ``bounded``)."""
@@ -133,25 +211,27 @@ class _Sql:
             return "COUNT(*)"
         if agg.kind == "count_persons":
             return f"COUNT(DISTINCT {quote('__dp_pid')})" if bounded else "COUNT(*)"
-        value = self.clamped(agg, column)
         if agg.kind == "histogram":
-            assert agg.lower is not None
-            assert agg.upper is not None
-            scaled = (
-                f"({value} - {self.literal(float(agg.lower))}) / "
-                f"{self.literal(float(agg.upper - agg.lower))} * {self.literal(agg.bins)}"
+            bins = self.clamped(
+                agg, column, lambda v: self.bin(agg, v), lambda x: self.literal(bin_index(agg, x))
             )
-            return (
-                f"histogram(least(CAST(floor({scaled}) AS BIGINT), {self.literal(agg.bins - 1)}))"
-            )
-        if agg.kind == "sum_squares":
-            value = f"({value} * {value})"
-        grid = self.literal(2.0**agg.grid_exponent)
-        return f"SUM(CAST(round_even({value} / {grid}, 0) AS BIGINT))"
+            return f"histogram({bins})"  # NULL (missing without fill) is not counted
+        grid = self.clamped(
+            agg,
+            column,
+            lambda v: self.grid(agg, v),
+            lambda x: self.literal(grid_value(agg, float(x))),
+        )
+        # Without DuckDB's per-row overflow check: collect_rows refuses any group whose row count
+        # times the largest |grid value| exceeds int64, so a sum it accepts cannot have wrapped.
+        return f"sum_no_overflow({grid})"
 
 
-def build_query(plan: AggregatePlan) -> tuple[str, dict[str, object]]:
-    """Translate a checked plan into one DuckDB query and its bound parameters."""
+def build_query(plan: AggregatePlan, relation: str | None = None) -> tuple[str, dict[str, object]]:
+    """Translate a checked plan into one DuckDB query and its bound parameters.
+
+    ``relation`` is the table or view read (default: ``plan.table``).
+    """
     sql = _Sql()
     groups = [quote(f"__dp_g{i}") for i in range(len(plan.group_by))]
     values = {
@@ -171,12 +251,14 @@ def build_query(plan: AggregatePlan) -> tuple[str, dict[str, object]]:
         for agg in plan.aggregates
         if agg.expr is not None
     ]
-    select = select or ["TRUE AS __dp_row"]  # a plan of counts only reads no column
+    select = select or ["*"]  # counts only: DuckDB reads no column (or just the row count)
     conditions = [] if plan.where is None else [sql.expr(plan.where)]
     if person is not None:
         conditions.append(f"{quote(person)} IS NOT NULL")
     where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-    ctes = [f"__dp_base AS (SELECT {', '.join(select)} FROM {quote(plan.table)}{where})"]
+    ctes = [
+        f"__dp_base AS (SELECT {', '.join(select)} FROM {quote(relation or plan.table)}{where})"
+    ]
     source = "__dp_base"
     if plan.group_keys is not None:
         ctes.append(f"__dp_keyed AS ({_key_filter(sql, plan.group_keys, groups)})")
@@ -249,63 +331,145 @@ class DuckDBBackend:
         self._connection = connection
         self._owned = owned
         self._lock = threading.Lock()  # temporary views are per connection: no cursors
+        self._relations: dict[str, str] = {}  # table -> private typed copy (given connections)
+        self._schemas: dict[str, dict[str, str]] = {}  # column types (owned connections only)
 
     @classmethod
-    def from_source(cls, source: object, *, table: str) -> DuckDBBackend:
-        """Open a file (read lazily), register a frame, or wrap an existing connection.
+    def from_source(
+        cls, source: object, *, table: str, column_types: Mapping[str, str] | None = None
+    ) -> DuckDBBackend:
+        """Load a CSV once, view a Parquet file, register a frame, or wrap an existing connection.
 
-        A DuckDB connection is used as is (``table`` must be one of its tables) and is not closed
-        by :meth:`close`. A DuckDB relation is materialised once through Arrow (a relation cannot
-        be read from another connection); pass its connection and a table name for large data.
+        Declared ``column_types`` are applied when opening (see :mod:`.types`): the table is then
+        materialised with the converted columns, so an impossible conversion raises DomainError
+        here. A CSV file is always materialised (parsed once, not per query). A DuckDB connection
+        is used as is (``table`` must be one of its tables) and is not closed by :meth:`close`;
+        when conversions are needed they go to a private temporary table on that connection. A
+        DuckDB relation is materialised once through Arrow (a relation cannot be read from another
+        connection); pass its connection and a table name for large data.
         """
+        declared = check_column_types(column_types)
         if isinstance(source, duckdb.DuckDBPyConnection):
             backend = cls(source, owned=False)
             check_table(backend, table)
+            try:
+                backend._expose(table, table, declared, materialise=False)
+            except duckdb.Error as exc:
+                raise BackendError(f"DuckDB could not read the table {table!r}: {exc}") from exc
             return backend
         connection = duckdb.connect()
+        backend = cls(connection, owned=True)
         try:
+            materialise = False
             if is_path(source):
                 path = os.fspath(source)  # type: ignore[call-overload]
-                reader = (
-                    connection.read_csv if file_format(path) == "csv" else connection.read_parquet
-                )
-                reader(path).to_view(table)
+                if file_format(path) == "csv":
+                    materialise = True
+                    text = text_columns(declared, connection.read_csv(path).columns)
+                    relation = connection.read_csv(path, dtype=dict.fromkeys(text, "VARCHAR"))
+                else:
+                    relation = connection.read_parquet(path)
+                relation.to_view(_STAGING)
             elif isinstance(source, pd.DataFrame | pl.DataFrame | pa.Table):
-                connection.register(table, source)
+                connection.register(_STAGING, source)
             else:
-                connection.register(table, to_arrow(source, table))
+                connection.register(_STAGING, to_arrow(source, table))
+            backend._expose(_STAGING, table, declared, materialise=materialise)
         except duckdb.Error as exc:
             connection.close()
             raise BackendError(
                 f"DuckDB could not open the source of table {table!r}: {exc}"
             ) from exc
-        return cls(connection, owned=True)
+        except DPError:
+            connection.close()
+            raise
+        return backend
+
+    def _expose(
+        self, source: str, table: str, declared: Mapping[str, str], *, materialise: bool
+    ) -> None:
+        """Expose ``source`` as ``table`` with the declared types (see :meth:`from_source`)."""
+        types = self._types(source)
+        casts = needed_casts(declared, types, table=table)
+        if not self._owned:  # the caller's connection: leave its objects alone
+            if casts:
+                self._relations[table] = f"{_STAGING}{table}"
+                self._create(source, self._relations[table], casts, types, table, temporary=True)
+            return
+        if not casts and not materialise:
+            self._connection.execute(f"CREATE VIEW {quote(table)} AS SELECT * FROM {quote(source)}")
+            return
+        self._create(source, table, casts, types, table, temporary=False)
+        self._connection.execute(f"DROP VIEW {quote(source)}")
+
+    def _create(
+        self,
+        source: str,
+        target: str,
+        casts: Mapping[str, str],
+        types: Mapping[str, str],
+        table: str,
+        *,
+        temporary: bool,
+    ) -> None:
+        """Create the table ``target`` from ``source`` with ``casts`` applied (DomainError)."""
+        expressions = {name: _cast(name, kind, types[name]) for name, kind in casts.items()}
+        replaced = ", ".join(f"{sql} AS {quote(name)}" for name, sql in expressions.items())
+        columns = f"* REPLACE ({replaced})" if replaced else "*"
+        kind = "TEMPORARY TABLE" if temporary else "TABLE"
+        try:
+            self._connection.execute(
+                f"CREATE {kind} {quote(target)} AS SELECT {columns} FROM {quote(source)}"
+            )
+        except duckdb.Error as exc:
+            for name, sql in expressions.items():  # find the column that cannot be converted
+                try:
+                    self._connection.execute(f"SELECT count({sql}) FROM {quote(source)}")
+                except duckdb.Error:
+                    raise cast_error("DuckDB", table, name, casts[name], types[name]) from exc
+            raise
+
+    def _types(self, relation: str) -> dict[str, str]:
+        described = self._connection.table(relation)
+        return {n: str(t) for n, t in zip(described.columns, described.types, strict=True)}
 
     def tables(self) -> list[str]:
-        """Return the tables and views of the connection."""
+        """Return the tables and views of the connection (but not this backend's private ones)."""
         query = "SELECT DISTINCT table_name FROM information_schema.tables ORDER BY 1"
         with self._lock:
             rows = self._connection.execute(query).fetchall()
-        return [str(row[0]) for row in rows]
+        return [str(row[0]) for row in rows if not str(row[0]).startswith(HIDDEN_PREFIX)]
 
     def columns(self, table: str) -> dict[str, str]:
         """Return the column names of ``table`` mapped to DuckDB type names."""
-        check_table(self, table)
-        with self._lock:
-            relation = self._connection.table(table)
-            return {
-                name: str(kind) for name, kind in zip(relation.columns, relation.types, strict=True)
-            }
+        if table.startswith(HIDDEN_PREFIX):
+            check_table(self, table)  # raises: private tables are not exposed
+        if table in self._schemas:
+            return dict(self._schemas[table])
+        try:
+            with self._lock:
+                types = self._types(self._relations.get(table, table))
+        except duckdb.CatalogException:
+            check_table(self, table)  # raises with the list of tables (listed on error only)
+            raise
+        if self._owned:  # nobody else can change the tables of a connection this backend owns
+            self._schemas[table] = types
+        return dict(types)
 
     def close(self) -> None:
-        """Close the connection if this backend opened it."""
+        """Close the connection if this backend opened it (else drop its private tables)."""
         if self._owned:
             self._connection.close()
+            return
+        with self._lock:
+            for relation in self._relations.values():
+                self._connection.execute(f"DROP TABLE IF EXISTS {quote(relation)}")
+        self._relations.clear()
 
     def compute(self, plan: AggregatePlan) -> ExactResult:
         """Run ``plan`` as one DuckDB query."""
         check_plan(plan, self.columns(plan.table))
-        query, params = build_query(plan)
+        query, params = build_query(plan, self._relations.get(plan.table))
         try:
             with self._lock:
                 rows = self._connection.execute(query, params).fetchall()

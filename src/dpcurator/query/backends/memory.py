@@ -23,8 +23,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pa_compute
 
 from dpcurator.query.backends.base import (
+    bin_index,
     check_plan,
     check_sum_overflow,
     check_table,
@@ -32,6 +34,7 @@ from dpcurator.query.backends.base import (
     grid_value,
     to_arrow,
 )
+from dpcurator.query.backends.types import cast_error, check_column_types, needed_casts
 from dpcurator.query.ir import (
     AggregatePlan,
     And,
@@ -60,6 +63,7 @@ _ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
     "-": operator.sub,
     "*": operator.mul,
 }
+_ARROW_TYPES = {"int": pa.int64(), "float": pa.float64(), "string": pa.string(), "bool": pa.bool_()}
 _COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
     "=": operator.eq,
     "!=": operator.ne,
@@ -89,9 +93,26 @@ class MemoryBackend:
         self._rows = {name: table.to_pylist() for name, table in tables.items()}
 
     @classmethod
-    def from_source(cls, source: object, *, table: str) -> MemoryBackend:
-        """Load any source accepted by :func:`~dpcurator.query.backends.base.to_arrow`."""
-        return cls({table: to_arrow(source, table)})
+    def from_source(
+        cls, source: object, *, table: str, column_types: Mapping[str, str] | None = None
+    ) -> MemoryBackend:
+        """Load any source accepted by :func:`~dpcurator.query.backends.base.to_arrow`.
+
+        Declared ``column_types`` are applied with Arrow's safe casts, which refuse inexact
+        conversions (DomainError); CSV columns declared strings are read as text.
+        """
+        declared = check_column_types(column_types)
+        text = [name for name, kind in declared.items() if kind == "string"]
+        data = to_arrow(source, table, text)
+        types = {field.name: str(field.type) for field in data.schema}
+        for name, kind in needed_casts(declared, types, table=table).items():
+            index = data.column_names.index(name)
+            try:
+                converted = pa_compute.cast(data[name], _ARROW_TYPES[kind], safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise cast_error("Arrow", table, name, kind, types[name]) from exc
+            data = data.set_column(index, name, converted)
+        return cls({table: data})
 
     def tables(self) -> list[str]:
         """Return the table names."""
@@ -174,12 +195,9 @@ def _aggregate(agg: ExactAggregate, rows: list[tuple[object, object]]) -> object
         return len({unit for unit, _ in rows})
     values = [v for v in (_clamped(agg, value) for _, value in rows) if v is not None]
     if agg.kind == "histogram":
-        assert agg.lower is not None
-        assert agg.upper is not None
-        width = agg.upper - agg.lower
         counts = np.zeros(agg.bins, dtype=np.int64)
         for value in values:
-            counts[min(math.floor((value - agg.lower) / width * agg.bins), agg.bins - 1)] += 1
+            counts[bin_index(agg, value)] += 1
         return counts
     return sum(grid_value(agg, value) for value in values)
 

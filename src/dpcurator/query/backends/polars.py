@@ -26,6 +26,13 @@ from dpcurator.query.backends.base import (
     is_path,
     to_arrow,
 )
+from dpcurator.query.backends.types import (
+    cast_error,
+    check_column_types,
+    is_fractional,
+    needed_casts,
+    text_columns,
+)
 from dpcurator.query.ir import (
     AggregatePlan,
     And,
@@ -57,6 +64,7 @@ _OPERATORS = {
     ">=": operator.ge,
 }
 _PID = "__dp_pid"
+_DECLARED_DTYPES = {"int": pl.Int64, "float": pl.Float64, "string": pl.String, "bool": pl.Boolean}
 _NULL = pl.lit(None, dtype=pl.Boolean)
 
 
@@ -147,6 +155,36 @@ def _bin(agg: ExactAggregate, column: str) -> pl.Expr:
     return scaled.floor().cast(pl.Int64).clip(upper_bound=agg.bins - 1)
 
 
+def _typed(
+    frame: pl.LazyFrame, declared: Mapping[str, str], table: str, *, materialise: bool
+) -> pl.LazyFrame:
+    """Convert the declared columns exactly (strict casts; floats to int only if integral)."""
+    schema = frame.collect_schema()
+    types = {name: str(dtype) for name, dtype in schema.items()}
+    casts = needed_casts(declared, types, table=table)
+    if not casts and not materialise:
+        return frame
+    inexact = [
+        ~(pl.col(name).is_null() | (pl.col(name) == pl.col(name).floor())).all().alias(name)
+        for name, kind in casts.items()
+        if kind == "int" and is_fractional(types[name])
+    ]  # NaN and infinities are refused by the strict cast that follows
+    if inexact:
+        for name, refused in frame.select(inexact).collect().row(0, named=True).items():
+            if refused:
+                raise cast_error("Polars", table, name, casts[name], types[name])
+    converted = [pl.col(n).cast(_DECLARED_DTYPES[k], strict=True) for n, k in casts.items()]
+    try:
+        return frame.with_columns(converted).collect().lazy()
+    except (pl.exceptions.InvalidOperationError, pl.exceptions.ComputeError) as exc:
+        for name, kind in casts.items():  # find the column that cannot be converted
+            try:
+                frame.select(pl.col(name).cast(_DECLARED_DTYPES[kind], strict=True)).collect()
+            except (pl.exceptions.InvalidOperationError, pl.exceptions.ComputeError):
+                raise cast_error("Polars", table, name, kind, types[name]) from exc
+        raise
+
+
 class PolarsBackend:
     """Exact aggregates with the Polars lazy engine.
 
@@ -162,19 +200,33 @@ class PolarsBackend:
         self._frames = dict(frames)
 
     @classmethod
-    def from_source(cls, source: object, *, table: str) -> PolarsBackend:
-        """Scan a file lazily, wrap a polars frame, or convert another source through Arrow."""
+    def from_source(
+        cls, source: object, *, table: str, column_types: Mapping[str, str] | None = None
+    ) -> PolarsBackend:
+        """Read a CSV once, scan Parquet lazily, wrap a polars frame, or convert through Arrow.
+
+        A CSV is parsed once into memory (types inferred from the whole file; columns declared
+        strings read as text). When declared ``column_types`` need conversions the converted frame
+        is collected here, so an impossible conversion raises DomainError now.
+        """
+        declared = check_column_types(column_types)
         try:
+            materialise = False
             if is_path(source):
                 path = os.fspath(source)  # type: ignore[call-overload]
-                scan = pl.scan_csv if file_format(path) == "csv" else pl.scan_parquet
-                frame = scan(path)
+                if file_format(path) == "csv":
+                    materialise = True
+                    text = dict.fromkeys(text_columns(declared, list(declared)), pl.String)
+                    frame = pl.scan_csv(path, infer_schema_length=None, schema_overrides=text)
+                else:
+                    frame = pl.scan_parquet(path)
             elif isinstance(source, pl.LazyFrame):
                 frame = source
             elif isinstance(source, pl.DataFrame):
                 frame = source.lazy()
             else:
                 frame = pl.from_arrow(to_arrow(source, table)).lazy()  # type: ignore[union-attr]
+            frame = _typed(frame, declared, table, materialise=materialise)
         except pl.exceptions.PolarsError as exc:
             raise BackendError(
                 f"Polars could not open the source of table {table!r}: {exc}"

@@ -40,6 +40,13 @@ from dpcurator.query.backends.base import (
     is_spark_dataframe,
     to_arrow,
 )
+from dpcurator.query.backends.types import (
+    cast_error,
+    check_column_types,
+    is_fractional,
+    needed_casts,
+    text_columns,
+)
 from dpcurator.query.ir import (
     AggregatePlan,
     And,
@@ -81,6 +88,7 @@ _FUNCTIONS = {
 }
 _ENGINE_ERRORS = (PySparkException, Py4JError)
 _PID = "__dp_pid"
+_DECLARED_TYPES = {"int": "long", "float": "double", "string": "string", "bool": "boolean"}
 
 
 def column(name: str) -> Column:
@@ -149,7 +157,59 @@ def _bin(agg: ExactAggregate, name: str) -> Column:
     assert agg.lower is not None
     assert agg.upper is not None
     scaled = (_clamped(agg, name) - sf.lit(float(agg.lower))) / sf.lit(float(agg.upper - agg.lower))
-    return sf.least(sf.floor(scaled * sf.lit(agg.bins)), sf.lit(agg.bins - 1)).cast("long")
+    index = sf.floor(scaled * sf.lit(agg.bins))
+    last = sf.lit(agg.bins - 1)
+    return sf.when(index > last, last).otherwise(index).cast("long")  # least() would skip NULL
+
+
+def _read(source: object, table: str, declared: Mapping[str, str]) -> DataFrame:
+    """Read a path (CSV: inferred types, declared strings as text) or load a source via Arrow."""
+    spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+    if not is_path(source):
+        return spark.createDataFrame(to_arrow(source, table))
+    path = os.fspath(source)  # type: ignore[call-overload]
+    if file_format(path) != "csv":
+        return spark.read.parquet(path)
+    inferred = spark.read.csv(path, header=True, inferSchema=True)
+    text = set(text_columns(declared, inferred.columns))
+    if not text:
+        return inferred
+    schema = st.StructType(
+        [
+            st.StructField(field.name, st.StringType(), True) if field.name in text else field
+            for field in inferred.schema.fields
+        ]
+    )
+    return spark.read.csv(path, header=True, schema=schema)
+
+
+def _typed(frame: DataFrame, declared: Mapping[str, str], table: str) -> DataFrame:
+    """Convert the declared columns exactly (lazily), checking every value once now."""
+    types = dict(frame.dtypes)
+    casts = needed_casts(declared, types, table=table)
+    if not casts:
+        return frame
+    converted = {name: _cast(name, kind, types[name]) for name, kind in casts.items()}
+    try:
+        frame.select(*(sf.count(value) for value in converted.values())).collect()
+    except _ENGINE_ERRORS as exc:
+        for name, value in converted.items():  # find the column that cannot be converted
+            try:
+                frame.select(sf.count(value)).collect()
+            except _ENGINE_ERRORS:
+                raise cast_error("Spark", table, name, casts[name], types[name]) from exc
+        raise
+    return frame.withColumns(converted)
+
+
+def _cast(name: str, declared: str, engine_type: str) -> Column:
+    """Convert a column to its declared type, raising an error for an inexact conversion."""
+    value = column(name)
+    converted = value.cast(_DECLARED_TYPES[declared])
+    if declared != "int" or not is_fractional(engine_type):
+        return converted  # ANSI mode (Spark 4 default): an invalid text raises an error
+    exact = value.isNull() | (value == sf.floor(value))
+    return sf.when(exact, converted).otherwise(sf.raise_error(sf.lit("inexact")))
 
 
 class SparkBackend:
@@ -161,20 +221,22 @@ class SparkBackend:
         self._frames = dict(frames)
 
     @classmethod
-    def from_source(cls, source: object, *, table: str) -> SparkBackend:
-        """Wrap a Spark DataFrame, read a CSV/Parquet path, or load another source via Arrow."""
-        if is_spark_dataframe(source):
-            return cls({table: source})  # type: ignore[dict-item]
-        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+    def from_source(
+        cls, source: object, *, table: str, column_types: Mapping[str, str] | None = None
+    ) -> SparkBackend:
+        """Wrap a Spark DataFrame, read a CSV/Parquet path, or load another source via Arrow.
+
+        Declared ``column_types`` are applied lazily (frames stay distributed); one job at open
+        evaluates every conversion, so an impossible one raises DomainError here. CSV columns
+        declared strings are read as text.
+        """
+        declared = check_column_types(column_types)
         try:
-            if is_path(source):
-                path = os.fspath(source)  # type: ignore[call-overload]
-                if file_format(path) == "csv":
-                    frame = spark.read.csv(path, header=True, inferSchema=True)
-                else:
-                    frame = spark.read.parquet(path)
+            if is_spark_dataframe(source):
+                frame: DataFrame = source  # type: ignore[assignment]
             else:
-                frame = spark.createDataFrame(to_arrow(source, table))
+                frame = _read(source, table, declared)
+            frame = _typed(frame, declared, table)
         except _ENGINE_ERRORS as exc:
             raise BackendError(
                 f"Spark could not open the source of table {table!r}: {exc}"
