@@ -21,19 +21,15 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import time
-import venv
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
+from peers import ensure_peer_venv
 
 from dpcurator.random import SecureRng, bernoulli_exp, discrete_gaussian, discrete_laplace
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-BENCH_VENV = REPO_ROOT / ".bench-venv"
-OPENDP_VERSION = "0.16.0"
+OPENDP_VERSION = "0.16.0"  # pinned in peers.PEER_REQUIREMENTS
 
 # Runs inside .bench-venv: argv = [n, runs]; prints {"label": [seconds per run, ...]} as JSON.
 OPENDP_SNIPPET = r"""
@@ -121,28 +117,11 @@ def rate_text(rate: float | None) -> str:
     return f"{rate / 1e6:,.2f} M" if rate >= 1e6 else f"{rate / 1e3:,.1f} k"
 
 
-def ensure_opendp_python() -> Path:
-    """The Python of .bench-venv, created with opendp==OPENDP_VERSION installed if missing."""
-    python = BENCH_VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    version = "import importlib.metadata as m; print(m.version('opendp'))"
-    check = [str(python), "-c", version]
-    if python.exists():
-        found = subprocess.run(check, capture_output=True, text=True, check=False)
-        if found.returncode == 0 and found.stdout.strip() == OPENDP_VERSION:
-            return python
-    print(f"(setting up {BENCH_VENV.name}/ with opendp=={OPENDP_VERSION} ...)", file=sys.stderr)
-    venv.EnvBuilder(with_pip=True, clear=python.exists()).create(BENCH_VENV)
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", f"opendp=={OPENDP_VERSION}"], check=True
-    )
-    return python
-
-
 def bench_opendp(n: int, runs: int) -> list[tuple[str, str, float | None, str]]:
     """Rows measured by running OPENDP_SNIPPET in .bench-venv (timed calls include converting the
     Python list to and from OpenDP's Rust vectors, as any Python caller pays)."""
     try:
-        python = ensure_opendp_python()
+        python = ensure_peer_venv()
         done = subprocess.run(
             [str(python), "-c", OPENDP_SNIPPET, str(n), str(runs)],
             capture_output=True,
