@@ -230,6 +230,10 @@ class Metadata:
     # ------------------------------------------------------------------------------------------
     # Public updates (each returns a new Metadata)
 
+    def column_types(self) -> dict[str, ColumnType]:
+        """Each column's declared type: how engines must expose the table."""
+        return {column.name: column.type for column in self.columns}
+
     def with_bounds(self, name: str, lower: float, upper: float) -> Metadata:
         """A copy with public (or DP-estimated) bounds for a numeric column."""
         target = self.column(name)

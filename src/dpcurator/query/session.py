@@ -174,9 +174,8 @@ class Session:
         """
         if not isinstance(metadata, Metadata):
             raise fail("Session.from_data", "metadata", "a Metadata", metadata)
-        column_types = {column.name: column.type for column in metadata.columns}
         backend = open_backend(
-            source, table=metadata.table, engine=engine, column_types=column_types
+            source, table=metadata.table, engine=engine, column_types=metadata.column_types()
         )
         return cls(
             backend, metadata, budget=budget, budget_filter=budget_filter, alpha=alpha, rng=rng

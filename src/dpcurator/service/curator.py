@@ -222,10 +222,14 @@ class Catalog:
 
     def _open(self, source: dict[str, Any], metadata: Metadata) -> Backend:
         path = str(source["path"])
-        if path.endswith(".duckdb"):
-            connection = duckdb.connect(path, read_only=True)
-            return open_backend(connection, table=metadata.table, engine="duckdb")
-        return open_backend(path, table=metadata.table, engine=self.engine)
+        is_database = path.endswith(".duckdb")
+        data: object = duckdb.connect(path, read_only=True) if is_database else path
+        return open_backend(
+            data,
+            table=metadata.table,
+            engine="duckdb" if is_database else self.engine,
+            column_types=metadata.column_types(),
+        )
 
     def close(self) -> None:
         """Close every opened engine."""
