@@ -40,14 +40,14 @@ def opendp_queries(path: str) -> dict[str, Callable[[], object]]:
     dp.enable_features("contrib")
     data = pl.scan_parquet(path)
     n = data.select(pl.len()).collect().item()
-    keys = pl.LazyFrame({"grp": np.arange(GROUPS, dtype=np.int64)})
+    keys = pl.LazyFrame({"g": np.arange(GROUPS, dtype=np.int64)})
 
     def context(identifier: str | None = None) -> dp.Context:
         if identifier is None:
             unit = dp.unit_of(
                 contributions=[
                     dp.polars.Bound(per_group=1),
-                    dp.polars.Bound(by=["grp"], num_groups=1),
+                    dp.polars.Bound(by=["g"], num_groups=1),
                 ]
             )
         else:
@@ -59,7 +59,7 @@ def opendp_queries(path: str) -> dict[str, Callable[[], object]]:
             split_evenly_over=1,
             margins=[
                 dp.polars.Margin(by=[], max_length=n),
-                dp.polars.Margin(by=["grp"], invariant="keys", max_length=n, max_groups=GROUPS),
+                dp.polars.Margin(by=["g"], invariant="keys", max_length=n, max_groups=GROUPS),
             ],
         )
 
@@ -67,8 +67,8 @@ def opendp_queries(path: str) -> dict[str, Callable[[], object]]:
     candidates = list(np.linspace(LOWER, UPPER, 1025))
 
     def bounded(query: dp.polars.LazyFrameQuery) -> dp.polars.LazyFrameQuery:
-        return query.filter(pl.int_range(pl.len()).over("user", "grp") < MAX_ROWS).filter(
-            pl.col("grp").rank("dense").over("user") <= MAX_GROUPS
+        return query.filter(pl.int_range(pl.len()).over("uid", "g") < MAX_ROWS).filter(
+            pl.col("g").rank("dense").over("uid") <= MAX_GROUPS
         )
 
     return {
@@ -81,26 +81,26 @@ def opendp_queries(path: str) -> dict[str, Callable[[], object]]:
         "grouped count": lambda: (
             context()
             .query()
-            .group_by("grp")
+            .group_by("g")
             .agg(dp.len())
-            .join(keys, on="grp", how="right")
+            .join(keys, on="g", how="right")
             .release()
             .collect()
         ),
         "grouped sum": lambda: (
             context()
             .query()
-            .group_by("grp")
+            .group_by("g")
             .agg(value.dp.sum((LOWER, UPPER)))
-            .join(keys, on="grp", how="right")
+            .join(keys, on="g", how="right")
             .release()
             .collect()
         ),
         "bounded grouped sum": lambda: (
-            bounded(context("user").query())
-            .group_by("grp")
+            bounded(context("uid").query())
+            .group_by("g")
             .agg(value.dp.sum((LOWER, UPPER)))
-            .join(keys, on="grp", how="right")
+            .join(keys, on="g", how="right")
             .release()
             .collect()
         ),

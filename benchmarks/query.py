@@ -1,130 +1,121 @@
-"""Exact-aggregate query benchmark: raw DuckDB SQL versus dpcurator plans on DuckDB and Polars.
+"""Query benchmark: raw DuckDB SQL versus dpcurator releases versus peer DP libraries, in one run.
 
-Data: N rows, ``value ~ N(50, 30^2)`` clamped to [0, 100], 1,000 groups, ~10 rows per person.
-Prints one markdown table of seconds (minimum over repeats) per (N, query) row and implementation
-column, and the ratio dpcurator DuckDB / baseline. Run ``python benchmarks/query.py`` (10^6 and
-10^7 rows) or ``--full`` (adds 10^8; ``--no-polars`` keeps memory under 8 GB there).
+Data: N rows, ``value ~ N(50, 30^2)`` clamped to [0, 100], 1,000 public groups ``g``, ~10 rows per
+person ``uid``. Rows: count, sum, mean, median, grouped count, grouped sum, and a user-level
+bounded grouped sum (each person keeps at most 5 groups and 2 rows per group). Columns (seconds,
+minimum over repeats):
 
-Fairness: the raw baseline and the dpcurator DuckDB backend query the SAME native table of one
-in-memory DuckDB connection. The raw SQL is what an analyst writes without privacy; for the
-bounded row, the baseline is the same contribution bounding (hash-ordered DENSE_RANK /
-ROW_NUMBER, as DuckDB's fast ``rn < k`` form) plus the clamp, written by hand.
+* raw DuckDB SQL — what an analyst writes without privacy (for the bounded row: the same
+  bounding and clamping written by hand in DuckDB SQL);
+* dpcurator on DuckDB and on Polars — a complete release through ``Session.sql``: parse, plan,
+  exact aggregates in the engine, exact noise, confidence intervals;
+* OpenDP's Polars plugin and diffprivlib — run in their own virtualenv (``peers.py``) on the same
+  data written to Parquet.
 
-To add a column, add a function ``(query, data) -> callable or None`` to ``COLUMNS``; to add a row,
-add a :class:`Query` to ``QUERIES``. A column returns None where it has no implementation.
+The raw baseline and dpcurator's DuckDB backend query the SAME native table of one in-memory DuckDB
+connection. ``python benchmarks/query.py`` runs 10^6 and 10^7 rows; ``--full`` adds 10^8.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
+from peers import run_peer_script
 
-from dpcurator.query.backends import Backend, open_backend
-from dpcurator.query.ir import (
-    AggregatePlan,
-    Col,
-    ContributionBound,
-    ExactAggregate,
-    GroupColumn,
-)
+import dpcurator as dpc
 
 GROUPS = 1_000
 ROWS_PER_PERSON = 10
-MAX_GROUPS, MAX_ROWS = 5, 2  # the user-level bound of the bounded query
-SEED = 7
-
-
-@dataclass
-class Data:
-    """One generated table, opened on every engine once."""
-
-    rows: int
-    connection: duckdb.DuckDBPyConnection
-    backends: dict[str, Backend]
+MAX_GROUPS, MAX_ROWS = 5, 2  # the user-level bound of the bounded query (as in peer_queries.py)
+EPSILON = 1.0
 
 
 @dataclass(frozen=True)
 class Query:
-    """A benchmark row: a dpcurator plan and the raw DuckDB SQL computing the same thing."""
+    """A benchmark row: the dpcurator SQL, the raw SQL, and whether persons are bounded."""
 
     name: str
-    plan: AggregatePlan
+    sql: str
     raw_sql: str
+    user_level: bool = False
+
+
+_HAND_BOUNDED = f"""
+SELECT g, SUM(least(greatest(value, 0.0), 100.0)) FROM (
+  SELECT *,
+    DENSE_RANK() OVER (PARTITION BY uid ORDER BY gh, g) AS gr,
+    ROW_NUMBER() OVER (PARTITION BY uid, g ORDER BY rh) - 1 AS rn
+  FROM (SELECT uid, g, value, hash(uid, g, 7) AS gh, hash(uid, value, 7) AS rh FROM t)
+) WHERE gr <= {MAX_GROUPS} AND rn < {MAX_ROWS} GROUP BY g
+"""
+
+QUERIES = [
+    Query("count", "SELECT COUNT(*) AS n FROM t", "SELECT count(*) FROM t"),
+    Query("sum", "SELECT SUM(value) AS s FROM t", "SELECT sum(value) FROM t"),
+    Query("mean", "SELECT AVG(value) AS m FROM t", "SELECT avg(value) FROM t"),
+    Query("median", "SELECT MEDIAN(value) AS m FROM t", "SELECT median(value) FROM t"),
+    Query(
+        "grouped count",
+        "SELECT g, COUNT(*) AS n FROM t GROUP BY g",
+        "SELECT g, count(*) FROM t GROUP BY g",
+    ),
+    Query(
+        "grouped sum",
+        "SELECT g, SUM(value) AS s FROM t GROUP BY g",
+        "SELECT g, sum(value) FROM t GROUP BY g",
+    ),
+    Query(
+        "bounded grouped sum",
+        "SELECT g, SUM(value) AS s FROM t GROUP BY g",
+        _HAND_BOUNDED,
+        user_level=True,
+    ),
+]
+
+
+def metadata(user_level: bool) -> dpc.Metadata:
+    """Public metadata: bounds of ``value``, the public key set of ``g``, the privacy unit."""
+    document: dict[str, object] = {
+        "table": "t",
+        "columns": {
+            "value": {"type": "float", "lower": 0.0, "upper": 100.0},
+            "g": {"type": "int", "keys": list(range(GROUPS))},
+            "uid": {"type": "int"},
+        },
+    }
+    if user_level:
+        document |= {
+            "person_column": "uid",
+            "max_rows_per_person": MAX_ROWS,
+            "max_groups_per_person": MAX_GROUPS,
+        }
+    return dpc.Metadata.from_dict(document)
 
 
 def generate(rows: int) -> pa.Table:
     """The benchmark table (value, group g, person uid)."""
     rng = np.random.default_rng(2024)
-    value = np.clip(rng.normal(50.0, 30.0, rows), 0.0, 100.0)
     return pa.table(
         {
-            "value": value,
+            "value": np.clip(rng.normal(50.0, 30.0, rows), 0.0, 100.0),
             "g": rng.integers(0, GROUPS, rows),
             "uid": rng.integers(0, max(rows // ROWS_PER_PERSON, 1), rows),
         }
     )
 
 
-_SUM = ExactAggregate("s", "sum", Col("value"), 0.0, 100.0, 0.0)
-_BY_G = (GroupColumn("g", Col("g")),)
-_HAND_BOUNDED = f"""
-SELECT g, SUM(least(greatest(value, 0.0), 100.0)) FROM (
-  SELECT *,
-    DENSE_RANK() OVER (PARTITION BY uid ORDER BY gh, g) AS gr,
-    ROW_NUMBER() OVER (PARTITION BY uid, g ORDER BY rh) - 1 AS rn
-  FROM (SELECT uid, g, value, hash(uid, g, {SEED}) AS gh, hash(uid, value, {SEED}) AS rh FROM t)
-) WHERE gr <= {MAX_GROUPS} AND rn < {MAX_ROWS} GROUP BY g
-"""
-
-QUERIES = [
-    Query("count", AggregatePlan("t", (ExactAggregate("n", "count"),)), "SELECT count(*) FROM t"),
-    Query("sum", AggregatePlan("t", (_SUM,)), "SELECT sum(value) FROM t"),
-    Query(
-        "grouped count",
-        AggregatePlan("t", (ExactAggregate("n", "count"),), group_by=_BY_G),
-        "SELECT g, count(*) FROM t GROUP BY g",
-    ),
-    Query(
-        "grouped sum",
-        AggregatePlan("t", (_SUM,), group_by=_BY_G),
-        "SELECT g, sum(value) FROM t GROUP BY g",
-    ),
-    Query(
-        f"bounded grouped sum (m={MAX_GROUPS}, k={MAX_ROWS})",
-        AggregatePlan(
-            "t", (_SUM,), group_by=_BY_G, bound=ContributionBound("uid", MAX_GROUPS, MAX_ROWS, SEED)
-        ),
-        _HAND_BOUNDED,  # raw DuckDB has no privacy: the bounding written by hand is the baseline
-    ),
-]
-
-
-def _raw(query: Query, data: Data) -> Callable[[], object]:
-    return lambda: data.connection.execute(query.raw_sql).fetchall()
-
-
-def _plan_on(engine: str) -> Callable[[Query, Data], Callable[[], object]]:
-    def column(query: Query, data: Data) -> Callable[[], object]:
-        return lambda: data.backends[engine].compute(query.plan)
-
-    return column
-
-
-COLUMNS: dict[str, Callable[[Query, Data], Callable[[], object] | None]] = {
-    "raw DuckDB SQL (bounded row: by hand)": _raw,
-    "dpcurator DuckDB": _plan_on("duckdb"),
-    "dpcurator Polars": _plan_on("polars"),
-}
-
-
 def seconds(run: Callable[[], object], repeats: int) -> float:
-    """Minimum wall time of ``repeats`` runs."""
+    """Minimum wall time of ``repeats`` runs (after one warm-up run)."""
+    run()
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
@@ -133,41 +124,78 @@ def seconds(run: Callable[[], object], repeats: int) -> float:
     return best
 
 
+def sessions(source: object, engine: str) -> dict[bool, dpc.Session]:
+    """A row-level and a user-level session over the same data (budget large enough for all)."""
+    return {
+        user_level: dpc.Session.from_data(
+            source, metadata=metadata(user_level), budget=dpc.Budget(10**9), engine=engine
+        )
+        for user_level in (False, True)
+    }
+
+
+def peer_times(table: pa.Table, repeats: int, skip: bool) -> dict[str, float | str]:
+    """Peer libraries' times on the same data, from their own virtualenv."""
+    if skip:
+        return {}
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "data.parquet"
+        pq.write_table(table, path)
+        results = run_peer_script("peer_queries.py", str(path), str(repeats))
+    return {key: value for key, value in results.items() if isinstance(value, float | str)}
+
+
+def cell(value: float | str | None) -> str:
+    if value is None:
+        return "n/a"
+    return value[:40] if isinstance(value, str) else f"{value:.3f}"
+
+
 def main() -> None:
     """Run the benchmark and print the markdown table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="also run N = 10^8")
     parser.add_argument("--sizes", type=int, nargs="*", help="override the row counts")
-    parser.add_argument("--no-polars", action="store_true", help="skip the Polars column")
+    parser.add_argument("--no-polars", action="store_true", help="skip dpcurator on Polars")
+    parser.add_argument("--no-peers", action="store_true", help="skip OpenDP and diffprivlib")
     args = parser.parse_args()
     sizes = args.sizes or ([10**6, 10**7] + ([10**8] if args.full else []))
-    columns = {k: v for k, v in COLUMNS.items() if not (args.no_polars and "Polars" in k)}
-    print("| N | query | " + " | ".join(columns) + " | DuckDB ratio |")
+    columns = ["raw DuckDB SQL", "dpcurator DuckDB"]
+    columns += [] if args.no_polars else ["dpcurator Polars"]
+    columns += [] if args.no_peers else ["OpenDP Polars", "diffprivlib"]
+    print("| N | query | " + " | ".join(columns) + " | dpcurator DuckDB / raw |")
     print("|---|---|" + "---|" * (len(columns) + 1))
     for rows in sizes:
         table = generate(rows)
+        repeats = 5 if rows <= 10**6 else (3 if rows <= 10**7 else 1)
+        peers = peer_times(table, repeats, args.no_peers)
         connection = duckdb.connect(config={"memory_limit": "5GB"})  # the run stays < 8 GB
         connection.register("generated", table)
         connection.execute("CREATE TABLE t AS SELECT * FROM generated")
         connection.unregister("generated")
-        backends = {"duckdb": open_backend(connection, table="t", engine="duckdb")}
+        engines = {"dpcurator DuckDB": sessions(connection, "duckdb")}
         if not args.no_polars:
-            backends["polars"] = open_backend(table, table="t", engine="polars")
+            engines["dpcurator Polars"] = sessions(table, "polars")
         del table
-        data = Data(rows, connection, backends)
-        repeats = 5 if rows <= 10**6 else (3 if rows <= 10**7 else 1)
         for query in QUERIES:
-            times = []
-            for make in columns.values():
-                run = make(query, data)
-                times.append(None if run is None else seconds(run, repeats))
-            cells = ["n/a" if value is None else f"{value:.3f}" for value in times]
-            ratio = "n/a" if None in times[:2] else f"{times[1] / times[0]:.2f}"  # type: ignore[operator]
-            print(
-                f"| {rows:.0e} | {query.name} | " + " | ".join([*cells, ratio]) + " |", flush=True
-            )
-        for backend in backends.values():
-            backend.close()
+            times: dict[str, float | str | None] = {
+                "raw DuckDB SQL": seconds(
+                    lambda c=connection, q=query: c.execute(q.raw_sql).fetchall(), repeats
+                )
+            }
+            for name, by_unit in engines.items():
+                session = by_unit[query.user_level]
+                times[name] = seconds(
+                    lambda s=session, q=query: s.sql(q.sql, epsilon=EPSILON), repeats
+                )
+            for library in ("OpenDP Polars", "diffprivlib"):
+                times[library] = peers.get(f"{library}|{query.name}")
+            ratio = times["dpcurator DuckDB"] / times["raw DuckDB SQL"]  # type: ignore[operator]
+            cells = [cell(times.get(column)) for column in columns]
+            print(f"| {rows:.0e} | {query.name} | {' | '.join(cells)} | {ratio:.2f} |", flush=True)
+        for by_unit in engines.values():
+            for session in by_unit.values():
+                session.close()
         connection.close()
 
 

@@ -58,32 +58,18 @@ def test_pums_strings_declared_in_yaml_answer_through_the_session(engine: str, p
     assert release.to_pandas()["n"].tolist() == [expected]
 
 
-@pytest.mark.parametrize("kind", ["csv", "parquet", "arrow", "pandas", "connection"])
-def test_every_source_kind_is_converted(engine: str, kind: str, tmp_path: Path) -> None:
-    frame = pd.DataFrame(
-        {
-            "code": pd.array([7, 7, 12, None], dtype="Int64"),
-            "w": [1.0, 2.0, 3.0, 4.0],
-            "flag": [1, 0, 1, 1],
-        }
-    )
-    source: object = frame
-    if kind == "csv":
-        (tmp_path / "t.csv").write_text("code,w,flag\n007,1,1\n007,2,0\n12,3,1\n,4,1\n")
-        source = str(tmp_path / "t.csv")
-    elif kind == "parquet":
-        frame.to_parquet(tmp_path / "t.parquet")
-        source = tmp_path / "t.parquet"
-    elif kind == "arrow":
-        source = pa.Table.from_pandas(frame)
-    elif kind == "connection":
-        if engine != "duckdb":
-            pytest.skip("a DuckDB connection is a DuckDB source")
-        source = duckdb.connect()
-        source.execute("CREATE TABLE t AS SELECT * FROM frame")
-    types = {"code": "string", "w": "int", "flag": "bool"}
-    backend = open_backend(source, table="t", engine=engine, column_types=types)
-    code = "007" if kind == "csv" else "7"  # CSV text is read as written, leading zeros kept
+TYPES = {"code": "string", "w": "int", "flag": "bool"}
+FRAME = pd.DataFrame(
+    {
+        "code": pd.array([7, 7, 12, None], dtype="Int64"),
+        "w": [1.0, 2.0, 3.0, 4.0],
+        "flag": [1, 0, 1, 1],
+    }
+)
+
+
+def _assert_converted(backend: Backend, code: str) -> None:
+    """The declared types hold: code is text, w an exact int, flag a bool."""
     plan = AggregatePlan(
         "t",
         (*COUNT, ExactAggregate("s", "sum", Col("w"), 0, 10, 0.0)),
@@ -91,11 +77,33 @@ def test_every_source_kind_is_converted(engine: str, kind: str, tmp_path: Path) 
         group_by=(GroupColumn("flag", Col("flag")),),
     )
     assert _groups(backend, plan) == {(True,): {"n": 1, "s": 1}, (False,): {"n": 1, "s": 2}}
-    if kind == "connection":
-        assert isinstance(source, duckdb.DuckDBPyConnection)
-        assert list(map(str, source.table("t").types)) == ["BIGINT", "DOUBLE", "BIGINT"]
-        temporary = "SELECT count(*) FROM duckdb_tables() WHERE temporary"
-        assert source.execute(temporary).fetchone() == (0,)  # the private copy is dropped
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet", "arrow", "pandas"])
+def test_every_source_kind_is_converted(engine: str, kind: str, tmp_path: Path) -> None:
+    source: object = FRAME
+    if kind == "csv":
+        (tmp_path / "t.csv").write_text("code,w,flag\n007,1,1\n007,2,0\n12,3,1\n,4,1\n")
+        source = str(tmp_path / "t.csv")
+    elif kind == "parquet":
+        FRAME.to_parquet(tmp_path / "t.parquet")
+        source = tmp_path / "t.parquet"
+    elif kind == "arrow":
+        source = pa.Table.from_pandas(FRAME)
+    backend = open_backend(source, table="t", engine=engine, column_types=TYPES)
+    _assert_converted(backend, "007" if kind == "csv" else "7")  # CSV text keeps leading zeros
+
+
+def test_duckdb_connection_is_converted_without_being_modified() -> None:
+    source = duckdb.connect()
+    source.register("frame", FRAME)
+    source.execute("CREATE TABLE t AS SELECT * FROM frame")
+    backend = open_backend(source, table="t", engine="duckdb", column_types=TYPES)
+    _assert_converted(backend, "7")
+    assert list(map(str, source.table("t").types)) == ["BIGINT", "DOUBLE", "BIGINT"]
+    backend.close()
+    temporary = "SELECT count(*) FROM duckdb_tables() WHERE temporary"
+    assert source.execute(temporary).fetchone() == (0,)  # the private copy is dropped
 
 
 @pytest.mark.parametrize(

@@ -117,6 +117,21 @@ class _Sql:
         self.params[name] = value
         return f"CAST(${name} AS {sql_type})"
 
+    def column(self, values: list[ScalarValue]) -> str:
+        """A typed, bound LIST parameter (one parameter, however many values: fast to bind).
+
+        The element type is the widest of the values' types (an int and a float make DOUBLE).
+        """
+        kinds = {
+            next(name for kind, name in _SQL_TYPES if isinstance(v, kind))
+            for v in values
+            if v is not None
+        }
+        sql_type = "DOUBLE" if kinds == {"BIGINT", "DOUBLE"} else next(iter(kinds), "VARCHAR")
+        name = f"p{len(self.params)}"
+        self.params[name] = values
+        return f"CAST(${name} AS {sql_type}[])"
+
     def expr(self, expr: Expr) -> str:  # noqa: PLR0912 (one branch per IR node)
         """The SQL text of an expression."""
         match expr:
@@ -279,16 +294,16 @@ def build_query(plan: AggregatePlan, relation: str | None = None) -> tuple[str, 
 def _key_filter(sql: _Sql, keys: tuple[tuple[ScalarValue, ...], ...], groups: list[str]) -> str:
     if not keys:
         return "SELECT * FROM __dp_base WHERE FALSE"
-    rows = ", ".join("(" + ", ".join(sql.literal(v) for v in key) + ")" for key in keys)
     names = [quote(f"__dp_k{i}") for i in range(len(groups))]
+    # One list parameter per group column, unnested side by side into the key rows.
+    columns = ", ".join(
+        f"unnest({sql.column([key[i] for key in keys])}) AS {name}" for i, name in enumerate(names)
+    )
     on = " AND ".join(
         f"__dp_base.{g} IS NOT DISTINCT FROM __dp_keys.{k}"
         for g, k in zip(groups, names, strict=True)
     )
-    return (
-        f"SELECT __dp_base.* FROM __dp_base SEMI JOIN (VALUES {rows}) "
-        f"AS __dp_keys({', '.join(names)}) ON {on}"
-    )
+    return f"SELECT __dp_base.* FROM __dp_base SEMI JOIN (SELECT {columns}) AS __dp_keys ON {on}"
 
 
 def _bounding(
