@@ -33,16 +33,21 @@ from typing import Any
 import httpx
 import numpy as np
 import pandas as pd
-import uvicorn
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dpcurator.core.measures import ApproxDP  # noqa: E402
-from dpcurator.service.app import create_app  # noqa: E402
 from dpcurator.service.auth import Identity  # noqa: E402
 from dpcurator.service.ledger import Ledger, grant_budget  # noqa: E402
-from dpcurator.service.server import DEMO_DIR, build_service, read_metadata  # noqa: E402
+from dpcurator.service.server import (  # noqa: E402
+    DEFAULT_SWITCH_INTERVAL,
+    DEFAULT_THREADS,
+    DEMO_DIR,
+    build_service,
+    read_metadata,
+)
+from dpcurator.service.server import serve as serve_api  # noqa: E402
 from tests.service_fixtures import (  # noqa: E402
     free_port,
     fresh_postgres_url,
@@ -135,18 +140,32 @@ def serve(args: argparse.Namespace) -> None:
         service.ledger.set_grant(analyst.id, "people", ApproxDP(GRANT, 0), by=owner.id)
         tokens.append(issued.token)
     print(json.dumps({"tokens": tokens}), flush=True)
-    uvicorn.run(
-        create_app(service), host="127.0.0.1", port=args.port, log_level="warning", access_log=False
+    serve_api(
+        service,
+        host="127.0.0.1",
+        port=args.port,
+        access_log=False,
+        threads=args.threads,
+        switch_interval=args.switch_interval,
     )
 
 
 @contextlib.contextmanager
-def server(ledger: str, data: Path, clients: int, *, result_cache: bool) -> Iterator[Any]:
+def server(
+    ledger: str,
+    data: Path,
+    clients: int,
+    *,
+    result_cache: bool,
+    threads: int = DEFAULT_THREADS,
+    switch_interval: float = DEFAULT_SWITCH_INTERVAL,
+) -> Iterator[Any]:
     """The benchmark server as a subprocess; yields (url, tokens)."""
     port = free_port()
     command = [sys.executable, __file__, "serve", "--ledger", ledger, "--data", str(data)]
     command += ["--port", str(port), "--clients", str(clients)]
     command += ["--result-cache"] if result_cache else []
+    command += ["--threads", str(threads), "--switch-interval", str(switch_interval)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -194,7 +213,14 @@ def client(url: str, token: str, index: int, start: float, stop: float) -> dict[
 
 def run(ledger: str, data: Path, args: argparse.Namespace, *, result_cache: bool) -> dict[str, Any]:
     """Drive one server; throughput, latency and the overspend check."""
-    with server(ledger, data, args.clients, result_cache=result_cache) as (url, tokens):
+    with server(
+        ledger,
+        data,
+        args.clients,
+        result_cache=result_cache,
+        threads=args.threads,
+        switch_interval=args.switch_interval,
+    ) as (url, tokens):
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens[0]}"}) as http:
             for sql in QUERIES:  # warm up: open the dataset, every plan (and result, if cached)
                 body = {"sql": sql, "epsilon": EPSILON}
@@ -238,6 +264,9 @@ def main() -> None:
     serve_parser.add_argument("--port", type=int, required=True)
     serve_parser.add_argument("--clients", type=int, required=True)
     serve_parser.add_argument("--result-cache", action="store_true")
+    for parser_ in (parser, serve_parser):
+        parser_.add_argument("--threads", type=int, default=DEFAULT_THREADS)
+        parser_.add_argument("--switch-interval", type=float, default=DEFAULT_SWITCH_INTERVAL)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=2.0)

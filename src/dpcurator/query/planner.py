@@ -567,6 +567,10 @@ def _plan_aggregate(
 
 
 def _non_null_count(expr: ir.Expr, context: _Context) -> ir.ExactAggregate:
+    """The count of rows where ``expr`` has a value: a plain row count for a column the public
+    metadata declares non-nullable (cheaper in every engine), else a sum of a 0/1 indicator."""
+    if isinstance(expr, ir.Col) and not context.metadata.column(expr.name).nullable:
+        return ir.ExactAggregate(context.name("count"), "count")
     indicator = ir.Case(((ir.IsNull(expr), ir.Lit(0)),), ir.Lit(1))
     return ir.ExactAggregate(context.name("nonnull"), "sum", indicator, 0, 1, None, 0)
 

@@ -7,9 +7,12 @@ them, their own budget and their own history. The web console is served from ``/
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
@@ -161,9 +164,22 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
-def create_app(service: CuratorService, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
-    """Build the ASGI application around a :class:`CuratorService`."""
+def create_app(
+    service: CuratorService, *, max_body: int = DEFAULT_MAX_BODY, threads: int | None = None
+) -> FastAPI:
+    """Build the ASGI application around a :class:`CuratorService`.
+
+    ``threads`` (if given) sizes the worker thread pool at start-up (anyio's default is 40).
+    """
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if threads is not None:
+            anyio.to_thread.current_default_thread_limiter().total_tokens = threads
+        yield
+
     app = FastAPI(
+        lifespan=lifespan,
         title="dpcurator",
         version="1",
         summary="A trusted curator for differentially private statistics.",

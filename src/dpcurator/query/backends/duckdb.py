@@ -5,7 +5,9 @@ Every data value (literals, bounds, seeds, public keys) is a bound ``?`` paramet
 quotes doubled. The query is a pipeline of common table expressions::
 
     base     filter; evaluate group keys, person id and aggregated values
-    keyed    SEMI JOIN with the public key set (NULL-safe), when given
+    keyed    SEMI JOIN with the public key set (NULL-safe, one LIST parameter per key column),
+             when given and persons are bounded; without bounding the join is applied to the
+             aggregated groups instead (equivalent, and it joins a few rows instead of all)
     ranked   hash keys, then DENSE_RANK over a person's groups and ROW_NUMBER() - 1 within
              (person, group); the hashes are materialised first because DuckDB rejects volatile
              window orderings, and ``rn < k`` is the fast form on DuckDB (``rn <= k`` triggers a
@@ -275,8 +277,11 @@ def build_query(plan: AggregatePlan, relation: str | None = None) -> tuple[str, 
         f"__dp_base AS (SELECT {', '.join(select)} FROM {quote(relation or plan.table)}{where})"
     ]
     source = "__dp_base"
-    if plan.group_keys is not None:
-        ctes.append(f"__dp_keyed AS ({_key_filter(sql, plan.group_keys, groups)})")
+    # Without bounding, dropping rows outside the public keys before grouping equals dropping
+    # groups after it, which joins the few aggregated rows instead of every row.
+    keys_after = plan.group_keys is not None and person is None
+    if plan.group_keys is not None and not keys_after:
+        ctes.append(f"__dp_keyed AS ({_key_filter(sql, plan.group_keys, groups, source)})")
         source = "__dp_keyed"
     if person is not None:
         ctes.append(f"__dp_bounded AS ({_bounding(sql, plan, source, groups, values)})")
@@ -286,24 +291,35 @@ def build_query(plan: AggregatePlan, relation: str | None = None) -> tuple[str, 
         f" AS {quote(agg.name)}"
         for agg in plan.aggregates
     ]
-    query = f"WITH {', '.join(ctes)} SELECT {', '.join([*groups, 'COUNT(*)', *aggregates])} "
-    query += f"FROM {source}" + (f" GROUP BY {', '.join(groups)}" if groups else "")
+    columns = [*groups, "COUNT(*) AS __dp_rows", *aggregates]
+    aggregated = f"SELECT {', '.join(columns)} FROM {source}"
+    aggregated += f" GROUP BY {', '.join(groups)}" if groups else ""
+    if keys_after:
+        assert plan.group_keys is not None  # keys_after implies public keys
+        ctes.append(f"__dp_aggregated AS ({aggregated})")
+        return f"WITH {', '.join(ctes)} " + _key_filter(
+            sql, plan.group_keys, groups, "__dp_aggregated"
+        ), sql.params
+    query = f"WITH {', '.join(ctes)} {aggregated}"
     return query, sql.params
 
 
-def _key_filter(sql: _Sql, keys: tuple[tuple[ScalarValue, ...], ...], groups: list[str]) -> str:
+def _key_filter(
+    sql: _Sql, keys: tuple[tuple[ScalarValue, ...], ...], groups: list[str], relation: str
+) -> str:
+    """Rows of ``relation`` whose group key is one of the public ``keys`` (NULL-safe)."""
     if not keys:
-        return "SELECT * FROM __dp_base WHERE FALSE"
+        return f"SELECT * FROM {relation} WHERE FALSE"
     names = [quote(f"__dp_k{i}") for i in range(len(groups))]
     # One list parameter per group column, unnested side by side into the key rows.
     columns = ", ".join(
         f"unnest({sql.column([key[i] for key in keys])}) AS {name}" for i, name in enumerate(names)
     )
     on = " AND ".join(
-        f"__dp_base.{g} IS NOT DISTINCT FROM __dp_keys.{k}"
+        f"{relation}.{g} IS NOT DISTINCT FROM __dp_keys.{k}"
         for g, k in zip(groups, names, strict=True)
     )
-    return f"SELECT __dp_base.* FROM __dp_base SEMI JOIN (SELECT {columns}) AS __dp_keys ON {on}"
+    return f"SELECT {relation}.* FROM {relation} SEMI JOIN (SELECT {columns}) AS __dp_keys ON {on}"
 
 
 def _bounding(
