@@ -26,6 +26,7 @@ from dpcurator.accounting.events import (
 from dpcurator.accounting.filter import BudgetFilter, PrivacyFilter, PrivacyOdometer
 from dpcurator.core.measures import ZCDP, ApproxDP, Measure, PureDP
 from dpcurator.errors import BudgetExceededError, InternalInvariantError, ParameterError
+from tests.concurrency import run_in_threads
 
 TENTH = PureEvent(Fraction(1, 10))
 
@@ -107,11 +108,7 @@ def test_concurrent_reservations_never_overspend() -> None:
         with lock:
             outcomes.append(ok)
 
-    threads = [threading.Thread(target=worker) for _ in range(64)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(worker, 64)
     assert outcomes.count(True) == 10
     assert outcomes.count(False) == 54
     assert ledger.spent() == PureDP(1)

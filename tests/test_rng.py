@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from dpcurator.errors import ParameterError
 from dpcurator.random import Rng, SecureRng, SeededRng, default_rng
 from dpcurator.random.rng import REKEY_BYTES
+from tests.concurrency import run_in_threads
 from tests.stat_tools import ALPHA, chi_square_pvalue
 
 # -- seeded plumbing: determinism, shapes, dtypes --------------------------------------------------
@@ -126,11 +127,7 @@ def test_thread_safety_smoke() -> None:
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(work, 8)
     assert not errors
     sequential = SeededRng(11)
     expected = sorted(tuple(sequential.uint64(1000).tolist()) for _ in range(400))
@@ -138,14 +135,7 @@ def test_thread_safety_smoke() -> None:
 
     secure = SecureRng()
     out: list[bytes] = []
-    workers = [
-        threading.Thread(target=lambda: out.extend(secure.random_bytes(16) for _ in range(200)))
-        for _ in range(4)
-    ]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    run_in_threads(lambda: out.extend(secure.random_bytes(16) for _ in range(200)), 4)
     assert len(set(out)) == 800
 
 

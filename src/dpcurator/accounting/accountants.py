@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 from dp_accounting import NeighboringRelation, RandomizedResponseDpEvent, ZCDpEvent
@@ -77,26 +77,40 @@ def _unsupported(owner: str, event: PrivacyEvent, what: str, hint: str) -> Excep
     return fail(owner, "events", f"events with {what}", event, hint)
 
 
+_Cost = TypeVar("_Cost", PureDP, ZCDP)
+
+
+def _costs(
+    owner: str,
+    events: Sequence[PrivacyEvent],
+    cost_of: Callable[[PrivacyEvent], _Cost | None],
+    what: str,
+    hint: str,
+) -> list[_Cost]:
+    """Each event's ``cost_of``; an event without one (None) is refused as lacking ``what``."""
+    costs: list[_Cost] = []
+    for event in events:
+        cost = cost_of(event)
+        if cost is None:
+            raise _unsupported(owner, event, what, hint)
+        costs.append(cost)
+    return costs
+
+
 def _pure_total(owner: str, events: Sequence[PrivacyEvent]) -> PureDP:
     """Basic composition of pure costs (Dwork, McSherry, Nissim & Smith 2006). Exact."""
-    total = Fraction(0)
-    for event in events:
-        cost = event.pure_cost()
-        if cost is None:
-            raise _unsupported(owner, event, "a pure ε cost", "Use an (ε, δ) or zCDP budget.")
-        total += cost.epsilon
-    return PureDP(total)
+    costs = _costs(
+        owner, events, lambda e: e.pure_cost(), "a pure ε cost", "Use an (ε, δ) or zCDP budget."
+    )
+    return PureDP(sum((cost.epsilon for cost in costs), Fraction(0)))
 
 
 def _zcdp_total(owner: str, events: Sequence[PrivacyEvent]) -> ZCDP:
     """zCDP composition: ρ adds (Bun & Steinke 2016, Lemma 2.3). Exact."""
-    total = Fraction(0)
-    for event in events:
-        cost = event.zcdp_cost()
-        if cost is None:
-            raise _unsupported(owner, event, "a zCDP cost", "Events with δ > 0 have none.")
-        total += cost.rho
-    return ZCDP(total)
+    costs = _costs(
+        owner, events, lambda e: e.zcdp_cost(), "a zCDP cost", "Events with δ > 0 have none."
+    )
+    return ZCDP(sum((cost.rho for cost in costs), Fraction(0)))
 
 
 def _approx_terms(owner: str, events: Sequence[PrivacyEvent]) -> list[tuple[ApproxDP, int]]:

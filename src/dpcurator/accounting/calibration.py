@@ -27,6 +27,7 @@ direction: ε and δ up, noise scales up (never down).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -42,6 +43,27 @@ _LOG_NDTR_ERROR = 2.0**-40
 
 #: Bisections stop once the bracket's relative width is below this.
 _RELATIVE_TOLERANCE = 2.0**-44
+
+
+def _bisect(
+    holds: Callable[[float], bool],
+    lo: float,
+    hi: float,
+    *,
+    relative: float = _RELATIVE_TOLERANCE,
+    floor: float = 0.0,
+) -> float:
+    """Narrow [lo, hi] (``holds`` false at lo, true at hi, monotone) and return its upper end.
+
+    Stops when hi - lo <= ``relative`` * max(hi, ``floor``).
+    """
+    while hi - lo > relative * max(hi, floor):
+        mid = (lo + hi) / 2
+        if holds(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def _positive(owner: str, name: str, value: object) -> Fraction:
@@ -146,13 +168,7 @@ def gaussian_sigma_for_approx(epsilon: object, delta: object, l2_sensitivity: ob
     lo = hi / 2
     while _delta_upper(lo, sens, eps) <= target:
         hi, lo = lo, lo / 2
-    while hi - lo > _RELATIVE_TOLERANCE * hi:
-        mid = (lo + hi) / 2
-        if _delta_upper(mid, sens, eps) <= target:
-            hi = mid
-        else:
-            lo = mid
-    return Fraction(hi)
+    return Fraction(_bisect(lambda sigma: _delta_upper(sigma, sens, eps) <= target, lo, hi))
 
 
 def gaussian_epsilon(sigma: object, l2_sensitivity: object, delta: object) -> Fraction:
@@ -170,13 +186,7 @@ def gaussian_epsilon(sigma: object, l2_sensitivity: object, delta: object) -> Fr
     lo, hi = 0.0, 1.0
     while _delta_upper(s, sens, hi) > target:
         lo, hi = hi, hi * 2
-    while hi - lo > _RELATIVE_TOLERANCE * max(hi, 1.0):
-        mid = (lo + hi) / 2
-        if _delta_upper(s, sens, mid) <= target:
-            hi = mid
-        else:
-            lo = mid
-    return Fraction(hi)
+    return Fraction(_bisect(lambda e: _delta_upper(s, sens, e) <= target, lo, hi, floor=1.0))
 
 
 #: Above this σ the exact discrete-Gaussian tails would need too many terms; callers fall back to
@@ -248,10 +258,11 @@ def discrete_gaussian_sigma_for_approx(
     lo = hi / 2
     while lo > 1e-3 and discrete_gaussian_delta(lo, delta_units, eps) <= target:
         hi, lo = lo, lo / 2
-    while hi - lo > 2.0**-30 * hi:
-        mid = (lo + hi) / 2
-        if discrete_gaussian_delta(mid, delta_units, eps) <= target:
-            hi = mid
-        else:
-            lo = mid
-    return Fraction(hi)
+    return Fraction(
+        _bisect(
+            lambda sigma: discrete_gaussian_delta(sigma, delta_units, eps) <= target,
+            lo,
+            hi,
+            relative=2.0**-30,
+        )
+    )

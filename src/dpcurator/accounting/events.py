@@ -42,6 +42,11 @@ def _encode(value: Fraction) -> str:
     return str(value)
 
 
+def _fractions_dict(event: PrivacyEvent, *names: str) -> dict[str, Any]:
+    """The ``to_dict`` of an event whose fields are all Fractions: its kind, then each field."""
+    return {"kind": event.kind, **{name: _encode(getattr(event, name)) for name in names}}
+
+
 def _decode(data: Mapping[str, Any], key: str) -> Fraction:
     try:
         return Fraction(data[key])
@@ -100,7 +105,7 @@ class PureEvent(PrivacyEvent):
         return PureDP(self.epsilon)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "epsilon": _encode(self.epsilon)}
+        return _fractions_dict(self, "epsilon")
 
 
 @dataclass(frozen=True)
@@ -123,11 +128,7 @@ class ApproxEvent(PrivacyEvent):
         return ApproxDP(self.epsilon, self.delta)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "epsilon": _encode(self.epsilon),
-            "delta": _encode(self.delta),
-        }
+        return _fractions_dict(self, "epsilon", "delta")
 
 
 @dataclass(frozen=True)
@@ -151,11 +152,7 @@ class LaplaceEvent(PrivacyEvent):
         return PureDP(laplace_epsilon(self.scale, self.l1_sensitivity))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "scale": _encode(self.scale),
-            "l1_sensitivity": _encode(self.l1_sensitivity),
-        }
+        return _fractions_dict(self, "scale", "l1_sensitivity")
 
 
 @dataclass(frozen=True)
@@ -179,11 +176,7 @@ class GaussianEvent(PrivacyEvent):
         return ZCDP(gaussian_rho(self.sigma, self.l2_sensitivity))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "sigma": _encode(self.sigma),
-            "l2_sensitivity": _encode(self.l2_sensitivity),
-        }
+        return _fractions_dict(self, "sigma", "l2_sensitivity")
 
 
 @dataclass(frozen=True)
@@ -200,7 +193,7 @@ class ZCDPEvent(PrivacyEvent):
         return ZCDP(self.rho)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "rho": _encode(self.rho)}
+        return _fractions_dict(self, "rho")
 
 
 def _worst(costs: list[Any]) -> Any:

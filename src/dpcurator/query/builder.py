@@ -270,6 +270,37 @@ class Aggregate:
         return replace(self, weight=weight)
 
 
+def _bounded(
+    kind: AggregateKind,
+    expr: str | Expression,
+    bins: int = 0,
+    *,
+    lower: float | None,
+    upper: float | None,
+    name: str | None,
+    weight: float,
+) -> Aggregate:
+    """An aggregate of a bounded value (its name defaults lazily, from kind and column)."""
+    return Aggregate(kind, _expr_arg(kind, expr), name, None, bins, lower, upper, weight)
+
+
+def _quantile(
+    owner: str,
+    expr: str | Expression,
+    p: float,
+    *,
+    lower: float | None,
+    upper: float | None,
+    name: str | None,
+    weight: float,
+    suffix: str = "",
+) -> Aggregate:
+    """The p-quantile requested as ``owner`` (named from owner, column and ``suffix``)."""
+    node = _expr_arg(owner, expr)
+    label = name or f"{_default_name(owner, node)}{suffix}"
+    return Aggregate("quantile", node, label, p, 0, lower, upper, weight)
+
+
 def count(
     expr: str | Expression | None = None, *, name: str | None = None, weight: float = 1.0
 ) -> Aggregate:
@@ -292,7 +323,7 @@ def sum_(
     weight: float = 1.0,
 ) -> Aggregate:
     """SUM(expr) of values clamped to their public bounds (NULL/NaN replaced by the fill value)."""
-    return Aggregate("sum", _expr_arg("sum", expr), name, None, 0, lower, upper, weight)
+    return _bounded("sum", expr, lower=lower, upper=upper, name=name, weight=weight)
 
 
 def mean(
@@ -304,7 +335,7 @@ def mean(
     weight: float = 1.0,
 ) -> Aggregate:
     """AVG(expr) as a noisy (centred) sum divided by a noisy count."""
-    return Aggregate("mean", _expr_arg("mean", expr), name, None, 0, lower, upper, weight)
+    return _bounded("mean", expr, lower=lower, upper=upper, name=name, weight=weight)
 
 
 def variance(
@@ -316,7 +347,7 @@ def variance(
     weight: float = 1.0,
 ) -> Aggregate:
     """VARIANCE(expr) (sample variance) from noisy count, sum and sum of squares."""
-    return Aggregate("variance", _expr_arg("variance", expr), name, None, 0, lower, upper, weight)
+    return _bounded("variance", expr, lower=lower, upper=upper, name=name, weight=weight)
 
 
 def stddev(
@@ -328,7 +359,7 @@ def stddev(
     weight: float = 1.0,
 ) -> Aggregate:
     """STDDEV(expr): the square root of :func:`variance`."""
-    return Aggregate("stddev", _expr_arg("stddev", expr), name, None, 0, lower, upper, weight)
+    return _bounded("stddev", expr, lower=lower, upper=upper, name=name, weight=weight)
 
 
 def quantile(
@@ -341,9 +372,9 @@ def quantile(
     weight: float = 1.0,
 ) -> Aggregate:
     """The p-quantile, chosen by the exponential mechanism (permute-and-flip) over candidates."""
-    node = _expr_arg("quantile", expr)
-    label = name or f"{_default_name('quantile', node)}_{p:g}"
-    return Aggregate("quantile", node, label, p, 0, lower, upper, weight)
+    return _quantile(
+        "quantile", expr, p, lower=lower, upper=upper, name=name, weight=weight, suffix=f"_{p:g}"
+    )
 
 
 def median(
@@ -355,10 +386,7 @@ def median(
     weight: float = 1.0,
 ) -> Aggregate:
     """The median (the 0.5-quantile)."""
-    node = _expr_arg("median", expr)
-    return Aggregate(
-        "quantile", node, name or _default_name("median", node), 0.5, 0, lower, upper, weight
-    )
+    return _quantile("median", expr, 0.5, lower=lower, upper=upper, name=name, weight=weight)
 
 
 def min_(
@@ -370,10 +398,7 @@ def min_(
     weight: float = 1.0,
 ) -> Aggregate:
     """MIN(expr) as the DP 0-quantile (an extreme quantile, not the exact minimum)."""
-    node = _expr_arg("min", expr)
-    return Aggregate(
-        "quantile", node, name or _default_name("min", node), 0.0, 0, lower, upper, weight
-    )
+    return _quantile("min", expr, 0.0, lower=lower, upper=upper, name=name, weight=weight)
 
 
 def max_(
@@ -385,10 +410,7 @@ def max_(
     weight: float = 1.0,
 ) -> Aggregate:
     """MAX(expr) as the DP 1-quantile (an extreme quantile, not the exact maximum)."""
-    node = _expr_arg("max", expr)
-    return Aggregate(
-        "quantile", node, name or _default_name("max", node), 1.0, 0, lower, upper, weight
-    )
+    return _quantile("max", expr, 1.0, lower=lower, upper=upper, name=name, weight=weight)
 
 
 def histogram(
@@ -401,9 +423,7 @@ def histogram(
     weight: float = 1.0,
 ) -> Aggregate:
     """Counts in ``bins`` equal-width public bins over [lower, upper] (bounds from metadata)."""
-    return Aggregate(
-        "histogram", _expr_arg("histogram", expr), name, None, bins, lower, upper, weight
-    )
+    return _bounded("histogram", expr, bins, lower=lower, upper=upper, name=name, weight=weight)
 
 
 @dataclass(frozen=True)
@@ -474,35 +494,7 @@ class Query:
 
 def substitute(node: ir.Expr, columns: dict[str, ir.Expr]) -> ir.Expr:
     """Replace references to derived columns by their defining expressions."""
-    if isinstance(node, ir.Col):
-        return columns.get(node.name, node)
-    if isinstance(node, ir.Lit):
-        return node
-    if isinstance(node, ir.BinOp):
-        return ir.BinOp(node.op, substitute(node.left, columns), substitute(node.right, columns))
-    if isinstance(node, ir.Compare):
-        return ir.Compare(node.op, substitute(node.left, columns), substitute(node.right, columns))
-    if isinstance(node, ir.And):
-        return ir.And(tuple(substitute(a, columns) for a in node.args))
-    if isinstance(node, ir.Or):
-        return ir.Or(tuple(substitute(a, columns) for a in node.args))
-    if isinstance(node, ir.Not):
-        return ir.Not(substitute(node.arg, columns))
-    if isinstance(node, ir.IsNull):
-        return ir.IsNull(substitute(node.arg, columns))
-    if isinstance(node, ir.In):
-        return ir.In(substitute(node.arg, columns), node.values)
-    if isinstance(node, ir.Between):
-        return ir.Between(
-            substitute(node.arg, columns),
-            substitute(node.low, columns),
-            substitute(node.high, columns),
-        )
-    if isinstance(node, ir.Case):
-        whens = tuple((substitute(c, columns), substitute(v, columns)) for c, v in node.whens)
-        default = None if node.default is None else substitute(node.default, columns)
-        return ir.Case(whens, default)
-    return ir.Func(node.name, tuple(substitute(a, columns) for a in node.args))
+    return ir.map_columns(node, lambda c: columns.get(c.name, c))
 
 
 sum = sum_  # ``dpc.sum``; the builtin is not used in this module

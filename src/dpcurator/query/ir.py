@@ -33,6 +33,7 @@ Semantics that every backend must reproduce bit-for-bit (the in-memory backend i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -140,6 +141,38 @@ class Func:
 
 
 Expr = Col | Lit | BinOp | Compare | And | Or | Not | IsNull | In | Between | Case | Func
+
+
+def map_columns(node: Expr, column: Callable[[Col], Expr]) -> Expr:
+    """The expression with every column reference ``c`` replaced by ``column(c)``."""
+    if isinstance(node, Col):
+        return column(node)
+    if isinstance(node, Lit):
+        return node
+    if isinstance(node, BinOp):
+        return BinOp(node.op, map_columns(node.left, column), map_columns(node.right, column))
+    if isinstance(node, Compare):
+        return Compare(node.op, map_columns(node.left, column), map_columns(node.right, column))
+    if isinstance(node, And | Or):
+        return type(node)(tuple(map_columns(a, column) for a in node.args))
+    if isinstance(node, Not):
+        return Not(map_columns(node.arg, column))
+    if isinstance(node, IsNull):
+        return IsNull(map_columns(node.arg, column))
+    if isinstance(node, In):
+        return In(map_columns(node.arg, column), node.values)
+    if isinstance(node, Between):
+        return Between(
+            map_columns(node.arg, column),
+            map_columns(node.low, column),
+            map_columns(node.high, column),
+        )
+    if isinstance(node, Case):
+        whens = tuple((map_columns(c, column), map_columns(v, column)) for c, v in node.whens)
+        default = None if node.default is None else map_columns(node.default, column)
+        return Case(whens, default)
+    return Func(node.name, tuple(map_columns(a, column) for a in node.args))
+
 
 # ----------------------------------------------------------------------------------------------
 # The exact-aggregate plan

@@ -144,37 +144,7 @@ class Plan:
 
 def resolve_expr(node: ir.Expr, metadata: Metadata) -> ir.Expr:
     """Check every column against the metadata and use its declared spelling."""
-    if isinstance(node, ir.Col):
-        return ir.Col(metadata.column(node.name).name)
-    if isinstance(node, ir.Lit):
-        return node
-    if isinstance(node, ir.BinOp):
-        return ir.BinOp(
-            node.op, resolve_expr(node.left, metadata), resolve_expr(node.right, metadata)
-        )
-    if isinstance(node, ir.Compare):
-        return ir.Compare(
-            node.op, resolve_expr(node.left, metadata), resolve_expr(node.right, metadata)
-        )
-    if isinstance(node, ir.And | ir.Or):
-        return type(node)(tuple(resolve_expr(a, metadata) for a in node.args))
-    if isinstance(node, ir.Not):
-        return ir.Not(resolve_expr(node.arg, metadata))
-    if isinstance(node, ir.IsNull):
-        return ir.IsNull(resolve_expr(node.arg, metadata))
-    if isinstance(node, ir.In):
-        return ir.In(resolve_expr(node.arg, metadata), node.values)
-    if isinstance(node, ir.Between):
-        return ir.Between(
-            resolve_expr(node.arg, metadata),
-            resolve_expr(node.low, metadata),
-            resolve_expr(node.high, metadata),
-        )
-    if isinstance(node, ir.Case):
-        whens = tuple((resolve_expr(c, metadata), resolve_expr(v, metadata)) for c, v in node.whens)
-        default = None if node.default is None else resolve_expr(node.default, metadata)
-        return ir.Case(whens, default)
-    return ir.Func(node.name, tuple(resolve_expr(a, metadata) for a in node.args))
+    return ir.map_columns(node, lambda c: ir.Col(metadata.column(c.name).name))
 
 
 _PREDICATES = (ir.Compare, ir.And, ir.Or, ir.Not, ir.IsNull, ir.In, ir.Between)

@@ -19,9 +19,10 @@ Semantics fixed here for all backends (in addition to those of :mod:`dpcurator.q
 from __future__ import annotations
 
 import math
+import operator
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import duckdb
 import numpy as np
@@ -57,6 +58,22 @@ INT64_MAX = 2**63 - 1
 HIDDEN_PREFIX = "__dp_"
 VALUE_KINDS = frozenset({"sum", "sum_squares", "histogram"})
 UNARY_FUNCTIONS = frozenset({"abs", "round", "floor", "ceil", "lower", "upper", "length"})
+ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+}
+"""The arithmetic operators other than ``/`` (whose NULL-on-zero rule each backend writes)."""
+COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
+    "=": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+OPERATORS = {**ARITHMETIC, **COMPARISONS}
+"""Python operators for the IR's binary operators, for engines that overload them."""
 
 
 @runtime_checkable
@@ -317,6 +334,47 @@ def histogram_array(bins: int, counts: Mapping[object, object] | None) -> np.nda
         if index is not None:
             array[int(index)] = int(count)  # type: ignore[call-overload]
     return array
+
+
+def hidden_columns(plan: AggregatePlan) -> tuple[list[str], dict[str, str]]:
+    """The hidden names of the group key columns and of each aggregate's value column."""
+    groups = [f"{HIDDEN_PREFIX}g{i}" for i in range(len(plan.group_by))]
+    values = {
+        agg.name: f"{HIDDEN_PREFIX}v{i}"
+        for i, agg in enumerate(plan.aggregates)
+        if agg.expr is not None
+    }
+    return groups, values
+
+
+def bin_counts(rows: Iterable[Sequence[Any]]) -> dict[tuple[object, ...], dict[int, int]]:
+    """Map group key -> bin -> count, from engine rows ``(group key..., bin, count)``."""
+    per_group: dict[tuple[object, ...], dict[int, int]] = {}
+    for row in rows:
+        per_group.setdefault(tuple(row[:-2]), {})[row[-2]] = row[-1]
+    return per_group
+
+
+def merge_histograms(
+    plan: AggregatePlan,
+    rows: Iterable[Sequence[Any]],
+    counts: Mapping[str, Mapping[tuple[object, ...], Mapping[int, int]]],
+) -> list[tuple[object, ...]]:
+    """Put each histogram's bin counts (by aggregate name, see :func:`bin_counts`) in its place.
+
+    ``rows`` are ``(group key..., row count, non-histogram aggregate...)``; the result rows are
+    what :func:`collect_rows` reads.
+    """
+    width = len(plan.group_by) + 1
+    merged_rows: list[tuple[object, ...]] = []
+    for row in rows:
+        key, rest = tuple(row[: width - 1]), iter(row[width:])
+        merged = [
+            counts[agg.name].get(key) if agg.kind == "histogram" else next(rest)
+            for agg in plan.aggregates
+        ]
+        merged_rows.append((*row[:width], *merged))
+    return merged_rows
 
 
 def collect_rows(plan: AggregatePlan, rows: Iterable[Sequence[object]]) -> ExactResult:

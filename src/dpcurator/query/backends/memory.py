@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import math
-import operator
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pa_compute
 
 from dpcurator.query.backends.base import (
+    ARITHMETIC,
+    COMPARISONS,
     bin_index,
     check_plan,
     check_sum_overflow,
@@ -58,20 +58,7 @@ from dpcurator.query.ir import (
 Row = Mapping[str, object]
 Key = tuple[ScalarValue, ...]
 
-_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
-    "+": operator.add,
-    "-": operator.sub,
-    "*": operator.mul,
-}
 _ARROW_TYPES = {"int": pa.int64(), "float": pa.float64(), "string": pa.string(), "bool": pa.bool_()}
-_COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
-    "=": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
 
 
 class MemoryBackend:
@@ -222,7 +209,7 @@ def evaluate(expr: Expr, row: Row) -> object:  # noqa: PLR0912 (one branch per I
             return _arithmetic(op, evaluate(left, row), evaluate(right, row))
         case Compare(op=op, left=left, right=right):
             a, b = evaluate(left, row), evaluate(right, row)
-            return None if a is None or b is None else _COMPARISONS[op](a, b)
+            return None if a is None or b is None else COMPARISONS[op](a, b)
         case And(args=args):
             return _kleene([evaluate(arg, row) for arg in args], absorbing=False)
         case Or(args=args):
@@ -252,7 +239,7 @@ def _arithmetic(op: str, a: object, b: object) -> object:
         return None
     if op == "/":
         return None if b == 0 else a / b  # type: ignore[operator]
-    return _ARITHMETIC[op](a, b)
+    return ARITHMETIC[op](a, b)
 
 
 def _kleene(values: list[object], *, absorbing: bool) -> bool | None:

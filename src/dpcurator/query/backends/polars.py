@@ -19,11 +19,15 @@ import polars as pl
 
 from dpcurator.errors import BackendError
 from dpcurator.query.backends.base import (
+    OPERATORS,
+    bin_counts,
     check_plan,
     check_table,
     collect_rows,
     file_format,
+    hidden_columns,
     is_path,
+    merge_histograms,
     to_arrow,
 )
 from dpcurator.query.backends.types import (
@@ -52,17 +56,6 @@ from dpcurator.query.ir import (
     Or,
 )
 
-_OPERATORS = {
-    "+": operator.add,
-    "-": operator.sub,
-    "*": operator.mul,
-    "=": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
 _PID = "__dp_pid"
 _DECLARED_DTYPES = {"int": pl.Int64, "float": pl.Float64, "string": pl.String, "bool": pl.Boolean}
 _NULL = pl.lit(None, dtype=pl.Boolean)
@@ -81,7 +74,7 @@ def to_polars(expr: Expr) -> pl.Expr:  # noqa: PLR0912 (one branch per IR node)
         case Compare(left=Lit(value=None)) | Compare(right=Lit(value=None)):
             return _NULL  # Polars would turn "== None" into a null test
         case BinOp(op=op, left=left, right=right) | Compare(op=op, left=left, right=right):
-            return _OPERATORS[op](to_polars(left), to_polars(right))  # type: ignore[no-any-return]
+            return OPERATORS[op](to_polars(left), to_polars(right))  # type: ignore[no-any-return]
         case And(args=args):
             return functools.reduce(operator.and_, map(to_polars, args))
         case Or(args=args):
@@ -252,10 +245,7 @@ class PolarsBackend:
     def compute(self, plan: AggregatePlan) -> ExactResult:
         """Run ``plan`` as lazy frames collected together."""
         check_plan(plan, self.columns(plan.table))
-        groups = [f"__dp_g{i}" for i in range(len(plan.group_by))]
-        values = {
-            agg.name: f"__dp_v{i}" for i, agg in enumerate(plan.aggregates) if agg.expr is not None
-        }
+        groups, values = hidden_columns(plan)
         try:
             frame = self._rows(plan, groups, values)
             bounded = plan.bound.person_column is not None
@@ -282,21 +272,11 @@ class PolarsBackend:
             raise BackendError(
                 f"Polars failed to compute the plan on {plan.table!r}: {exc}"
             ) from exc
-        counts: dict[str, dict[tuple[object, ...], dict[int, int]]] = {}
-        for agg, result in zip(histograms, histogram_frames, strict=True):
-            per_group = counts.setdefault(agg.name, {})
-            for row in result.iter_rows():
-                per_group.setdefault(tuple(row[:-2]), {})[row[-2]] = row[-1]
-        width = len(groups) + 1
-        rows = []
-        for row in main_frame.iter_rows():
-            key, rest = tuple(row[: len(groups)]), iter(row[width:])
-            merged = [
-                counts[agg.name].get(key) if agg.kind == "histogram" else next(rest)
-                for agg in plan.aggregates
-            ]
-            rows.append((*row[:width], *merged))
-        return collect_rows(plan, rows)
+        counts = {
+            agg.name: bin_counts(result.iter_rows())
+            for agg, result in zip(histograms, histogram_frames, strict=True)
+        }
+        return collect_rows(plan, merge_histograms(plan, main_frame.iter_rows(), counts))
 
     def _rows(self, plan: AggregatePlan, groups: list[str], values: dict[str, str]) -> pl.LazyFrame:
         """Filter, evaluate keys and values, apply public keys and contribution bounds."""

@@ -32,12 +32,16 @@ from pyspark.sql import types as st
 
 from dpcurator.errors import BackendError
 from dpcurator.query.backends.base import (
+    OPERATORS,
+    bin_counts,
     check_plan,
     check_table,
     collect_rows,
     file_format,
+    hidden_columns,
     is_path,
     is_spark_dataframe,
+    merge_histograms,
     to_arrow,
 )
 from dpcurator.query.backends.types import (
@@ -66,17 +70,6 @@ from dpcurator.query.ir import (
     Or,
 )
 
-_OPERATORS = {
-    "+": operator.add,
-    "-": operator.sub,
-    "*": operator.mul,
-    "=": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
 _FUNCTIONS = {
     "abs": sf.abs,
     "round": lambda value: sf.round(value, 0),  # HALF_UP: half away from zero
@@ -106,7 +99,7 @@ def to_spark(expr: Expr) -> Column:  # noqa: PLR0912 (one branch per IR node)
         case BinOp(op="/", left=left, right=right):
             return sf.try_divide(to_spark(left), to_spark(right))
         case BinOp(op=op, left=left, right=right) | Compare(op=op, left=left, right=right):
-            return _OPERATORS[op](to_spark(left), to_spark(right))  # type: ignore[no-any-return]
+            return OPERATORS[op](to_spark(left), to_spark(right))  # type: ignore[no-any-return]
         case And(args=args):
             return functools.reduce(operator.and_, map(to_spark, args))
         case Or(args=args):
@@ -259,10 +252,7 @@ class SparkBackend:
     def compute(self, plan: AggregatePlan) -> ExactResult:
         """Run ``plan`` as Spark jobs (one, plus one per histogram)."""
         check_plan(plan, self.columns(plan.table))
-        groups = [f"__dp_g{i}" for i in range(len(plan.group_by))]
-        values = {
-            agg.name: f"__dp_v{i}" for i, agg in enumerate(plan.aggregates) if agg.expr is not None
-        }
+        groups, values = hidden_columns(plan)
         bounded = plan.bound.person_column is not None
         try:
             frame = self._rows(plan, groups, values)
@@ -276,25 +266,14 @@ class SparkBackend:
             for agg in plan.aggregates:
                 if agg.kind != "histogram":
                     continue
-                per_group = counts.setdefault(agg.name, {})
                 binned = frame.select(*groups, _bin(agg, values[agg.name]).alias("__dp_bin"))
                 result = binned.dropna(subset=["__dp_bin"]).groupBy(*groups, "__dp_bin").count()
-                for row in result.collect():
-                    per_group.setdefault(tuple(row[:-2]), {})[row[-2]] = row[-1]
+                counts[agg.name] = bin_counts(result.collect())
         except _ENGINE_ERRORS as exc:
             raise BackendError(
                 f"Spark failed to compute the plan on {plan.table!r}: {exc}"
             ) from exc
-        width = len(groups) + 1
-        merged_rows = []
-        for row in rows:
-            key, rest = tuple(row[: len(groups)]), iter(row[width:])
-            merged = [
-                counts[agg.name].get(key) if agg.kind == "histogram" else next(rest)
-                for agg in plan.aggregates
-            ]
-            merged_rows.append((*row[:width], *merged))
-        return collect_rows(plan, merged_rows)
+        return collect_rows(plan, merge_histograms(plan, rows, counts))
 
     def _rows(self, plan: AggregatePlan, groups: list[str], values: dict[str, str]) -> DataFrame:
         """Filter, evaluate keys and values, apply public keys and contribution bounds."""
