@@ -41,7 +41,6 @@ from dpcurator.core.measures import ApproxDP  # noqa: E402
 from dpcurator.service.auth import Identity  # noqa: E402
 from dpcurator.service.ledger import Ledger, grant_budget  # noqa: E402
 from dpcurator.service.server import (  # noqa: E402
-    DEFAULT_SWITCH_INTERVAL,
     DEFAULT_THREADS,
     DEMO_DIR,
     build_service,
@@ -158,14 +157,15 @@ def server(
     *,
     result_cache: bool,
     threads: int = DEFAULT_THREADS,
-    switch_interval: float = DEFAULT_SWITCH_INTERVAL,
+    switch_interval: float | None = None,
 ) -> Iterator[Any]:
     """The benchmark server as a subprocess; yields (url, tokens)."""
     port = free_port()
     command = [sys.executable, __file__, "serve", "--ledger", ledger, "--data", str(data)]
     command += ["--port", str(port), "--clients", str(clients)]
     command += ["--result-cache"] if result_cache else []
-    command += ["--threads", str(threads), "--switch-interval", str(switch_interval)]
+    command += ["--threads", str(threads)]
+    command += [] if switch_interval is None else ["--switch-interval", str(switch_interval)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -266,7 +266,7 @@ def main() -> None:
     serve_parser.add_argument("--result-cache", action="store_true")
     for parser_ in (parser, serve_parser):
         parser_.add_argument("--threads", type=int, default=DEFAULT_THREADS)
-        parser_.add_argument("--switch-interval", type=float, default=DEFAULT_SWITCH_INTERVAL)
+        parser_.add_argument("--switch-interval", type=float, default=None)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=2.0)

@@ -17,14 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import DPError
-from dpcurator.service.app import create_app
 from dpcurator.service.client import CuratorClient
 from dpcurator.service.schemas import exact
-from dpcurator.service.server import bootstrap, build_service
+from dpcurator.service.server import bootstrap, build_service, serve
 
 DEFAULT_LEDGER = "sqlite:///dpcurator-ledger.sqlite3"
 
@@ -47,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--result-cache",
+        action="store_true",
+        help="keep exact aggregates per query plan (every release is still charged and noised)",
+    )
 
     for name, text in (("query", "run a DP query"), ("budget", "show the remaining budget")):
         sub = commands.add_parser(name, help=text)
@@ -71,7 +73,7 @@ def _serve(args: argparse.Namespace) -> int:
             if args.demo
             else DEFAULT_LEDGER
         )
-    service = build_service(ledger_url)
+    service = build_service(ledger_url, result_cache=args.result_cache)
     started = bootstrap(
         service,
         demo=args.demo,
@@ -85,7 +87,7 @@ def _serve(args: argparse.Namespace) -> int:
     if started.owner_token is not None:
         print(f"owner token: {started.owner_token}")
     print(f"url: http://{args.host}:{args.port}/console/", flush=True)
-    uvicorn.run(create_app(service), host=args.host, port=args.port, log_level="warning")
+    serve(service, host=args.host, port=args.port)
     return 0
 
 
