@@ -192,9 +192,13 @@ class Catalog:
         self._runtimes: dict[str, DatasetRuntime] = {}
         self._lock = threading.Lock()
 
-    @staticmethod
-    def check(source: dict[str, Any], metadata_doc: dict[str, Any]) -> dict[str, Any]:
-        """Validate a data source and metadata before registration; the normalised metadata."""
+    def check(self, source: dict[str, Any], metadata_doc: dict[str, Any]) -> dict[str, Any]:
+        """Validate a data source and metadata before registration; the normalised metadata.
+
+        The data is opened once with the metadata's declared types, so the OWNER learns at
+        registration that data and metadata disagree (DomainError naming the column), instead of
+        an analyst's first query failing on it.
+        """
         path = source.get("path")
         if not isinstance(path, str) or not path.endswith(_SOURCE_SUFFIXES):
             raise ParameterError(
@@ -203,7 +207,9 @@ class Catalog:
             )
         if not Path(path).is_file():
             raise DomainError(f"The data file {path!r} does not exist on the server.")
-        return Metadata.from_dict(metadata_doc).to_dict()
+        metadata = Metadata.from_dict(metadata_doc)
+        self._open(source, metadata).close()
+        return metadata.to_dict()
 
     def runtime(self, dataset: Dataset) -> DatasetRuntime:
         """The opened dataset (opened on first use)."""
