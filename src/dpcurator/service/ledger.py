@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     BindParameter,
@@ -80,6 +80,16 @@ def cost_of(epsilon: str, delta: str) -> ApproxDP:
 
 def _subtract(spent: ApproxDP, cost: ApproxDP) -> ApproxDP:
     return ApproxDP(spent.epsilon - cost.epsilon, spent.delta - cost.delta)
+
+
+_Row = TypeVar("_Row")
+
+
+def _found(row: _Row | None, what: str, key: object) -> _Row:
+    """``row``, or :class:`NotFoundError` naming what was looked up."""
+    if row is None:
+        raise NotFoundError(f"No {what} with id {key!r}.")
+    return row
 
 
 def _remaining(total: ApproxDP, spent: ApproxDP) -> ApproxDP:
@@ -276,10 +286,7 @@ class Ledger:
     def principal(self, principal_id: str) -> Principal:
         """The principal with this id, or :class:`NotFoundError`."""
         with self._transaction(write=False) as s:
-            principal = s.get(Principal, principal_id)
-        if principal is None:
-            raise NotFoundError(f"No analyst or owner with id {principal_id!r}.")
-        return principal
+            return _found(s.get(Principal, principal_id), "analyst or owner", principal_id)
 
     def principals(self, role: str | None = None) -> list[Principal]:
         """Every principal (of one role, if given), oldest first."""
@@ -329,9 +336,7 @@ class Ledger:
     def revoke_token(self, token_id: str, *, by: str) -> Token:
         """Mark a token revoked (idempotent); :class:`NotFoundError` if unknown."""
         with self._transaction(write=True) as s:
-            token = s.get(Token, token_id)
-            if token is None:
-                raise NotFoundError(f"No token with id {token_id!r}.")
+            token = _found(s.get(Token, token_id), "token", token_id)
             if token.revoked_at is None:
                 token.revoked_at = utcnow()
                 s.add(_audit("token_revoked", by, None, token_id=token_id))
@@ -373,10 +378,7 @@ class Ledger:
     def dataset(self, dataset_id: str) -> Dataset:
         """The dataset with this id, or :class:`NotFoundError`."""
         with self._transaction(write=False) as s:
-            dataset = s.get(Dataset, dataset_id)
-        if dataset is None:
-            raise NotFoundError(f"No dataset with id {dataset_id!r}.")
-        return dataset
+            return _found(s.get(Dataset, dataset_id), "dataset", dataset_id)
 
     def datasets(self) -> list[Dataset]:
         """Every registered dataset, by id."""
@@ -388,9 +390,9 @@ class Ledger:
     ) -> Dataset:
         """Change the global cap and/or the replay switch of a dataset."""
         with self._transaction(write=True) as s:
-            dataset = s.get(Dataset, dataset_id, with_for_update=True)
-            if dataset is None:
-                raise NotFoundError(f"No dataset with id {dataset_id!r}.")
+            dataset = _found(
+                s.get(Dataset, dataset_id, with_for_update=True), "dataset", dataset_id
+            )
             detail: dict[str, Any] = {}
             if cap is not None:
                 dataset.cap_epsilon, dataset.cap_delta = str(cap.epsilon), str(cap.delta)
@@ -546,9 +548,7 @@ class Ledger:
         cost leaves both running totals. Only ``reserved`` charges can be cancelled.
         """
         with self._transaction(write=True) as s:
-            charge = s.get(Charge, charge_id)
-            if charge is None:
-                raise NotFoundError(f"No charge with id {charge_id}.")
+            charge = _found(s.get(Charge, charge_id), "charge", charge_id)
             dataset = s.get(Dataset, charge.dataset_id, with_for_update=True)
             if charge.status != "reserved" or dataset is None:
                 raise ConflictError(
@@ -579,9 +579,7 @@ class Ledger:
     def fail(self, charge_id: int, error: str) -> None:
         """Record that the engine failed after the reservation; the charge stands."""
         with self._transaction(write=True) as s:
-            charge = s.get(Charge, charge_id)
-            if charge is None:
-                raise NotFoundError(f"No charge with id {charge_id}.")
+            charge = _found(s.get(Charge, charge_id), "charge", charge_id)
             charge.status, charge.error, charge.completed_at = "failed", error, utcnow()
 
     def find_replay(self, principal_id: str, dataset_id: str, fingerprint: str) -> Charge | None:
@@ -625,10 +623,7 @@ class Ledger:
     def charge(self, charge_id: int) -> Charge:
         """One ledger entry, or :class:`NotFoundError`."""
         with self._transaction(write=False) as s:
-            charge = s.get(Charge, charge_id)
-        if charge is None:
-            raise NotFoundError(f"No charge with id {charge_id}.")
-        return charge
+            return _found(s.get(Charge, charge_id), "charge", charge_id)
 
     def history(
         self, *, dataset_id: str | None = None, principal_id: str | None = None, limit: int = 100
@@ -676,9 +671,7 @@ class Ledger:
     ) -> PublishedRelease:
         """Store a batch release (already charged) so that it can be read at no cost."""
         with self._transaction(write=True) as s:
-            charge = s.get(Charge, charge_id)
-            if charge is None:
-                raise NotFoundError(f"No charge with id {charge_id}.")
+            charge = _found(s.get(Charge, charge_id), "charge", charge_id)
             charge.status, charge.completed_at = "released", utcnow()
             charge.result = {"release_id": release_id, "results": results}
             release = PublishedRelease(
@@ -696,10 +689,7 @@ class Ledger:
     def release(self, release_id: str) -> PublishedRelease:
         """A published release, or :class:`NotFoundError`."""
         with self._transaction(write=False) as s:
-            release = s.get(PublishedRelease, release_id)
-        if release is None:
-            raise NotFoundError(f"No release with id {release_id!r}.")
-        return release
+            return _found(s.get(PublishedRelease, release_id), "release", release_id)
 
     def releases(self, dataset_id: str) -> list[PublishedRelease]:
         """The releases published on a dataset, newest first."""
