@@ -1,1 +1,1 @@
-"""Mathematics only: exact privacy arithmetic, privacy measures and measurements. No I/O."""
+"""Mathematics only: exact privacy arithmetic and privacy measures. No I/O."""

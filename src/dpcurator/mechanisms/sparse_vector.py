@@ -45,11 +45,18 @@ class AboveThreshold:
         )
         object.__setattr__(self, "threshold", float(check_real(owner, "threshold", threshold)))
 
-    def _grid(self) -> tuple[int, Fraction, Fraction]:
-        """Grid exponent and threshold/query noise scales in grid units."""
+    def _start(self, rng: Rng | None) -> tuple[Rng, int, int, Fraction]:
+        """The randomness source, grid exponent, noisy threshold (grid units) and query scale."""
+        source = rng or default_rng()
         k = grid_exponent(4 * self.sensitivity / self.epsilon)
         units = grid_sensitivity(self.sensitivity, k, 1)
-        return k, 2 * units / self.epsilon, 4 * units / self.epsilon
+        threshold_noise = int(discrete_laplace(source, 2 * units / self.epsilon, 1)[0])
+        return (
+            source,
+            k,
+            int(to_grid([self.threshold], k)[0]) + threshold_noise,
+            4 * units / self.epsilon,
+        )
 
     def first_above(self, answers: Iterable[float], rng: Rng | None = None) -> int | None:
         """Index of the first answer whose noisy value reaches the noisy threshold, or None.
@@ -57,11 +64,7 @@ class AboveThreshold:
         ``answers`` may be a lazy iterable: each answer is read only when needed, so an interactive
         analyst can stop early. Nothing is revealed about answers after the returned index.
         """
-        source = rng or default_rng()
-        k, threshold_scale, query_scale = self._grid()
-        noisy_threshold = int(to_grid([self.threshold], k)[0]) + int(
-            discrete_laplace(source, threshold_scale, 1)[0]
-        )
+        source, k, noisy_threshold, query_scale = self._start(rng)
         for index, answer in enumerate(answers):
             noisy = int(to_grid([answer], k)[0]) + int(discrete_laplace(source, query_scale, 1)[0])
             if noisy >= noisy_threshold:
@@ -70,12 +73,8 @@ class AboveThreshold:
 
     def first_above_batch(self, answers: np.ndarray, rng: Rng | None = None) -> int | None:
         """Vectorised :meth:`first_above` for answers already computed (same distribution)."""
-        source = rng or default_rng()
-        k, threshold_scale, query_scale = self._grid()
+        source, k, noisy_threshold, query_scale = self._start(rng)
         units = to_grid(answers, k)
-        noisy_threshold = int(to_grid([self.threshold], k)[0]) + int(
-            discrete_laplace(source, threshold_scale, 1)[0]
-        )
         noisy = units + discrete_laplace(source, query_scale, units.size)
         hits = np.flatnonzero(noisy >= noisy_threshold)
         return int(hits[0]) if hits.size else None
