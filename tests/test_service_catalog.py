@@ -25,4 +25,7 @@ def test_registration_refuses_data_that_contradicts_the_metadata(tmp_path: Path)
 def test_registration_accepts_consistent_data(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("x,g\n1,a\n7,b\n")
-    assert Catalog().check({"path": str(path)}, METADATA)["table"] == "t"
+    metadata, backend = Catalog().check({"path": str(path)}, METADATA)
+    assert metadata["table"] == "t"
+    assert backend.columns("t") == {"x": "BIGINT", "g": "VARCHAR"}
+    backend.close()

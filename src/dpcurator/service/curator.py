@@ -192,12 +192,14 @@ class Catalog:
         self._runtimes: dict[str, DatasetRuntime] = {}
         self._lock = threading.Lock()
 
-    def check(self, source: dict[str, Any], metadata_doc: dict[str, Any]) -> dict[str, Any]:
-        """Validate a data source and metadata before registration; the normalised metadata.
+    def check(
+        self, source: dict[str, Any], metadata_doc: dict[str, Any]
+    ) -> tuple[dict[str, Any], Backend]:
+        """Validate a data source and metadata before registration.
 
-        The data is opened once with the metadata's declared types, so the OWNER learns at
-        registration that data and metadata disagree (DomainError naming the column), instead of
-        an analyst's first query failing on it.
+        Returns the normalised metadata and the data opened with its declared types, so the OWNER
+        learns at registration that data and metadata disagree (DomainError naming the column),
+        not an analyst's first query. Hand the backend to :meth:`adopt` (or close it).
         """
         path = source.get("path")
         if not isinstance(path, str) or not path.endswith(_SOURCE_SUFFIXES):
@@ -208,23 +210,35 @@ class Catalog:
         if not Path(path).is_file():
             raise DomainError(f"The data file {path!r} does not exist on the server.")
         metadata = Metadata.from_dict(metadata_doc)
-        self._open(source, metadata).close()
-        return metadata.to_dict()
+        return metadata.to_dict(), self._open(source, metadata)
+
+    def adopt(self, dataset: Dataset, backend: Backend) -> None:
+        """Serve ``dataset`` from a backend opened by :meth:`check` (the data is not read twice)."""
+        with self._lock:
+            previous = self._runtimes.pop(dataset.id, None)
+            if previous is not None:
+                previous.backend.close()
+            self._runtimes[dataset.id] = self._runtime(
+                Metadata.from_dict(dataset.metadata_doc), backend
+            )
 
     def runtime(self, dataset: Dataset) -> DatasetRuntime:
-        """The opened dataset (opened on first use)."""
+        """The opened dataset (opened on first use, e.g. after a restart)."""
         with self._lock:
             runtime = self._runtimes.get(dataset.id)
             if runtime is None:
                 metadata = Metadata.from_dict(dataset.metadata_doc)
-                runtime = DatasetRuntime(
-                    metadata,
-                    self._open(dataset.source, metadata),
-                    LruCache(DEFAULT_PLAN_CACHE_SIZE),
-                    LruCache(DEFAULT_RESULT_CACHE_SIZE) if self.result_cache else None,
-                )
+                runtime = self._runtime(metadata, self._open(dataset.source, metadata))
                 self._runtimes[dataset.id] = runtime
             return runtime
+
+    def _runtime(self, metadata: Metadata, backend: Backend) -> DatasetRuntime:
+        return DatasetRuntime(
+            metadata,
+            backend,
+            LruCache(DEFAULT_PLAN_CACHE_SIZE),
+            LruCache(DEFAULT_RESULT_CACHE_SIZE) if self.result_cache else None,
+        )
 
     def _open(self, source: dict[str, Any], metadata: Metadata) -> Backend:
         path = str(source["path"])

@@ -134,16 +134,22 @@ class CuratorService:
     ) -> Dataset:
         """Check the source and metadata, then register the dataset (owners only)."""
         identity.require_owner()
-        metadata = self.catalog.check(source, metadata_doc)
-        return self.ledger.add_dataset(
-            dataset_id,
-            name=name,
-            source=source,
-            metadata_doc=metadata,
-            cap=cap,
-            replay_enabled=replay_enabled,
-            by=identity.principal_id,
-        )
+        metadata, backend = self.catalog.check(source, metadata_doc)
+        try:
+            dataset = self.ledger.add_dataset(
+                dataset_id,
+                name=name,
+                source=source,
+                metadata_doc=metadata,
+                cap=cap,
+                replay_enabled=replay_enabled,
+                by=identity.principal_id,
+            )
+        except BaseException:
+            backend.close()
+            raise
+        self.catalog.adopt(dataset, backend)
+        return dataset
 
     def schema(self, dataset: Dataset) -> dict[str, Any]:
         """The public metadata of a dataset."""
