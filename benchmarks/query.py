@@ -49,12 +49,16 @@ class Query:
     user_level: bool = False
 
 
+# The bounding as one would write it by hand: one sort of each person's rows serves both limits
+# (a row's place in its group = its row number minus the rank of its group); writing it with two
+# windows partitioned differently (by person; by person and group) sorts twice and is ~1.7x slower.
 _HAND_BOUNDED = f"""
 SELECT g, SUM(least(greatest(value, 0.0), 100.0)) FROM (
-  SELECT *,
-    DENSE_RANK() OVER (PARTITION BY uid ORDER BY gh, g) AS gr,
-    ROW_NUMBER() OVER (PARTITION BY uid, g ORDER BY rh) - 1 AS rn
+  SELECT g, value,
+    DENSE_RANK() OVER w AS gr,
+    ROW_NUMBER() OVER (PARTITION BY uid ORDER BY gh, g, rh) - RANK() OVER w AS rn
   FROM (SELECT uid, g, value, hash(uid, g, 7) AS gh, hash(uid, value, 7) AS rh FROM t)
+  WINDOW w AS (PARTITION BY uid ORDER BY gh, g)
 ) WHERE gr <= {MAX_GROUPS} AND rn < {MAX_ROWS} GROUP BY g
 """
 

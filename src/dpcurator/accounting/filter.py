@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Protocol
@@ -117,10 +118,12 @@ class _EventLog:
         self._lock = threading.Lock()
         self._live: list[Reservation] = []
         self._numbers = itertools.count(1)
+        self._spent: Measure | None = None  # the composed cost of the live events, when known
 
     def _cancel(self, reservation: Reservation) -> None:
         with self._lock:
             self._live.remove(reservation)
+            self._spent = None
 
     def events(self) -> tuple[PrivacyEvent, ...]:
         """The events of all live reservations, in the order they were made."""
@@ -172,15 +175,24 @@ class PrivacyFilter(_EventLog):
             raise fail("PrivacyFilter.reserve", "event", "a PrivacyEvent", event)
         with self._lock:
             current = [reservation.event for reservation in self._live]
-            if not self.accountant.fits(current, event, self.budget):
-                spent = self.accountant.cost_in(current, self.budget)
+            spent = self._spent_locked(current)
+            total = self.accountant.extend(spent, current, event, self.budget)
+            if not self.accountant.within(total, self.budget):
                 requested = self.accountant.cost_in([event], self.budget)
                 raise BudgetExceededError(requested, _difference(self.budget, spent))
-            return self._new(event, description)
+            reservation = self._new(event, description)
+            self._spent = total
+            return reservation
 
     def spent(self) -> Measure:
         """The composed cost of all live reservations, in the budget's measure."""
-        return self.accountant.cost_in(self.events(), self.budget)
+        with self._lock:
+            return self._spent_locked([reservation.event for reservation in self._live])
+
+    def _spent_locked(self, events: Sequence[PrivacyEvent]) -> Measure:
+        if self._spent is None:
+            self._spent = self.accountant.cost_in(events, self.budget)
+        return self._spent
 
     def remaining(self) -> Measure:
         """Budget minus spent, componentwise and floored at 0.

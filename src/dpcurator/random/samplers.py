@@ -441,6 +441,20 @@ def bernoulli_exp(
     return _bexp_parts(rng, whole, rest, flat_den.astype(np.uint64)).reshape(shape)
 
 
+#: Lower bound on the acceptance rate of the proposals of :func:`_geometric_core`
+#: (E[exp(-U/t)] for U uniform on {0..t-1} is at least 1 - 1/e).
+_GEOMETRIC_ACCEPTANCE = 1.0 - math.exp(-1.0)
+
+
+def _proposals(need: int, acceptance: float) -> int:
+    """How many i.i.d. proposals to draw so that one rejection round almost always yields
+    ``need`` accepted samples: each round costs several array passes whatever its size, so a
+    5% surplus (plus a few) is cheaper than the rounds it saves. The surplus is discarded, which
+    is harmless: accepted proposals are i.i.d. from the target, and which of them are kept does
+    not depend on their values."""
+    return math.ceil(need * 1.05 / acceptance) + 16
+
+
 def _geometric_core(rng: Rng, t: int, s: int, n: int) -> IntArray:
     """``n`` draws of Y with P[Y = y] = (1 - e^(-s/t)) e^(-y s/t), y >= 0.
 
@@ -461,8 +475,8 @@ def _geometric_core(rng: Rng, t: int, s: int, n: int) -> IntArray:
     v_safe = (_I64_MAX - (t - 1)) // t  # U + t·V fits in int64 when V <= v_safe
     while filled < n:
         need = n - filled
-        u = rng.integers_below(t, need)
-        u = u[_bexp_fraction(rng, u, t)]
+        u = rng.integers_below(t, _proposals(need, _GEOMETRIC_ACCEPTANCE))
+        u = u[_bexp_fraction(rng, u, t)][:need]
         v = _geometric_exp_one(rng, u.size)
         x = v * t
         x += u
@@ -555,13 +569,15 @@ def _discrete_laplace_core(rng: Rng, t: int, s: int, n: int) -> IntArray:
         return np.array([_discrete_laplace_python(rng, t, s) for _ in range(n)], dtype=np.int64)
     out = np.empty(n, dtype=np.int64)
     filled = 0
+    acceptance = 1.0 - 0.5 * -math.expm1(-s / t)  # P[not "-0"] (a batch size, not a sample)
     while filled < n:
         need = n - filled
-        magnitude = _geometric_core(rng, t, s, need)
-        negative = rng.coins(need)
+        proposals = _proposals(need, acceptance)
+        magnitude = _geometric_core(rng, t, s, proposals)
+        negative = rng.coins(proposals)
         keep = ~(negative & (magnitude == 0))  # "-0": restart, so that 0 is not counted twice
         np.negative(magnitude, out=magnitude, where=negative)
-        accepted = magnitude[keep]
+        accepted = magnitude[keep][:need]
         out[filled : filled + accepted.size] = accepted
         filled += accepted.size
     return out

@@ -8,10 +8,11 @@ quotes doubled. The query is a pipeline of common table expressions::
     keyed    SEMI JOIN with the public key set (NULL-safe, one LIST parameter per key column),
              when given and persons are bounded; without bounding the join is applied to the
              aggregated groups instead (equivalent, and it joins a few rows instead of all)
-    ranked   hash keys, then DENSE_RANK over a person's groups and ROW_NUMBER() - 1 within
-             (person, group); the hashes are materialised first because DuckDB rejects volatile
-             window orderings, and ``rn < k`` is the fast form on DuckDB (``rn <= k`` triggers a
-             slower top-N rewrite)
+    bounded  hash keys, then DENSE_RANK over a person's groups and the row's position within
+             (person, group), all from ONE sort of each person's rows (see :func:`_bounding`);
+             the hashes are materialised first because DuckDB rejects volatile window orderings,
+             and ``rn < k`` is the fast form on DuckDB (``rn <= k`` triggers a slower top-N
+             rewrite)
     final    one CASE per value (clamp / fill / round half-even to the grid 2**k), GROUP BY,
              integer sums without per-row overflow checks (refused afterwards if they could
              overflow: see :func:`.base.check_sum_overflow`)
@@ -325,26 +326,37 @@ def _key_filter(
 def _bounding(
     sql: _Sql, plan: AggregatePlan, source: str, groups: list[str], values: dict[str, str]
 ) -> str:
+    """Each person's rows cut to ``max_groups`` groups and ``max_rows_per_group`` rows in each.
+
+    One sort serves both limits: the window functions share ``PARTITION BY person`` and their
+    orderings share a prefix, so DuckDB evaluates them over one sorted run. A row's position
+    inside its (person, group) is its row number in that person's (group hash, group, row hash)
+    order minus the RANK of its group (the row number of the group's first row).
+    """
     pid = quote("__dp_pid")
     seed = sql.literal(plan.bound.seed)
-    row_hash = f"hash({', '.join([pid, *values.values(), seed])}) AS __dp_rh"
-    hashes = [row_hash]
-    windows = [
-        f"ROW_NUMBER() OVER (PARTITION BY {', '.join([pid, *groups])} ORDER BY __dp_rh) - 1"
-        " AS __dp_rn"
-    ]
-    conditions = [f"__dp_rn < {sql.literal(plan.bound.max_rows_per_group)}"]
-    if groups:
-        hashes.insert(0, f"hash({', '.join([pid, *groups, seed])}) AS __dp_gh")
-        windows.insert(
-            0,
-            f"DENSE_RANK() OVER (PARTITION BY {pid} ORDER BY __dp_gh, {', '.join(groups)})"
-            " AS __dp_gr",
+    hashes = [f"hash({', '.join([pid, *values.values(), seed])}) AS __dp_rh"]
+    rows = sql.literal(plan.bound.max_rows_per_group)
+    if not groups:
+        hashed = f"SELECT *, {hashes[0]} FROM {source}"
+        ranked = (
+            f"SELECT *, ROW_NUMBER() OVER (PARTITION BY {pid} ORDER BY __dp_rh) - 1 AS __dp_rn"
+            f" FROM ({hashed})"
         )
-        conditions.insert(0, f"__dp_gr <= {sql.literal(plan.bound.max_groups)}")
+        return f"SELECT * FROM ({ranked}) WHERE __dp_rn < {rows}"
+    hashes.insert(0, f"hash({', '.join([pid, *groups, seed])}) AS __dp_gh")
+    group_order = ", ".join(["__dp_gh", *groups])
     hashed = f"SELECT *, {', '.join(hashes)} FROM {source}"
-    ranked = f"SELECT *, {', '.join(windows)} FROM ({hashed})"
-    return f"SELECT * FROM ({ranked}) WHERE {' AND '.join(conditions)}"
+    ranked = (
+        "SELECT *, DENSE_RANK() OVER __dp_w AS __dp_gr,"
+        f" ROW_NUMBER() OVER (PARTITION BY {pid} ORDER BY {group_order}, __dp_rh)"
+        " - RANK() OVER __dp_w AS __dp_rn"
+        f" FROM ({hashed}) WINDOW __dp_w AS (PARTITION BY {pid} ORDER BY {group_order})"
+    )
+    return (
+        f"SELECT * FROM ({ranked})"
+        f" WHERE __dp_gr <= {sql.literal(plan.bound.max_groups)} AND __dp_rn < {rows}"
+    )
 
 
 class DuckDBBackend:
