@@ -166,6 +166,15 @@ PLANS: dict[str, AggregatePlan] = {
     "sum_coarse_grid": AggregatePlan(
         "pums_pid", (total("s", INCOME, 1_000, 250_000.5, fill=5_000.0, grid_exponent=7),)
     ),
+    "sum_offset": AggregatePlan(
+        "pums",
+        (
+            count(),
+            total("s", AGE, 10, 80.5, fill=None, grid_exponent=-2, offset=181),
+            total("t", INCOME, 0, 1e5, fill=5e4, grid_exponent=4, offset=-77),
+        ),
+        group_by=(GroupColumn("sex", SEX),),
+    ),
     "sum_squares": AggregatePlan(
         "pums",
         (ExactAggregate("q", "sum_squares", BinOp("-", AGE, Lit(40)), -20, 35.5, 0.0, 2),),

@@ -20,6 +20,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "dpcurator"
 LAYERS: list[tuple[str, int]] = [
     ("dpcurator.errors", 0),
     ("dpcurator._validation", 0),
+    ("dpcurator._cache", 0),
     ("dpcurator.core", 1),
     ("dpcurator.random", 1),
     ("dpcurator.mechanisms", 2),

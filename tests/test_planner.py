@@ -77,6 +77,28 @@ def test_row_level_count_sum_mean_sensitivities() -> None:
     assert plan.exact.bound == ir.ContributionBound(None, 1, 1)
 
 
+def test_float_mean_sums_the_column_minus_an_offset_and_far_bounds_centre_each_value() -> None:
+    # x in [-1, 3]: grid 2^-19 of [-1, 3]; centre 1 = 2^19 grid steps, subtracted per group
+    (mean,) = plan_query(qb.Query("t").agg(qb.mean("x")), ROW, epsilon=1).outputs
+    (_, exact_sum) = plan_query(qb.Query("t").agg(qb.mean("x")), ROW, epsilon=1).exact.aggregates
+    assert (exact_sum.expr, exact_sum.lower, exact_sum.upper) == (ir.Col("x"), -1.0, 3.0)
+    assert (exact_sum.grid_exponent, exact_sum.offset) == (-19, 2**19)
+    assert mean.centre == 1.0
+    assert _parts(mean)[1][:3] == ("sum", 2 * 2**19, -19)  # max |value - centre| = 2
+    # Bounds far from 0 for their width: the uncentred grid would be 2^20 times coarser than the
+    # centred one, so values are centred before rounding (offset 0, the finer grid).
+    far = Metadata.from_dict(
+        {"table": "t", "columns": {"y": {"type": "float", "lower": 1e6, "upper": 1e6 + 4}}}
+    )
+    plan = plan_query(qb.Query("t").agg(qb.mean("y")), far, epsilon=1)
+    far_sum = plan.exact.aggregates[1]
+    assert far_sum.offset == 0
+    assert far_sum.expr == ir.BinOp("-", ir.Col("y"), ir.Lit(1e6 + 2))
+    assert (far_sum.lower, far_sum.upper, far_sum.grid_exponent) == (-2.0, 2.0, -19)
+    assert plan.outputs[0].centre == 1e6 + 2
+    assert sum_sensitivity(-1.0, 3.0, -19, 1, 2**19) == 2 * 2**19
+
+
 def test_user_level_grouped_sensitivities_use_min_of_groups_and_keys() -> None:
     by_sex = qb.Query("t").group_by("sex").agg(qb.count(), qb.sum_("income"), qb.count_persons())
     plan = plan_query(by_sex, USER, epsilon=3)

@@ -10,12 +10,13 @@ import pandas as pd
 import pytest
 from sqlalchemy import text
 
+from dpcurator._cache import LruCache
 from dpcurator.accounting import Budget
 from dpcurator.errors import ParameterError
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.ir import AggregatePlan, ExactResult
 from dpcurator.query.schema import Metadata
-from dpcurator.query.session import LruCache, Session
+from dpcurator.query.session import Session
 from dpcurator.service.ledger import Ledger
 from tests.service_fixtures import PEOPLE_METADATA
 

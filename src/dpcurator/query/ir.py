@@ -23,8 +23,9 @@ Semantics that every backend must reproduce bit-for-bit (the in-memory backend i
   (no person column) applies no bounding: each row is its own person.
 * Aggregate values: ``value = fill`` if the expression is NULL or NaN, else
   clamp(expr, lower, upper).
-  ``sum`` returns sum(round_half_even(value / 2**grid_exponent)) as an exact integer (fixed-point
-  sum: the defence against float-sum sensitivity attacks, Casacuberta et al. 2022);
+  ``sum`` returns sum(round_half_even(value / 2**grid_exponent) - offset) as an exact integer
+  (fixed-point sum: the defence against float-sum sensitivity attacks, Casacuberta et al. 2022;
+  ``offset`` is an integer number of grid steps, 0 unless the planner centres the values);
   ``sum_squares`` the same for value**2 on the grid of ``grid_exponent``: round(value**2 / 2**k);
   ``count`` counts the rows of the group; ``count_persons`` counts distinct persons of the group;
   ``histogram`` counts rows per bin: bin = min(floor((value - lower) / (upper - lower) * bins),
@@ -192,6 +193,7 @@ class ExactAggregate:
     fill: float | None = None
     grid_exponent: int = 0
     bins: int = 0
+    offset: int = 0
 
 
 @dataclass(frozen=True)

@@ -259,10 +259,13 @@ def grid_units(value: float, exponent: int) -> int:
     return round(Fraction(value) / Fraction(2) ** exponent)
 
 
-def sum_sensitivity(lower: float, upper: float, exponent: int, contributions: int) -> int:
-    """L1 sensitivity in grid units of a clamped fixed-point sum (rounding is monotone)."""
+def sum_sensitivity(
+    lower: float, upper: float, exponent: int, contributions: int, offset: int = 0
+) -> int:
+    """L1 sensitivity in grid units of a clamped fixed-point sum of (grid value - ``offset``)
+    (rounding is monotone, so the extremes come from the bounds)."""
     return contributions * max(
-        abs(grid_units(lower, exponent)), abs(grid_units(upper, exponent)), 1
+        abs(grid_units(lower, exponent) - offset), abs(grid_units(upper, exponent) - offset), 1
     )
 
 
@@ -554,14 +557,31 @@ def _plan_moments(
     integer: bool,
     fill: float | None,
 ) -> tuple[OutputPlan, list[ir.ExactAggregate]]:
-    """Mean, variance, stddev: a noisy count and noisy centred power sums."""
+    """Mean, variance, stddev: a noisy count and noisy centred power sums.
+
+    Usually the centre is the grid point nearest the middle of the bounds, so the centred sum is
+    the plain fixed-point sum of the column minus an integer offset per value (no per-row
+    subtraction before rounding). When the bounds lie far from 0 compared with their width, the
+    grid of [lower, upper] would be much coarser than that of the centred range, so the values
+    are centred before rounding instead.
+    """
     lower, upper = bounds
     assert aggregate.expr is not None  # value aggregates have an expression
     expr = aggregate.expr
-    centre = float(math.floor((lower + upper) / 2)) if integer else (lower + upper) / 2
+    middle = float(math.floor((lower + upper) / 2)) if integer else (lower + upper) / 2
+    k = choose_grid_exponent(lower, upper, integer=integer)
+    k_centred = choose_grid_exponent(lower - middle, upper - middle, integer=integer)
+    shifted = ir.BinOp("-", expr, ir.Lit(int(middle) if integer else middle))
+    if k <= k_centred + 2:
+        offset = grid_units(middle, k)
+        centre = math.ldexp(float(offset), k)  # exact: offset has about 21 significant bits
+        summed, sum_bounds, sum_fill = expr, (lower, upper), fill
+        shifted = ir.BinOp("-", expr, ir.Lit(int(centre) if integer else centre))
+    else:
+        offset, centre, k = 0, middle, k_centred
+        summed, sum_bounds = shifted, (lower - middle, upper - middle)
+        sum_fill = None if fill is None else fill - middle
     low, high = lower - centre, upper - centre
-    shifted = ir.BinOp("-", expr, ir.Lit(int(centre) if integer else centre))
-    shifted_fill = None if fill is None else fill - centre
     pieces = 2 if aggregate.kind == "mean" else 3
     part_eps = share / pieces
     c = context.contributions
@@ -569,14 +589,17 @@ def _plan_moments(
         count = _non_null_count(expr, context)
     else:
         count = ir.ExactAggregate(context.name("count"), "count")
-    k = choose_grid_exponent(low, high, integer=integer)
-    total = ir.ExactAggregate(context.name("sum"), "sum", shifted, low, high, shifted_fill, k)
+    total = ir.ExactAggregate(
+        context.name("sum"), "sum", summed, *sum_bounds, sum_fill, k, offset=offset
+    )
     exact = [count, total]
+    sensitivity = sum_sensitivity(*sum_bounds, k, c, offset)
     parts = [
         _noisy(count.name, "count", c, 0, part_eps),
-        _noisy(total.name, "sum", sum_sensitivity(low, high, k, c), k, part_eps),
+        _noisy(total.name, "sum", sensitivity, k, part_eps),
     ]
     if pieces == 3:
+        shifted_fill = None if fill is None else fill - centre
         square_max = max(low * low, high * high)
         k2 = choose_grid_exponent(0.0, square_max, integer=integer)
         squares = ir.ExactAggregate(

@@ -286,9 +286,18 @@ def released_keys(
     return [key for key, keep in zip(present, mask, strict=True) if keep]
 
 
+def _scalar(values: dict[str, object] | None, name: str) -> int:
+    """The exact integer ``name`` of a group (0 for a group absent from the data)."""
+    return 0 if values is None else int(values[name])  # type: ignore[call-overload]
+
+
 def _exact_values(
     exact: ir.ExactResult, keys: Sequence[tuple[ir.ScalarValue, ...]], name: str, width: int
 ) -> npt.NDArray[np.int64]:
+    if not width:  # one integer per group
+        return np.fromiter(
+            (_scalar(exact.groups.get(key), name) for key in keys), dtype=np.int64, count=len(keys)
+        )
     rows = []
     for key in keys:
         value = exact.groups.get(key, {}).get(name)

@@ -34,11 +34,9 @@ Caches (both bounded LRUs, thread-safe, shareable between sessions over the same
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
-from collections.abc import Hashable
 from types import TracebackType
-from typing import Generic, TypeVar
 
+from dpcurator._cache import LruCache
 from dpcurator._validation import check_probability, fail
 from dpcurator.accounting import ApproxEvent, Budget, BudgetFilter, PrivacyFilter, PureEvent
 from dpcurator.accounting.events import PrivacyEvent
@@ -53,48 +51,7 @@ from dpcurator.query.schema import Metadata
 from dpcurator.query.sql import parse_sql
 from dpcurator.random import Rng
 
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
 DEFAULT_PLAN_CACHE_SIZE = 512
-
-
-class LruCache(Generic[K, V]):
-    """A bounded, thread-safe least-recently-used mapping.
-
-    Args:
-        maxsize: how many entries are kept (the least recently used is dropped first).
-    """
-
-    def __init__(self, maxsize: int) -> None:
-        if not isinstance(maxsize, int) or isinstance(maxsize, bool) or maxsize < 1:
-            raise fail("LruCache", "maxsize", "an int >= 1", maxsize)
-        self.maxsize = maxsize
-        self._entries: OrderedDict[K, V] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: K) -> V | None:
-        """The value stored under ``key`` (now the most recently used), or None."""
-        with self._lock:
-            value = self._entries.get(key)
-            if value is None:
-                self.misses += 1
-            else:
-                self.hits += 1
-                self._entries.move_to_end(key)
-            return value
-
-    def put(self, key: K, value: V) -> None:
-        """Store ``value`` under ``key``, dropping the least recently used entry when full."""
-        with self._lock:
-            self._entries[key] = value
-            self._entries.move_to_end(key)
-            if len(self._entries) > self.maxsize:
-                self._entries.popitem(last=False)
 
 
 PlanKey = tuple[str | Query, object, object, object, Metadata]

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import duckdb
 
+from dpcurator._cache import LruCache
 from dpcurator.accounting.budget import Budget
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.accounting.filter import BudgetFilter, PrivacyFilter, Reservation
@@ -27,13 +28,7 @@ from dpcurator.core.measures import ApproxDP, Measure, PureDP
 from dpcurator.errors import DomainError, InternalInvariantError, ParameterError
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.schema import Metadata
-from dpcurator.query.session import (
-    DEFAULT_PLAN_CACHE_SIZE,
-    LruCache,
-    PlanCache,
-    ResultCache,
-    Session,
-)
+from dpcurator.query.session import DEFAULT_PLAN_CACHE_SIZE, PlanCache, ResultCache, Session
 from dpcurator.service.ledger import (
     BudgetView,
     ChargeRequest,

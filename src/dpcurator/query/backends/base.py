@@ -258,7 +258,15 @@ def _check_aggregate(agg: ExactAggregate) -> None:
         if not agg.lower < agg.upper:
             raise fail(owner, "upper", f"> lower ({agg.lower}) for a histogram", agg.upper)
     else:
+        _check_offset(owner, agg)
         max_grid_value(agg)
+
+
+def _check_offset(owner: str, agg: ExactAggregate) -> None:
+    if isinstance(agg.offset, bool) or not isinstance(agg.offset, int):
+        raise fail(owner, "offset", "an integer", agg.offset)
+    if agg.offset and agg.kind != "sum":
+        raise fail(owner, "offset", f"0 for a {agg.kind}", agg.offset)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -266,9 +274,10 @@ def _check_aggregate(agg: ExactAggregate) -> None:
 
 
 def grid_value(agg: ExactAggregate, value: float) -> int:
-    """Return the grid integer of a clamped ``value`` for a sum or sum_squares aggregate."""
+    """Return the grid integer of a clamped ``value`` for a sum or sum_squares aggregate (minus
+    the aggregate's offset)."""
     scaled = value * value if agg.kind == "sum_squares" else value
-    return round(scaled / 2.0**agg.grid_exponent)  # round() on a float is half-to-even
+    return round(scaled / 2.0**agg.grid_exponent) - agg.offset  # round(float): half-to-even
 
 
 def bin_index(agg: ExactAggregate, value: float) -> int:
@@ -384,15 +393,19 @@ def collect_rows(plan: AggregatePlan, rows: Iterable[Sequence[object]]) -> Exact
     over no values). Each group's row count is checked against int64 overflow of its sums.
     """
     width = len(plan.group_by)
+    rows = list(rows)
+    if rows:  # the largest group decides whether any sum could have overflowed
+        check_sum_overflow(plan, max(int(row[width]) for row in rows))  # type: ignore[call-overload]
+    histograms = [agg.bins if agg.kind == "histogram" else 0 for agg in plan.aggregates]
+    names = [agg.name for agg in plan.aggregates]
     groups: dict[tuple[ScalarValue, ...], dict[str, object]] = {}
     for row in rows:
-        check_sum_overflow(plan, int(row[width]))  # type: ignore[call-overload]
         values: dict[str, object] = {}
-        for agg, value in zip(plan.aggregates, row[width + 1 :], strict=True):
-            if agg.kind == "histogram":
-                values[agg.name] = histogram_array(agg.bins, value)  # type: ignore[arg-type]
+        for name, bins, value in zip(names, histograms, row[width + 1 :], strict=True):
+            if bins:
+                values[name] = histogram_array(bins, value)  # type: ignore[arg-type]
             else:
-                values[agg.name] = 0 if value is None else int(value)  # type: ignore[call-overload]
+                values[name] = 0 if value is None else int(value)  # type: ignore[call-overload]
         groups[tuple(python_scalar(value) for value in row[:width])] = values
     if not plan.group_by and () not in groups:
         groups[()] = empty_values(plan)

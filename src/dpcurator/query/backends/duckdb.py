@@ -33,6 +33,7 @@ import pandas as pd
 import polars as pl
 import pyarrow as pa
 
+from dpcurator._cache import LruCache
 from dpcurator.errors import BackendError, DPError
 from dpcurator.query.backends.base import (
     HIDDEN_PREFIX,
@@ -196,7 +197,8 @@ class _Sql:
         )
 
     def grid(self, agg: ExactAggregate, value: str) -> str:
-        """The grid integer of an in-range DOUBLE ``value`` (squared for sum_squares).
+        """The grid integer of an in-range DOUBLE ``value`` (squared for sum_squares), minus the
+        aggregate's offset.
 
         Scaling by 2**-k is exact, and DuckDB's CAST(DOUBLE AS BIGINT) rounds half to even
         (``nearbyint``), exactly like ``round_even`` at a fraction of its cost; the conformance
@@ -211,7 +213,8 @@ class _Sql:
             scaled = f"({value} * {self.literal(scale)})"
         else:
             scaled = f"({value} / {self.literal(2.0**agg.grid_exponent)})"
-        return f"CAST({scaled} AS BIGINT)"
+        grid = f"CAST({scaled} AS BIGINT)"
+        return f"({grid} - {self.literal(agg.offset)})" if agg.offset else grid
 
     def bin(self, agg: ExactAggregate, value: str) -> str:
         """The histogram bin of an in-range DOUBLE ``value`` (the last bin includes ``upper``)."""
@@ -376,6 +379,7 @@ class DuckDBBackend:
         self._lock = threading.Lock()  # temporary views are per connection: no cursors
         self._relations: dict[str, str] = {}  # table -> private typed copy (given connections)
         self._schemas: dict[str, dict[str, str]] = {}  # column types (owned connections only)
+        self._queries: LruCache[AggregatePlan, tuple[str, dict[str, object]]] = LruCache(256)
 
     @classmethod
     def from_source(
@@ -510,9 +514,13 @@ class DuckDBBackend:
         self._relations.clear()
 
     def compute(self, plan: AggregatePlan) -> ExactResult:
-        """Run ``plan`` as one DuckDB query."""
-        check_plan(plan, self.columns(plan.table))
-        query, params = build_query(plan, self._relations.get(plan.table))
+        """Run ``plan`` as one DuckDB query (checked and translated once per distinct plan)."""
+        built = self._queries.get(plan)
+        if built is None:
+            check_plan(plan, self.columns(plan.table))
+            built = build_query(plan, self._relations.get(plan.table))
+            self._queries.put(plan, built)
+        query, params = built
         try:
             with self._lock:
                 rows = self._connection.execute(query, params).fetchall()

@@ -137,8 +137,8 @@ def _aggregate(agg: ExactAggregate, column: str, *, bounded: bool) -> pl.Expr:
     value = _clamped(agg, column)
     if agg.kind == "sum_squares":
         value = value * value
-    grid = (value / 2.0**agg.grid_exponent).round(0, mode="half_to_even")
-    return grid.cast(pl.Int64).sum()
+    grid = (value / 2.0**agg.grid_exponent).round(0, mode="half_to_even").cast(pl.Int64)
+    return (grid - agg.offset).sum() if agg.offset else grid.sum()
 
 
 def _bin(agg: ExactAggregate, column: str) -> pl.Expr:

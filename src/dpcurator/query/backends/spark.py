@@ -143,7 +143,8 @@ def _aggregate(agg: ExactAggregate, name: str, *, bounded: bool) -> Column:
     value = _clamped(agg, name)
     if agg.kind == "sum_squares":
         value = value * value
-    return sf.sum(sf.bround(value / sf.lit(2.0**agg.grid_exponent), 0).cast("long"))
+    grid = sf.bround(value / sf.lit(2.0**agg.grid_exponent), 0).cast("long")
+    return sf.sum(grid - sf.lit(agg.offset) if agg.offset else grid)
 
 
 def _bin(agg: ExactAggregate, name: str) -> Column:
