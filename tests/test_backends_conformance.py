@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,8 @@ import pyarrow.csv as pa_csv
 import pytest
 
 from dpcurator.errors import BackendError, ParameterError, UnsupportedQueryError
-from dpcurator.query.backends import Backend, open_backend
+from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
+from dpcurator.query.backends.duckdb import build_query
 from dpcurator.query.ir import (
     AggregatePlan,
     And,
@@ -31,6 +33,7 @@ from dpcurator.query.ir import (
     ContributionBound,
     ExactAggregate,
     ExactResult,
+    FixedPointColumn,
     Func,
     GroupColumn,
     In,
@@ -53,6 +56,7 @@ ADULT_COLUMNS = [
 ENGINES = [
     "memory",
     "duckdb",
+    "duckdb_fixed",  # DuckDB with precomputed fixed-point columns (see _fixed_point)
     "polars",
     pytest.param("spark", marks=[pytest.mark.spark, pytest.mark.slow]),
 ]
@@ -106,12 +110,48 @@ def backends(
         if engine == "spark":
             request.getfixturevalue("spark")
         if (engine, table) not in opened:
-            opened[engine, table] = open_backend(tables[table], table=table, engine=engine)
+            if engine == "duckdb_fixed":
+                opened[engine, table] = open_backend(
+                    tables[table], table=table, fixed_point=_fixed_point(table)
+                )
+            else:
+                opened[engine, table] = open_backend(tables[table], table=table, engine=engine)
         return opened[engine, table]
 
     yield get
     for backend in opened.values():
         backend.close()
+
+
+def _fixed_point(table: str) -> list[FixedPointColumn]:
+    """A fixed-point column for each bare column summed by a row-level plan on ``table`` (the
+    first such sum's bounds and grid), so that those sums read the precomputed column."""
+    specs: dict[str, FixedPointColumn] = {}
+    for plan in [PLANS["sum_offset"], *PLANS.values()]:
+        for agg in plan.aggregates:
+            if plan.table == table and agg.kind == "sum" and isinstance(agg.expr, Col):
+                assert agg.lower is not None
+                assert agg.upper is not None
+                spec = FixedPointColumn(agg.expr.name, agg.lower, agg.upper, agg.grid_exponent)
+                specs.setdefault(agg.expr.name, spec)
+    return list(specs.values())
+
+
+def test_fixed_point_columns_serve_the_sums_they_match(
+    backends: Callable[[str, str], Backend],
+) -> None:
+    """The duckdb_fixed engine really reads its precomputed columns (so the oracle comparisons
+    above test them), and only for the sums whose bounds and grid they match."""
+    plan = PLANS["sum_offset"]
+    backend = backends("duckdb_fixed", plan.table)
+    assert isinstance(backend, DuckDBBackend)
+    fixed = backend._fixed[plan.table]
+    sql, _ = build_query(plan, None, fixed)
+    assert sql.count("__dp_fp") == len([a for a in plan.aggregates if a.kind == "sum"])
+    other = AggregatePlan("pums", (total("s", AGE, 0, 99, fill=0.0),))  # other bounds: no match
+    assert "__dp_fp" not in build_query(other, None, fixed)[0]
+    bounded = replace(plan, bound=ContributionBound("pid", 1, 1, 3))  # bounded plans: never
+    assert "__dp_fp" not in build_query(bounded, None, fixed)[0]
 
 
 def normalise(result: ExactResult) -> dict[tuple[object, ...], dict[str, object]]:

@@ -22,6 +22,7 @@ from dpcurator.query.ir import (
     Col,
     Compare,
     ExactAggregate,
+    FixedPointColumn,
     GroupColumn,
     IsNull,
     Lit,
@@ -169,3 +170,31 @@ def test_connection_is_not_closed_by_backend(pums_null: Path) -> None:
     assert backend.columns("t")["age"] == "BIGINT"
     backend.close()
     assert con.execute("SELECT count(*) FROM t").fetchone() == (1948,)
+
+
+def test_fixed_point_columns_on_a_given_connection_leave_its_table_alone() -> None:
+    """On a caller's DuckDB connection the fixed-point columns go to a private copy: the caller's
+    table keeps its columns, two backends share the connection, and sums equal the oracle's."""
+    values = [0.5, -3.0, 250.0, None, 99.75, float("nan"), 12.125]
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE t AS SELECT * FROM (SELECT unnest($v) AS x)", {"v": values})
+    spec = FixedPointColumn("x", 0.0, 100.0, -3)
+    plan = AggregatePlan(
+        "t",
+        (
+            ExactAggregate("s", "sum", Col("x"), 0.0, 100.0, None, -3, offset=400),
+            ExactAggregate("f", "sum", Col("x"), 0.0, 100.0, 50.0, -3),
+        ),
+    )
+    first = open_backend(connection, table="t", fixed_point=[spec])
+    second = open_backend(connection, table="t", fixed_point=[spec])
+    oracle = open_backend({"x": values}, table="t", engine="memory")
+    expected = oracle.compute(plan).groups
+    assert first.compute(plan).groups == expected == second.compute(plan).groups
+    assert expected[()]["s"] == sum(
+        round(min(max(v, 0), 100) * 8) - 400 for v in [0.5, -3.0, 250.0, 99.75, 12.125]
+    )
+    assert [row[0] for row in connection.execute("DESCRIBE t").fetchall()] == ["x"]
+    first.close()
+    second.close()
+    assert connection.execute("SELECT count(*) FROM t").fetchone() == (7,)

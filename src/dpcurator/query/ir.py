@@ -197,6 +197,23 @@ class ExactAggregate:
 
 
 @dataclass(frozen=True)
+class FixedPointColumn:
+    """A column whose fixed-point values an engine may compute once, when it opens the table.
+
+    Per row: ``round_half_even(clamp(column, lower, upper) / 2**grid_exponent)``, NULL where the
+    column is NULL or NaN. This is exactly what a ``sum`` of the bare column with the same bounds
+    and grid adds up before its fill and offset, so an engine holding the column answers such a
+    sum with a plain integer SUM (and COUNT) and no per-row work. Bounds are public metadata, so
+    computing the column reads nothing a query would not read.
+    """
+
+    column: str
+    lower: float
+    upper: float
+    grid_exponent: int
+
+
+@dataclass(frozen=True)
 class ContributionBound:
     """How many rows and groups each person may contribute (public metadata)."""
 

@@ -289,6 +289,31 @@ class _Context:
         return f"__a{self.counter[0]}_{label}"
 
 
+def fixed_point_columns(metadata: Metadata) -> tuple[ir.FixedPointColumn, ...]:
+    """One :class:`~dpcurator.query.ir.FixedPointColumn` per bounded numeric column, on the grid
+    that a SUM or AVG of the bare column is planned on (engines may precompute them).
+
+    None under user-level privacy: bounded plans rank rows by hashes of their raw values.
+    """
+    if metadata.person_column is not None:
+        return ()
+    columns = []
+    for name, kind in metadata.column_types().items():
+        column = ir.Col(name)
+        if kind not in ("int", "float") or infer_bounds(column, metadata) is None:
+            continue
+        aggregate = Aggregate("sum", column)
+        lower, upper = _value_bounds(aggregate, metadata)
+        integer = (
+            is_integer_valued(column, metadata)
+            and float(lower).is_integer()
+            and float(upper).is_integer()
+        )
+        k = choose_grid_exponent(lower, upper, integer=integer)
+        columns.append(ir.FixedPointColumn(name, lower, upper, k))
+    return tuple(columns)
+
+
 def plan_query(
     query: Query,
     metadata: Metadata,

@@ -45,7 +45,7 @@ from dpcurator.estimators.bounds import bounds_from_noisy_counts
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.builder import Query
 from dpcurator.query.ir import AggregatePlan, ExactResult
-from dpcurator.query.planner import Plan, plan_bounds, plan_query
+from dpcurator.query.planner import Plan, fixed_point_columns, plan_bounds, plan_query
 from dpcurator.query.release import CostEstimate, Release, estimate_plan, release_plan
 from dpcurator.query.schema import Metadata
 from dpcurator.query.sql import parse_sql
@@ -122,17 +122,28 @@ class Session:
         engine: str = "duckdb",
         alpha: float = 0.05,
         rng: Rng | None = None,
+        precompute: bool = True,
     ) -> Session:
         """Open ``source`` (CSV/Parquet path, pandas/polars/pyarrow, DuckDB, Spark) as the table.
 
         The table is exposed with the metadata's declared column types (a CSV column of digits
         declared a string is text), so a conversion the engine cannot make is refused here, with
         DomainError, before any budget is spent.
+
+        With ``precompute`` (the default), the DuckDB engine also computes once the fixed-point
+        values of every bounded numeric column (public bounds: nothing is learnt from the data),
+        so that sums and means of those columns read an integer column with no per-row work.
+        This materialises the table in memory (a copy of a given frame or DuckDB table; Parquet
+        files are left as views): pass ``precompute=False`` to keep memory at one copy.
         """
         if not isinstance(metadata, Metadata):
             raise fail("Session.from_data", "metadata", "a Metadata", metadata)
         backend = open_backend(
-            source, table=metadata.table, engine=engine, column_types=metadata.column_types()
+            source,
+            table=metadata.table,
+            engine=engine,
+            column_types=metadata.column_types(),
+            fixed_point=fixed_point_columns(metadata) if precompute else (),
         )
         return cls(
             backend, metadata, budget=budget, budget_filter=budget_filter, alpha=alpha, rng=rng

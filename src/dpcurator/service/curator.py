@@ -27,6 +27,7 @@ from dpcurator.accounting.filter import BudgetFilter, PrivacyFilter, Reservation
 from dpcurator.core.measures import ApproxDP, Measure, PureDP
 from dpcurator.errors import DomainError, InternalInvariantError, ParameterError
 from dpcurator.query.backends import Backend, open_backend
+from dpcurator.query.planner import fixed_point_columns
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import DEFAULT_PLAN_CACHE_SIZE, PlanCache, ResultCache, Session
 from dpcurator.service.ledger import (
@@ -244,6 +245,7 @@ class Catalog:
             table=metadata.table,
             engine="duckdb" if is_database else self.engine,
             column_types=metadata.column_types(),
+            fixed_point=() if is_database else fixed_point_columns(metadata),
         )
 
     def close(self) -> None:

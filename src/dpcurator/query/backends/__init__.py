@@ -7,7 +7,7 @@ is the one import done inside a function.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from dpcurator._validation import fail
 from dpcurator.errors import BackendError
@@ -15,6 +15,7 @@ from dpcurator.query.backends.base import Backend, is_spark_dataframe
 from dpcurator.query.backends.duckdb import DuckDBBackend
 from dpcurator.query.backends.memory import MemoryBackend
 from dpcurator.query.backends.polars import PolarsBackend
+from dpcurator.query.ir import FixedPointColumn
 
 ENGINES = ("duckdb", "memory", "polars", "spark")
 
@@ -27,6 +28,7 @@ def open_backend(
     table: str,
     engine: str = "duckdb",
     column_types: Mapping[str, str] | None = None,
+    fixed_point: Sequence[FixedPointColumn] = (),
 ) -> Backend:
     """Open a backend that exposes ``source`` as the table ``table``.
 
@@ -39,6 +41,8 @@ def open_backend(
         column_types: the metadata's declared types, column name -> ``"int"``, ``"float"``,
             ``"string"`` or ``"bool"``; the table is exposed with these columns converted to them
             (see :mod:`dpcurator.query.backends.types`).
+        fixed_point: columns whose fixed-point sum values the DuckDB engine computes once at
+            opening (see :meth:`DuckDBBackend.from_source`); other engines ignore them.
 
     Raises:
         ParameterError: unknown engine, empty table name, bad column_types or unsupported source.
@@ -66,8 +70,11 @@ def open_backend(
                 "The 'spark' engine needs pyspark: pip install 'dpcurator[spark]'."
             ) from exc
         return SparkBackend.from_source(source, table=table, column_types=column_types)
+    if engine == "duckdb":
+        return DuckDBBackend.from_source(
+            source, table=table, column_types=column_types, fixed_point=fixed_point
+        )
     openers: dict[str, Callable[..., Backend]] = {
-        "duckdb": DuckDBBackend.from_source,
         "memory": MemoryBackend.from_source,
         "polars": PolarsBackend.from_source,
     }

@@ -17,16 +17,24 @@ quotes doubled. The query is a pipeline of common table expressions::
              integer sums without per-row overflow checks (refused afterwards if they could
              overflow: see :func:`.base.check_sum_overflow`)
 
+Fixed-point columns (:class:`~dpcurator.query.ir.FixedPointColumn`, from the public bounds) are
+computed once when the table is materialised; a row-level sum of a bare column on the same bounds
+and grid then reads its INTEGER/BIGINT column with a plain SUM and COUNT, with no per-row work
+(fill and offset are applied to the group totals: ``SUM(g) - offset·COUNT(g) + (fill - offset) ·
+(rows - COUNT(g))``). Bounded (user-level) plans keep the CASE: their row hashes read the values.
+
 The bounding hash is DuckDB's ``hash(person, group key..., seed)`` for groups and
 ``hash(person, aggregated values..., seed)`` for rows (see :mod:`.memory` on why ties are harmless).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import duckdb
 import pandas as pd
@@ -44,6 +52,7 @@ from dpcurator.query.backends.base import (
     file_format,
     grid_value,
     is_path,
+    max_grid_value,
     to_arrow,
 )
 from dpcurator.query.backends.types import (
@@ -65,6 +74,7 @@ from dpcurator.query.ir import (
     ExactAggregate,
     ExactResult,
     Expr,
+    FixedPointColumn,
     Func,
     In,
     IsNull,
@@ -83,6 +93,7 @@ _SQL_TYPES: tuple[tuple[type, str], ...] = (
 _OPERATORS = {"!=": "<>"}
 _DECLARED_SQL = {"int": "BIGINT", "float": "DOUBLE", "string": "VARCHAR", "bool": "BOOLEAN"}
 _STAGING = HIDDEN_PREFIX + "source"
+_PRIVATE_NAMES = itertools.count()  # several backends may share one connection
 _INTEGER_TEXT = r"\s*[+-]?[0-9]+\s*"  # DuckDB would round '1.5' to 2: text must be an integer
 
 
@@ -216,6 +227,27 @@ class _Sql:
         grid = f"CAST({scaled} AS BIGINT)"
         return f"({grid} - {self.literal(agg.offset)})" if agg.offset else grid
 
+    def fixed_point(self, spec: FixedPointColumn, column: str) -> str:
+        """The SQL of a fixed-point column (see :class:`~dpcurator.query.ir.FixedPointColumn`):
+        INTEGER when every grid value fits in 32 bits, else BIGINT."""
+        agg = _fixed_point_sum(spec)
+        value = self.clamped(agg, column, lambda v: self.grid(agg, v), self._grid_literal(agg))
+        narrow = max_grid_value(agg) < 2**31
+        return f"CAST({value} AS {'INTEGER' if narrow else 'BIGINT'})"
+
+    def fixed_point_sum(self, agg: ExactAggregate, column: str) -> str:
+        """A row-level ``sum`` read from the fixed-point ``column`` (group totals only)."""
+        total = f"COALESCE(sum_no_overflow({column}), 0)"
+        if agg.offset:
+            total += f" - {self.literal(agg.offset)} * COUNT({column})"
+        if agg.fill is not None:
+            missing = grid_value(agg, float(agg.fill))  # already minus the offset
+            total += f" + {self.literal(missing)} * (COUNT(*) - COUNT({column}))"
+        return f"CAST({total} AS HUGEINT)"
+
+    def _grid_literal(self, agg: ExactAggregate) -> Callable[[float], str]:
+        return lambda x: self.literal(grid_value(agg, float(x)))
+
     def bin(self, agg: ExactAggregate, value: str) -> str:
         """The histogram bin of an in-range DOUBLE ``value`` (the last bin includes ``upper``)."""
         assert agg.lower is not None
@@ -237,21 +269,21 @@ class _Sql:
                 agg, column, lambda v: self.bin(agg, v), lambda x: self.literal(bin_index(agg, x))
             )
             return f"histogram({bins})"  # NULL (missing without fill) is not counted
-        grid = self.clamped(
-            agg,
-            column,
-            lambda v: self.grid(agg, v),
-            lambda x: self.literal(grid_value(agg, float(x))),
-        )
+        grid = self.clamped(agg, column, lambda v: self.grid(agg, v), self._grid_literal(agg))
         # Without DuckDB's per-row overflow check: collect_rows refuses any group whose row count
         # times the largest |grid value| exceeds int64, so a sum it accepts cannot have wrapped.
         return f"sum_no_overflow({grid})"
 
 
-def build_query(plan: AggregatePlan, relation: str | None = None) -> tuple[str, dict[str, object]]:
+def build_query(
+    plan: AggregatePlan,
+    relation: str | None = None,
+    fixed_point: Mapping[str, tuple[str, FixedPointColumn]] | None = None,
+) -> tuple[str, dict[str, object]]:
     """Translate a checked plan into one DuckDB query and its bound parameters.
 
-    ``relation`` is the table or view read (default: ``plan.table``).
+    ``relation`` is the table or view read (default: ``plan.table``); ``fixed_point`` maps a
+    column to the name and spec of its precomputed fixed-point column in that relation.
     """
     sql = _Sql()
     groups = [quote(f"__dp_g{i}") for i in range(len(plan.group_by))]
@@ -261,6 +293,7 @@ def build_query(plan: AggregatePlan, relation: str | None = None) -> tuple[str, 
         if agg.expr is not None
     }
     person = plan.bound.person_column
+    precomputed = {} if person is not None else _precomputed(plan, fixed_point or {})
     pid = quote("__dp_pid")
     select = [
         f"{sql.expr(g.expr)} AS {name}" for g, name in zip(plan.group_by, groups, strict=True)
@@ -268,7 +301,7 @@ def build_query(plan: AggregatePlan, relation: str | None = None) -> tuple[str, 
     if person is not None:
         select.append(f"{quote(person)} AS {pid}")
     select += [
-        f"{sql.expr(agg.expr)} AS {values[agg.name]}"
+        f"{precomputed.get(agg.name) or sql.expr(agg.expr)} AS {values[agg.name]}"
         for agg in plan.aggregates
         if agg.expr is not None
     ]
@@ -291,8 +324,12 @@ def build_query(plan: AggregatePlan, relation: str | None = None) -> tuple[str, 
         ctes.append(f"__dp_bounded AS ({_bounding(sql, plan, source, groups, values)})")
         source = "__dp_bounded"
     aggregates = [
-        f"{sql.aggregate(agg, values.get(agg.name, 'NULL'), bounded=person is not None)}"
-        f" AS {quote(agg.name)}"
+        (
+            sql.fixed_point_sum(agg, values[agg.name])
+            if agg.name in precomputed
+            else sql.aggregate(agg, values.get(agg.name, "NULL"), bounded=person is not None)
+        )
+        + f" AS {quote(agg.name)}"
         for agg in plan.aggregates
     ]
     columns = [*groups, "COUNT(*) AS __dp_rows", *aggregates]
@@ -306,6 +343,27 @@ def build_query(plan: AggregatePlan, relation: str | None = None) -> tuple[str, 
         ), sql.params
     query = f"WITH {', '.join(ctes)} {aggregated}"
     return query, sql.params
+
+
+def _precomputed(
+    plan: AggregatePlan, fixed_point: Mapping[str, tuple[str, FixedPointColumn]]
+) -> dict[str, str]:
+    """Aggregate name -> quoted fixed-point column, for the sums that such a column answers."""
+    found = {}
+    for agg in plan.aggregates:
+        if agg.kind != "sum" or not isinstance(agg.expr, Col) or agg.expr.name not in fixed_point:
+            continue
+        column, spec = fixed_point[agg.expr.name]
+        if _fixed_point_sum(spec) == replace(agg, name="", fill=None, offset=0):
+            found[agg.name] = quote(column)
+    return found
+
+
+def _fixed_point_sum(spec: FixedPointColumn) -> ExactAggregate:
+    """The unnamed sum aggregate, without fill or offset, whose values ``spec`` precomputes."""
+    return ExactAggregate(
+        "", "sum", Col(spec.column), spec.lower, spec.upper, None, spec.grid_exponent
+    )
 
 
 def _key_filter(
@@ -380,10 +438,16 @@ class DuckDBBackend:
         self._relations: dict[str, str] = {}  # table -> private typed copy (given connections)
         self._schemas: dict[str, dict[str, str]] = {}  # column types (owned connections only)
         self._queries: LruCache[AggregatePlan, tuple[str, dict[str, object]]] = LruCache(256)
+        self._fixed: dict[str, dict[str, tuple[str, FixedPointColumn]]] = {}  # table -> columns
 
     @classmethod
     def from_source(
-        cls, source: object, *, table: str, column_types: Mapping[str, str] | None = None
+        cls,
+        source: object,
+        *,
+        table: str,
+        column_types: Mapping[str, str] | None = None,
+        fixed_point: Sequence[FixedPointColumn] = (),
     ) -> DuckDBBackend:
         """Load a CSV once, view a Parquet file, register a frame, or wrap an existing connection.
 
@@ -394,13 +458,18 @@ class DuckDBBackend:
         when conversions are needed they go to a private temporary table on that connection. A
         DuckDB relation is materialised once through Arrow (a relation cannot be read from another
         connection); pass its connection and a table name for large data.
+
+        ``fixed_point`` columns (of numeric columns; others are ignored) are computed once, which
+        materialises the table: a frame is copied into DuckDB, a given connection's table into a
+        private temporary table (memory: the table once more, plus 4 or 8 bytes per row and
+        column). Parquet files stay views and ignore them: they may be larger than memory.
         """
         declared = check_column_types(column_types)
         if isinstance(source, duckdb.DuckDBPyConnection):
             backend = cls(source, owned=False)
             check_table(backend, table)
             try:
-                backend._expose(table, table, declared, materialise=False)
+                backend._expose(table, table, declared, materialise=False, fixed_point=fixed_point)
             except duckdb.Error as exc:
                 raise BackendError(f"DuckDB could not read the table {table!r}: {exc}") from exc
             return backend
@@ -416,12 +485,15 @@ class DuckDBBackend:
                     relation = connection.read_csv(path, dtype=dict.fromkeys(text, "VARCHAR"))
                 else:
                     relation = connection.read_parquet(path)
+                    fixed_point = ()
                 relation.to_view(_STAGING)
             elif isinstance(source, pd.DataFrame | pl.DataFrame | pa.Table):
                 connection.register(_STAGING, source)
             else:
                 connection.register(_STAGING, to_arrow(source, table))
-            backend._expose(_STAGING, table, declared, materialise=materialise)
+            backend._expose(
+                _STAGING, table, declared, materialise=materialise, fixed_point=fixed_point
+            )
         except duckdb.Error as exc:
             connection.close()
             raise BackendError(
@@ -433,17 +505,32 @@ class DuckDBBackend:
         return backend
 
     def _expose(
-        self, source: str, table: str, declared: Mapping[str, str], *, materialise: bool
+        self,
+        source: str,
+        table: str,
+        declared: Mapping[str, str],
+        *,
+        materialise: bool,
+        fixed_point: Sequence[FixedPointColumn],
     ) -> None:
         """Expose ``source`` as ``table`` with the declared types (see :meth:`from_source`)."""
         types = self._types(source)
         casts = needed_casts(declared, types, table=table)
+        numeric = [
+            spec
+            for spec in fixed_point
+            if spec.column in types
+            and declared.get(spec.column, type_class(types[spec.column])) in ("int", "float")
+        ]
+        self._fixed[table] = {
+            spec.column: (f"{HIDDEN_PREFIX}fp{i}", spec) for i, spec in enumerate(numeric)
+        }
         if not self._owned:  # the caller's connection: leave its objects alone
-            if casts:
-                self._relations[table] = f"{_STAGING}{table}"
+            if casts or numeric:
+                self._relations[table] = f"{_STAGING}{next(_PRIVATE_NAMES)}_{table}"
                 self._create(source, self._relations[table], casts, types, table, temporary=True)
             return
-        if not casts and not materialise:
+        if not casts and not materialise and not numeric:
             self._connection.execute(f"CREATE VIEW {quote(table)} AS SELECT * FROM {quote(source)}")
             return
         self._create(source, table, casts, types, table, temporary=False)
@@ -459,14 +546,20 @@ class DuckDBBackend:
         *,
         temporary: bool,
     ) -> None:
-        """Create the table ``target`` from ``source`` with ``casts`` applied (DomainError)."""
+        """Create the table ``target`` from ``source`` with ``casts`` applied (DomainError) and
+        the fixed-point columns of ``table`` added."""
         expressions = {name: _cast(name, kind, types[name]) for name, kind in casts.items()}
         replaced = ", ".join(f"{sql} AS {quote(name)}" for name, sql in expressions.items())
         columns = f"* REPLACE ({replaced})" if replaced else "*"
+        translator = _Sql()
+        for name, spec in self._fixed[table].values():
+            value = expressions.get(spec.column, quote(spec.column))
+            columns += f", {translator.fixed_point(spec, value)} AS {quote(name)}"
         kind = "TEMPORARY TABLE" if temporary else "TABLE"
         try:
             self._connection.execute(
-                f"CREATE {kind} {quote(target)} AS SELECT {columns} FROM {quote(source)}"
+                f"CREATE {kind} {quote(target)} AS SELECT {columns} FROM {quote(source)}",
+                translator.params,
             )
         except duckdb.Error as exc:
             for name, sql in expressions.items():  # find the column that cannot be converted
@@ -477,8 +570,13 @@ class DuckDBBackend:
             raise
 
     def _types(self, relation: str) -> dict[str, str]:
+        """Column types of ``relation``, without this backend's hidden columns."""
         described = self._connection.table(relation)
-        return {n: str(t) for n, t in zip(described.columns, described.types, strict=True)}
+        return {
+            n: str(t)
+            for n, t in zip(described.columns, described.types, strict=True)
+            if not n.startswith(HIDDEN_PREFIX)
+        }
 
     def tables(self) -> list[str]:
         """Return the tables and views of the connection (but not this backend's private ones)."""
@@ -518,7 +616,7 @@ class DuckDBBackend:
         built = self._queries.get(plan)
         if built is None:
             check_plan(plan, self.columns(plan.table))
-            built = build_query(plan, self._relations.get(plan.table))
+            built = build_query(plan, self._relations.get(plan.table), self._fixed.get(plan.table))
             self._queries.put(plan, built)
         query, params = built
         try:
