@@ -310,10 +310,10 @@ def build_query(
     if person is not None:
         conditions.append(f"{quote(person)} IS NOT NULL")
     where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-    ctes = [
-        f"__dp_base AS (SELECT {', '.join(select)} FROM {quote(relation or plan.table)}{where})"
-    ]
-    source = "__dp_base"
+    table = quote(relation or plan.table)
+    trivial = select == ["*"] and not where  # counts of the whole table: read it directly
+    ctes = [] if trivial else [f"__dp_base AS (SELECT {', '.join(select)} FROM {table}{where})"]
+    source = table if trivial else "__dp_base"
     # Without bounding, dropping rows outside the public keys before grouping equals dropping
     # groups after it, which joins the few aggregated rows instead of every row.
     keys_after = plan.group_keys is not None and person is None
@@ -341,7 +341,7 @@ def build_query(
         return f"WITH {', '.join(ctes)} " + _key_filter(
             sql, plan.group_keys, groups, "__dp_aggregated"
         ), sql.params
-    query = f"WITH {', '.join(ctes)} {aggregated}"
+    query = f"WITH {', '.join(ctes)} {aggregated}" if ctes else aggregated
     return query, sql.params
 
 
