@@ -49,6 +49,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep exact aggregates per query plan (every release is still charged and noised)",
     )
+    serve.add_argument(
+        "--no-precompute",
+        dest="precompute",
+        action="store_false",
+        help="query files where they are instead of loading them into memory with fixed-point "
+        "columns (for data larger than memory; slower sums and means)",
+    )
 
     for name, text in (("query", "run a DP query"), ("budget", "show the remaining budget")):
         sub = commands.add_parser(name, help=text)
@@ -73,7 +80,7 @@ def _serve(args: argparse.Namespace) -> int:
             if args.demo
             else DEFAULT_LEDGER
         )
-    service = build_service(ledger_url, result_cache=args.result_cache)
+    service = build_service(ledger_url, result_cache=args.result_cache, precompute=args.precompute)
     started = bootstrap(
         service,
         demo=args.demo,

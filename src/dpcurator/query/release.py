@@ -19,6 +19,7 @@ Confidence intervals (level 1-α, ``alpha`` default 0.05) cover the exact value 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -326,10 +327,10 @@ def release_plan(
     per_output: list[list[list[Estimate]]] = []  # output -> group -> estimates (columns)
     for output in plan.outputs:
         per_output.append(_release_output(output, exact, keys, alpha, rng))
-    rows = []
-    for index, key in enumerate(keys):
-        estimates = tuple(e for groups in per_output for e in groups[index])
-        rows.append((key, estimates))
+    rows = [
+        (key, tuple(itertools.chain.from_iterable(columns)))
+        for key, *columns in zip(keys, *per_output, strict=True)
+    ]
     value_columns = tuple(c for output in plan.outputs for c in _output_columns(output))
     rows = _ordered(rows, plan, value_columns)
     return Release(
@@ -382,25 +383,30 @@ def _release_output(
     if output.kind == "histogram":
         part = output.parts[0]
         noisy = _noisy(part, exact, keys, len(output.edges) - 1, rng)
-        width = _halfwidth(part, alpha)
-        return [[_count_estimate(float(v), width) for v in row] for row in noisy]
+        return [_estimates(row, _halfwidth(part, alpha), floor=0.0) for row in noisy]
     if output.kind in ("count", "count_persons"):
         part = output.parts[0]
-        width = _halfwidth(part, alpha)
-        return [[_count_estimate(float(v), width)] for v in _noisy(part, exact, keys, 0, rng)]
+        noisy = _noisy(part, exact, keys, 0, rng)
+        return [[e] for e in _estimates(noisy, _halfwidth(part, alpha), floor=0.0)]
     if output.kind == "sum":
         part = output.parts[0]
-        width = _halfwidth(part, alpha)
         unit = math.ldexp(1.0, part.grid_exponent)
-        return [
-            [Estimate(float(v) * unit, float(v) * unit - width, float(v) * unit + width)]
-            for v in _noisy(part, exact, keys, 0, rng)
-        ]
+        scaled = _noisy(part, exact, keys, 0, rng) * unit
+        return [[e] for e in _estimates(scaled, _halfwidth(part, alpha))]
     return _release_moments(output, exact, keys, alpha, rng)
 
 
-def _count_estimate(value: float, width: float) -> Estimate:
-    return Estimate(max(value, 0.0), max(value - width, 0.0), max(value + width, 0.0))
+def _estimates(
+    values: npt.NDArray[Any],
+    width: float,
+    floor: float | None = None,
+) -> list[Estimate]:
+    """Estimates ``value ± width`` (counts: each of the three floored at ``floor``)."""
+    value = values.astype(np.float64)
+    low, high = value - width, value + width
+    if floor is not None:
+        value, low, high = (np.maximum(a, floor) for a in (value, low, high))
+    return list(map(Estimate, value.tolist(), low.tolist(), high.tolist()))
 
 
 def _release_moments(

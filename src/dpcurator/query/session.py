@@ -133,8 +133,9 @@ class Session:
         With ``precompute`` (the default), the DuckDB engine also computes once the fixed-point
         values of every bounded numeric column (public bounds: nothing is learnt from the data),
         so that sums and means of those columns read an integer column with no per-row work.
-        This materialises the table in memory (a copy of a given frame or DuckDB table; Parquet
-        files are left as views): pass ``precompute=False`` to keep memory at one copy.
+        This materialises the table in DuckDB's memory (a Parquet file is loaded; a frame or a
+        given DuckDB table is copied): pass ``precompute=False`` for data larger than memory, or
+        to keep memory at one copy.
         """
         if not isinstance(metadata, Metadata):
             raise fail("Session.from_data", "metadata", "a Metadata", metadata)

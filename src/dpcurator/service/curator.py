@@ -180,11 +180,17 @@ class Catalog:
         engine: the query engine of file sources.
         result_cache: keep each dataset's exact aggregates per exact plan (see the module
             docstring); off by default.
+        precompute: load CSV and Parquet datasets into memory with the fixed-point columns of
+            their bounded numeric columns (see :meth:`dpcurator.Session.from_data`); on by
+            default, off for files larger than memory. DuckDB database files are never copied.
     """
 
-    def __init__(self, *, engine: str = "duckdb", result_cache: bool = False) -> None:
+    def __init__(
+        self, *, engine: str = "duckdb", result_cache: bool = False, precompute: bool = True
+    ) -> None:
         self.engine = engine
         self.result_cache = result_cache
+        self.precompute = precompute
         self._runtimes: dict[str, DatasetRuntime] = {}
         self._lock = threading.Lock()
 
@@ -245,7 +251,9 @@ class Catalog:
             table=metadata.table,
             engine="duckdb" if is_database else self.engine,
             column_types=metadata.column_types(),
-            fixed_point=() if is_database else fixed_point_columns(metadata),
+            fixed_point=fixed_point_columns(metadata)
+            if self.precompute and not is_database
+            else (),
         )
 
     def close(self) -> None:

@@ -53,14 +53,18 @@ def build_service(
     max_failures: int = 10,
     engine: str = "duckdb",
     result_cache: bool = False,
+    precompute: bool = True,
 ) -> CuratorService:
     """Open the ledger and wire the service together.
 
-    ``result_cache`` keeps exact aggregates per exact plan (see :mod:`dpcurator.service.curator`).
+    ``result_cache`` keeps exact aggregates per exact plan and ``precompute`` loads file datasets
+    with their fixed-point columns (see :class:`dpcurator.service.curator.Catalog`).
     """
     ledger = Ledger(ledger_url)
     authority = TokenAuthority(ledger, hasher=hasher, max_failures=max_failures)
-    return CuratorService(ledger, authority, Catalog(engine=engine, result_cache=result_cache))
+    return CuratorService(
+        ledger, authority, Catalog(engine=engine, result_cache=result_cache, precompute=precompute)
+    )
 
 
 def serve(

@@ -34,7 +34,7 @@ import math
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import duckdb
 import pandas as pd
@@ -315,9 +315,8 @@ def build_query(
     ctes = [] if trivial else [f"__dp_base AS (SELECT {', '.join(select)} FROM {table}{where})"]
     source = table if trivial else "__dp_base"
     # Without bounding, dropping rows outside the public keys before grouping equals dropping
-    # groups after it, which joins the few aggregated rows instead of every row.
-    keys_after = plan.group_keys is not None and person is None
-    if plan.group_keys is not None and not keys_after:
+    # groups after it: the caller drops those few groups (see keys_after_grouping).
+    if plan.group_keys is not None and not keys_after_grouping(plan):
         ctes.append(f"__dp_keyed AS ({_key_filter(sql, plan.group_keys, groups, source)})")
         source = "__dp_keyed"
     if person is not None:
@@ -335,14 +334,21 @@ def build_query(
     columns = [*groups, "COUNT(*) AS __dp_rows", *aggregates]
     aggregated = f"SELECT {', '.join(columns)} FROM {source}"
     aggregated += f" GROUP BY {', '.join(groups)}" if groups else ""
-    if keys_after:
-        assert plan.group_keys is not None  # keys_after implies public keys
-        ctes.append(f"__dp_aggregated AS ({aggregated})")
-        return f"WITH {', '.join(ctes)} " + _key_filter(
-            sql, plan.group_keys, groups, "__dp_aggregated"
-        ), sql.params
     query = f"WITH {', '.join(ctes)} {aggregated}" if ctes else aggregated
     return query, sql.params
+
+
+def keys_after_grouping(plan: AggregatePlan) -> frozenset[tuple[ScalarValue, ...]] | None:
+    """The public keys whose groups the caller of :func:`build_query` must keep, or None.
+
+    Without contribution bounding the query groups every row and the public keys are applied to
+    its few result groups (in Python: cheaper than binding and joining the key list in SQL);
+    with bounding they filter the rows first, inside the query (rows outside the keys must not
+    use up a person's groups).
+    """
+    if plan.group_keys is None or plan.bound.person_column is not None:
+        return None
+    return frozenset(plan.group_keys)
 
 
 def _precomputed(
@@ -420,6 +426,15 @@ def _bounding(
     )
 
 
+@dataclass(frozen=True)
+class _Built:
+    """A plan's query, its parameters and the public keys to keep afterwards (if any)."""
+
+    query: str
+    params: dict[str, object]
+    keys: frozenset[tuple[ScalarValue, ...]] | None
+
+
 class DuckDBBackend:
     """Exact aggregates on an embedded DuckDB connection.
 
@@ -437,7 +452,7 @@ class DuckDBBackend:
         self._lock = threading.Lock()  # temporary views are per connection: no cursors
         self._relations: dict[str, str] = {}  # table -> private typed copy (given connections)
         self._schemas: dict[str, dict[str, str]] = {}  # column types (owned connections only)
-        self._queries: LruCache[AggregatePlan, tuple[str, dict[str, object]]] = LruCache(256)
+        self._queries: LruCache[AggregatePlan, _Built] = LruCache(256)
         self._fixed: dict[str, dict[str, tuple[str, FixedPointColumn]]] = {}  # table -> columns
 
     @classmethod
@@ -460,9 +475,9 @@ class DuckDBBackend:
         connection); pass its connection and a table name for large data.
 
         ``fixed_point`` columns (of numeric columns; others are ignored) are computed once, which
-        materialises the table: a frame is copied into DuckDB, a given connection's table into a
-        private temporary table (memory: the table once more, plus 4 or 8 bytes per row and
-        column). Parquet files stay views and ignore them: they may be larger than memory.
+        materialises the table in DuckDB's memory: a Parquet file or a frame is loaded, a given
+        connection's table is copied into a private temporary table (memory: the table once
+        more, plus 4 or 8 bytes per row and column). Pass none for data larger than memory.
         """
         declared = check_column_types(column_types)
         if isinstance(source, duckdb.DuckDBPyConnection):
@@ -485,7 +500,6 @@ class DuckDBBackend:
                     relation = connection.read_csv(path, dtype=dict.fromkeys(text, "VARCHAR"))
                 else:
                     relation = connection.read_parquet(path)
-                    fixed_point = ()
                 relation.to_view(_STAGING)
             elif isinstance(source, pd.DataFrame | pl.DataFrame | pa.Table):
                 connection.register(_STAGING, source)
@@ -616,14 +630,19 @@ class DuckDBBackend:
         built = self._queries.get(plan)
         if built is None:
             check_plan(plan, self.columns(plan.table))
-            built = build_query(plan, self._relations.get(plan.table), self._fixed.get(plan.table))
+            query, params = build_query(
+                plan, self._relations.get(plan.table), self._fixed.get(plan.table)
+            )
+            built = _Built(query, params, keys_after_grouping(plan))
             self._queries.put(plan, built)
-        query, params = built
         try:
             with self._lock:
-                rows = self._connection.execute(query, params).fetchall()
+                rows = self._connection.execute(built.query, built.params).fetchall()
         except duckdb.Error as exc:
             raise BackendError(
                 f"DuckDB failed to compute the plan on {plan.table!r}: {exc}"
             ) from exc
+        if built.keys is not None:
+            width = len(plan.group_by)
+            rows = [row for row in rows if row[:width] in built.keys]
         return collect_rows(plan, rows)
