@@ -22,6 +22,8 @@ from dpcurator.core.numbers import fraction_up, to_fraction
 
 
 def _nonnegative_fraction(owner: str, name: str, value: object) -> Fraction:
+    if type(value) is Fraction and value >= 0:  # the common, already exact case: no checks
+        return value
     check_nonnegative(owner, name, value)
     return to_fraction(value, owner=owner, name=name)
 
@@ -64,8 +66,10 @@ class ApproxDP:
 
     def __init__(self, epsilon: object, delta: object = 0) -> None:
         object.__setattr__(self, "epsilon", _nonnegative_fraction("ApproxDP", "epsilon", epsilon))
-        check_probability("ApproxDP", "delta", delta, open_high=True)
-        object.__setattr__(self, "delta", to_fraction(delta, owner="ApproxDP", name="delta"))
+        if not (type(delta) is Fraction and 0 <= delta < 1):  # else already exact and valid
+            check_probability("ApproxDP", "delta", delta, open_high=True)
+            delta = to_fraction(delta, owner="ApproxDP", name="delta")
+        object.__setattr__(self, "delta", delta)
 
     def __add__(self, other: ApproxDP) -> ApproxDP:
         """Basic sequential composition: ε and δ add (Dwork et al. 2006)."""

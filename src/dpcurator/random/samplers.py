@@ -62,7 +62,7 @@ _FAST_X: Final = 2**53
 _FAST_Q: Final = 2.0**40
 #: Batches up to this size run the same algorithms one value at a time in Python integers, which
 #: beats dozens of numpy calls on tiny arrays (e.g. one noisy threshold in sparse vector).
-_SCALAR_MAX: Final = 4
+_SCALAR_MAX: Final = 16  # measured crossover: ~13 us per value vs ~220 us per small batch
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]

@@ -26,6 +26,7 @@ text). A charge, once reserved, is never refunded: if the engine fails afterward
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -73,8 +74,9 @@ SQLITE_BUSY_TIMEOUT_MS = 60_000
 SQLITE_CHECKPOINT_SECONDS = 1.0
 
 
+@functools.lru_cache(maxsize=4096)
 def cost_of(epsilon: str, delta: str) -> ApproxDP:
-    """An exact cost from the text columns of the ledger."""
+    """An exact cost from the text columns of the ledger (memoised: costs are immutable)."""
     return ApproxDP(Fraction(epsilon), Fraction(delta))
 
 
