@@ -21,7 +21,7 @@ import pytest
 
 from dpcurator.errors import BackendError, ParameterError, UnsupportedQueryError
 from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
-from dpcurator.query.backends.duckdb import build_query
+from dpcurator.query.backends.duckdb import build_query, coded_groups
 from dpcurator.query.ir import (
     AggregatePlan,
     And,
@@ -38,9 +38,11 @@ from dpcurator.query.ir import (
     GroupColumn,
     In,
     IsNull,
+    KeyCodeColumn,
     Lit,
     Not,
     Or,
+    PrecomputedColumns,
 )
 from tests.backends_fixtures import spark  # noqa: F401  (session fixture)
 
@@ -56,7 +58,7 @@ ADULT_COLUMNS = [
 ENGINES = [
     "memory",
     "duckdb",
-    "duckdb_fixed",  # DuckDB with precomputed fixed-point columns (see _fixed_point)
+    "duckdb_fixed",  # DuckDB with precomputed fixed-point and key-code columns (_precomputed)
     "polars",
     pytest.param("spark", marks=[pytest.mark.spark, pytest.mark.slow]),
 ]
@@ -112,7 +114,7 @@ def backends(
         if (engine, table) not in opened:
             if engine == "duckdb_fixed":
                 opened[engine, table] = open_backend(
-                    tables[table], table=table, fixed_point=_fixed_point(table)
+                    tables[table], table=table, precomputed=_precomputed(table)
                 )
             else:
                 opened[engine, table] = open_backend(tables[table], table=table, engine=engine)
@@ -123,18 +125,30 @@ def backends(
         backend.close()
 
 
-def _fixed_point(table: str) -> list[FixedPointColumn]:
-    """A fixed-point column for each bare column summed by a row-level plan on ``table`` (the
-    first such sum's bounds and grid), so that those sums read the precomputed column."""
+def _precomputed(table: str) -> PrecomputedColumns:
+    """For ``table``: a fixed-point column for each bare column summed by a plan (the first such
+    sum's bounds and grid), and a key-code column for each bare column grouped by a plan with
+    public keys (every key any plan uses, plus one that none has), so that the oracle
+    comparisons go through the precomputed columns wherever they apply."""
     specs: dict[str, FixedPointColumn] = {}
+    keys: dict[str, dict[object, None]] = {}
     for plan in [PLANS["sum_offset"], *PLANS.values()]:
+        if plan.table != table:
+            continue
         for agg in plan.aggregates:
-            if plan.table == table and agg.kind == "sum" and isinstance(agg.expr, Col):
+            if agg.kind == "sum" and isinstance(agg.expr, Col):
                 assert agg.lower is not None
                 assert agg.upper is not None
                 spec = FixedPointColumn(agg.expr.name, agg.lower, agg.upper, agg.grid_exponent)
                 specs.setdefault(agg.expr.name, spec)
-    return list(specs.values())
+        for i, group in enumerate(plan.group_by):
+            if plan.group_keys is not None and isinstance(group.expr, Col):
+                found = keys.setdefault(group.expr.name, {})
+                found.update(dict.fromkeys(key[i] for key in plan.group_keys))
+    for found in keys.values():  # one more key, of the column's type, with no rows
+        found["no such key" if any(isinstance(k, str) for k in found) else 123_456_789] = None
+    codes = [KeyCodeColumn(column, tuple(found)) for column, found in keys.items()]
+    return PrecomputedColumns(tuple(specs.values()), tuple(codes))
 
 
 def test_fixed_point_columns_serve_the_sums_they_match(
@@ -145,13 +159,32 @@ def test_fixed_point_columns_serve_the_sums_they_match(
     plan = PLANS["sum_offset"]
     backend = backends("duckdb_fixed", plan.table)
     assert isinstance(backend, DuckDBBackend)
-    fixed = backend._fixed[plan.table]
-    sql, _ = build_query(plan, None, fixed)
+    hidden = backend._hidden[plan.table]
+    sql, _ = build_query(plan, None, hidden)
     assert sql.count("__dp_fp") == len([a for a in plan.aggregates if a.kind == "sum"])
     other = AggregatePlan("pums", (total("s", AGE, 0, 99, fill=0.0),))  # other bounds: no match
-    assert "__dp_fp" not in build_query(other, None, fixed)[0]
+    assert "__dp_fp" not in build_query(other, None, hidden)[0]
     bounded = replace(plan, bound=ContributionBound("pid", 1, 1, 3))  # bounded plans: never
-    assert "__dp_fp" not in build_query(bounded, None, fixed)[0]
+    assert "__dp_fp" not in build_query(bounded, None, hidden)[0]
+
+
+def test_key_codes_serve_the_groups_whose_keys_they_hold(
+    backends: Callable[[str, str], Backend],
+) -> None:
+    """Key-code columns are really used by the oracle comparisons above (plans with public keys
+    grouped by a bare column), and never when a released key has no code or persons are
+    bounded; a key with no row in the data gives no group (as on every engine)."""
+    plan = PLANS["public_keys"]
+    backend = backends("duckdb_fixed", plan.table)
+    assert isinstance(backend, DuckDBBackend)
+    hidden = backend._hidden[plan.table]
+    assert set(coded_groups(plan, hidden)) == set(range(len(plan.group_by)))
+    assert "__dp_kc" in build_query(plan, None, hidden)[0]
+    unknown = replace(plan, group_keys=(*(plan.group_keys or ()), (9, 99)))
+    assert not coded_groups(unknown, hidden).keys() >= set(range(len(plan.group_by)))
+    assert backend.compute(unknown).groups == backends("memory", plan.table).compute(unknown).groups
+    bounded = replace(plan, bound=ContributionBound("pid", 1, 1, 3))
+    assert coded_groups(bounded, hidden) == {}
 
 
 def normalise(result: ExactResult) -> dict[tuple[object, ...], dict[str, object]]:

@@ -26,6 +26,7 @@ from dpcurator.query.ir import (
     GroupColumn,
     IsNull,
     Lit,
+    PrecomputedColumns,
 )
 from tests.backends_fixtures import spark  # noqa: F401  (session fixture)
 
@@ -186,8 +187,9 @@ def test_fixed_point_columns_on_a_given_connection_leave_its_table_alone() -> No
             ExactAggregate("f", "sum", Col("x"), 0.0, 100.0, 50.0, -3),
         ),
     )
-    first = open_backend(connection, table="t", fixed_point=[spec])
-    second = open_backend(connection, table="t", fixed_point=[spec])
+    precomputed = PrecomputedColumns(fixed_point=(spec,))
+    first = open_backend(connection, table="t", precomputed=precomputed)
+    second = open_backend(connection, table="t", precomputed=precomputed)
     oracle = open_backend({"x": values}, table="t", engine="memory")
     expected = oracle.compute(plan).groups
     assert first.compute(plan).groups == expected == second.compute(plan).groups

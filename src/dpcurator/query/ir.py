@@ -214,6 +214,28 @@ class FixedPointColumn:
 
 
 @dataclass(frozen=True)
+class KeyCodeColumn:
+    """A column whose public keys an engine may encode once, when it opens the table.
+
+    Per row: the 0-based position of the column's value among ``keys``, NULL when the value is
+    not one of them. Grouping a row-level plan by the small integer code instead of the value
+    (then mapping codes back to keys and dropping the NULL code, which no public key has) gives
+    the same groups; the keys are public metadata, so computing the codes reveals nothing.
+    """
+
+    column: str
+    keys: tuple[ScalarValue, ...]
+
+
+@dataclass(frozen=True)
+class PrecomputedColumns:
+    """Columns an engine may compute once when it opens a table (all from public metadata)."""
+
+    fixed_point: tuple[FixedPointColumn, ...] = ()
+    key_codes: tuple[KeyCodeColumn, ...] = ()
+
+
+@dataclass(frozen=True)
 class ContributionBound:
     """How many rows and groups each person may contribute (public metadata)."""
 

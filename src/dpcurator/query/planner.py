@@ -314,6 +314,24 @@ def fixed_point_columns(metadata: Metadata) -> tuple[ir.FixedPointColumn, ...]:
     return tuple(columns)
 
 
+def key_code_columns(metadata: Metadata) -> tuple[ir.KeyCodeColumn, ...]:
+    """One :class:`~dpcurator.query.ir.KeyCodeColumn` per column with public keys (engines may
+    precompute them); none under user-level privacy, as for :func:`fixed_point_columns`."""
+    if metadata.person_column is None:
+        return tuple(
+            ir.KeyCodeColumn(name, keys)
+            for name, kind in metadata.column_types().items()
+            if kind in ("string", "int", "bool")
+            and (keys := public_keys(ir.Col(name), metadata)) is not None
+        )
+    return ()
+
+
+def precomputed_columns(metadata: Metadata) -> ir.PrecomputedColumns:
+    """The fixed-point and key-code columns an engine may compute when it opens the table."""
+    return ir.PrecomputedColumns(fixed_point_columns(metadata), key_code_columns(metadata))
+
+
 def plan_query(
     query: Query,
     metadata: Metadata,

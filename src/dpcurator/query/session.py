@@ -45,7 +45,7 @@ from dpcurator.estimators.bounds import bounds_from_noisy_counts
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.builder import Query
 from dpcurator.query.ir import AggregatePlan, ExactResult
-from dpcurator.query.planner import Plan, fixed_point_columns, plan_bounds, plan_query
+from dpcurator.query.planner import Plan, plan_bounds, plan_query, precomputed_columns
 from dpcurator.query.release import CostEstimate, Release, estimate_plan, release_plan
 from dpcurator.query.schema import Metadata
 from dpcurator.query.sql import parse_sql
@@ -131,8 +131,9 @@ class Session:
         DomainError, before any budget is spent.
 
         With ``precompute`` (the default), the DuckDB engine also computes once the fixed-point
-        values of every bounded numeric column (public bounds: nothing is learnt from the data),
-        so that sums and means of those columns read an integer column with no per-row work.
+        values of every bounded numeric column and small integer codes of every column with
+        public keys (from public metadata: nothing is learnt from the data), so that sums and
+        means read an integer column with no per-row work and GROUP BY groups small integers.
         This materialises the table in DuckDB's memory (a Parquet file is loaded; a frame or a
         given DuckDB table is copied): pass ``precompute=False`` for data larger than memory, or
         to keep memory at one copy.
@@ -144,7 +145,7 @@ class Session:
             table=metadata.table,
             engine=engine,
             column_types=metadata.column_types(),
-            fixed_point=fixed_point_columns(metadata) if precompute else (),
+            precomputed=precomputed_columns(metadata) if precompute else None,
         )
         return cls(
             backend, metadata, budget=budget, budget_filter=budget_filter, alpha=alpha, rng=rng

@@ -27,7 +27,7 @@ from dpcurator.accounting.filter import BudgetFilter, PrivacyFilter, Reservation
 from dpcurator.core.measures import ApproxDP, Measure, PureDP
 from dpcurator.errors import DomainError, InternalInvariantError, ParameterError
 from dpcurator.query.backends import Backend, open_backend
-from dpcurator.query.planner import fixed_point_columns
+from dpcurator.query.planner import precomputed_columns
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import DEFAULT_PLAN_CACHE_SIZE, PlanCache, ResultCache, Session
 from dpcurator.service.ledger import (
@@ -180,9 +180,9 @@ class Catalog:
         engine: the query engine of file sources.
         result_cache: keep each dataset's exact aggregates per exact plan (see the module
             docstring); off by default.
-        precompute: load CSV and Parquet datasets into memory with the fixed-point columns of
-            their bounded numeric columns (see :meth:`dpcurator.Session.from_data`); on by
-            default, off for files larger than memory. DuckDB database files are never copied.
+        precompute: load CSV and Parquet datasets into memory with fixed-point and key-code
+            columns (see :meth:`dpcurator.Session.from_data`); on by default, off for files
+            larger than memory. DuckDB database files are never copied.
     """
 
     def __init__(
@@ -251,9 +251,9 @@ class Catalog:
             table=metadata.table,
             engine="duckdb" if is_database else self.engine,
             column_types=metadata.column_types(),
-            fixed_point=fixed_point_columns(metadata)
+            precomputed=precomputed_columns(metadata)
             if self.precompute and not is_database
-            else (),
+            else None,
         )
 
     def close(self) -> None:

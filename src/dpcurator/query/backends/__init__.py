@@ -7,7 +7,7 @@ is the one import done inside a function.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 from dpcurator._validation import fail
 from dpcurator.errors import BackendError
@@ -15,7 +15,7 @@ from dpcurator.query.backends.base import Backend, is_spark_dataframe
 from dpcurator.query.backends.duckdb import DuckDBBackend
 from dpcurator.query.backends.memory import MemoryBackend
 from dpcurator.query.backends.polars import PolarsBackend
-from dpcurator.query.ir import FixedPointColumn
+from dpcurator.query.ir import PrecomputedColumns
 
 ENGINES = ("duckdb", "memory", "polars", "spark")
 
@@ -28,7 +28,7 @@ def open_backend(
     table: str,
     engine: str = "duckdb",
     column_types: Mapping[str, str] | None = None,
-    fixed_point: Sequence[FixedPointColumn] = (),
+    precomputed: PrecomputedColumns | None = None,
 ) -> Backend:
     """Open a backend that exposes ``source`` as the table ``table``.
 
@@ -41,7 +41,7 @@ def open_backend(
         column_types: the metadata's declared types, column name -> ``"int"``, ``"float"``,
             ``"string"`` or ``"bool"``; the table is exposed with these columns converted to them
             (see :mod:`dpcurator.query.backends.types`).
-        fixed_point: columns whose fixed-point sum values the DuckDB engine computes once at
+        precomputed: fixed-point and key-code columns the DuckDB engine computes once at
             opening (see :meth:`DuckDBBackend.from_source`); other engines ignore them.
 
     Raises:
@@ -72,7 +72,7 @@ def open_backend(
         return SparkBackend.from_source(source, table=table, column_types=column_types)
     if engine == "duckdb":
         return DuckDBBackend.from_source(
-            source, table=table, column_types=column_types, fixed_point=fixed_point
+            source, table=table, column_types=column_types, precomputed=precomputed
         )
     openers: dict[str, Callable[..., Backend]] = {
         "memory": MemoryBackend.from_source,

@@ -21,7 +21,10 @@ Fixed-point columns (:class:`~dpcurator.query.ir.FixedPointColumn`, from the pub
 computed once when the table is materialised; a row-level sum of a bare column on the same bounds
 and grid then reads its INTEGER/BIGINT column with a plain SUM and COUNT, with no per-row work
 (fill and offset are applied to the group totals: ``SUM(g) - offset·COUNT(g) + (fill - offset) ·
-(rows - COUNT(g))``). Bounded (user-level) plans keep the CASE: their row hashes read the values.
+(rows - COUNT(g))``). Likewise key-code columns (:class:`~dpcurator.query.ir.KeyCodeColumn`): a
+row-level plan grouped by a column with public keys groups its small integer code instead (much
+cheaper than hashing text) and the codes are mapped back to keys afterwards. Bounded (user-level)
+plans read the values themselves: their row and group hashes are computed from them.
 
 The bounding hash is DuckDB's ``hash(person, group key..., seed)`` for groups and
 ``hash(person, aggregated values..., seed)`` for rows (see :mod:`.memory` on why ties are harmless).
@@ -33,8 +36,9 @@ import itertools
 import math
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import duckdb
 import pandas as pd
@@ -78,9 +82,11 @@ from dpcurator.query.ir import (
     Func,
     In,
     IsNull,
+    KeyCodeColumn,
     Lit,
     Not,
     Or,
+    PrecomputedColumns,
     ScalarValue,
 )
 
@@ -92,6 +98,7 @@ _SQL_TYPES: tuple[tuple[type, str], ...] = (
 )
 _OPERATORS = {"!=": "<>"}
 _DECLARED_SQL = {"int": "BIGINT", "float": "DOUBLE", "string": "VARCHAR", "bool": "BOOLEAN"}
+_CODE_TYPES = (("UTINYINT", 2**8), ("USMALLINT", 2**16), ("UINTEGER", 2**32))
 _STAGING = HIDDEN_PREFIX + "source"
 _PRIVATE_NAMES = itertools.count()  # several backends may share one connection
 _INTEGER_TEXT = r"\s*[+-]?[0-9]+\s*"  # DuckDB would round '1.5' to 2: text must be an integer
@@ -235,6 +242,12 @@ class _Sql:
         narrow = max_grid_value(agg) < 2**31
         return f"CAST({value} AS {'INTEGER' if narrow else 'BIGINT'})"
 
+    def key_code(self, spec: KeyCodeColumn, column: str) -> str:
+        """The SQL of a key-code column (see :class:`~dpcurator.query.ir.KeyCodeColumn`)."""
+        width = next(t for t, size in _CODE_TYPES if len(spec.keys) <= size)
+        position = f"list_position({self.column(list(spec.keys))}, {column})"
+        return f"CAST({position} - 1 AS {width})"
+
     def fixed_point_sum(self, agg: ExactAggregate, column: str) -> str:
         """A row-level ``sum`` read from the fixed-point ``column`` (group totals only)."""
         total = f"COALESCE(sum_no_overflow({column}), 0)"
@@ -276,14 +289,13 @@ class _Sql:
 
 
 def build_query(
-    plan: AggregatePlan,
-    relation: str | None = None,
-    fixed_point: Mapping[str, tuple[str, FixedPointColumn]] | None = None,
+    plan: AggregatePlan, relation: str | None = None, hidden: Hidden | None = None
 ) -> tuple[str, dict[str, object]]:
     """Translate a checked plan into one DuckDB query and its bound parameters.
 
-    ``relation`` is the table or view read (default: ``plan.table``); ``fixed_point`` maps a
-    column to the name and spec of its precomputed fixed-point column in that relation.
+    ``relation`` is the table or view read (default: ``plan.table``); ``hidden`` names the
+    precomputed columns of that relation. Groups listed by :func:`coded_groups` come back as
+    codes (see :func:`decode_groups`).
     """
     sql = _Sql()
     groups = [quote(f"__dp_g{i}") for i in range(len(plan.group_by))]
@@ -293,10 +305,13 @@ def build_query(
         if agg.expr is not None
     }
     person = plan.bound.person_column
-    precomputed = {} if person is not None else _precomputed(plan, fixed_point or {})
+    hidden = hidden or Hidden()
+    precomputed = {} if person is not None else _precomputed(plan, hidden.fixed_point)
+    coded = coded_groups(plan, hidden)
     pid = quote("__dp_pid")
     select = [
-        f"{sql.expr(g.expr)} AS {name}" for g, name in zip(plan.group_by, groups, strict=True)
+        f"{quote(coded[i][0]) if i in coded else sql.expr(g.expr)} AS {name}"
+        for i, (g, name) in enumerate(zip(plan.group_by, groups, strict=True))
     ]
     if person is not None:
         select.append(f"{quote(person)} AS {pid}")
@@ -349,6 +364,37 @@ def keys_after_grouping(plan: AggregatePlan) -> frozenset[tuple[ScalarValue, ...
     if plan.group_keys is None or plan.bound.person_column is not None:
         return None
     return frozenset(plan.group_keys)
+
+
+def coded_groups(plan: AggregatePlan, hidden: Hidden) -> dict[int, tuple[str, KeyCodeColumn]]:
+    """Group positions of a row-level plan that are grouped by key code: a bare column with a
+    key-code column holding every public key the plan releases for that position."""
+    if plan.group_keys is None or plan.bound.person_column is not None:
+        return {}
+    coded = {}
+    for i, group in enumerate(plan.group_by):
+        if isinstance(group.expr, Col) and group.expr.name in hidden.key_codes:
+            name, spec = hidden.key_codes[group.expr.name]
+            if {key[i] for key in plan.group_keys} <= set(spec.keys):
+                coded[i] = (name, spec)
+    return coded
+
+
+def decode_groups(
+    rows: list[tuple[Any, ...]], coded: Mapping[int, tuple[str, KeyCodeColumn]]
+) -> list[tuple[Any, ...]]:
+    """Rows with their group codes replaced by keys; rows of the NULL code (no key) dropped."""
+    decoded = []
+    for row in rows:
+        values = list(row)
+        for i, (_, spec) in coded.items():
+            code = values[i]
+            if code is None:
+                break
+            values[i] = spec.keys[code]
+        else:
+            decoded.append(tuple(values))
+    return decoded
 
 
 def _precomputed(
@@ -433,6 +479,15 @@ class _Built:
     query: str
     params: dict[str, object]
     keys: frozenset[tuple[ScalarValue, ...]] | None
+    coded: dict[int, tuple[str, KeyCodeColumn]]
+
+
+@dataclass(frozen=True)
+class Hidden:
+    """The precomputed columns of one table: column -> (hidden column name, spec)."""
+
+    fixed_point: Mapping[str, tuple[str, FixedPointColumn]] = field(default_factory=dict)
+    key_codes: Mapping[str, tuple[str, KeyCodeColumn]] = field(default_factory=dict)
 
 
 class DuckDBBackend:
@@ -453,7 +508,7 @@ class DuckDBBackend:
         self._relations: dict[str, str] = {}  # table -> private typed copy (given connections)
         self._schemas: dict[str, dict[str, str]] = {}  # column types (owned connections only)
         self._queries: LruCache[AggregatePlan, _Built] = LruCache(256)
-        self._fixed: dict[str, dict[str, tuple[str, FixedPointColumn]]] = {}  # table -> columns
+        self._hidden: dict[str, Hidden] = {}  # table -> its precomputed columns
 
     @classmethod
     def from_source(
@@ -462,7 +517,7 @@ class DuckDBBackend:
         *,
         table: str,
         column_types: Mapping[str, str] | None = None,
-        fixed_point: Sequence[FixedPointColumn] = (),
+        precomputed: PrecomputedColumns | None = None,
     ) -> DuckDBBackend:
         """Load a CSV once, view a Parquet file, register a frame, or wrap an existing connection.
 
@@ -474,17 +529,18 @@ class DuckDBBackend:
         DuckDB relation is materialised once through Arrow (a relation cannot be read from another
         connection); pass its connection and a table name for large data.
 
-        ``fixed_point`` columns (of numeric columns; others are ignored) are computed once, which
-        materialises the table in DuckDB's memory: a Parquet file or a frame is loaded, a given
-        connection's table is copied into a private temporary table (memory: the table once
-        more, plus 4 or 8 bytes per row and column). Pass none for data larger than memory.
+        ``precomputed`` fixed-point columns (of numeric columns) and key-code columns (of any
+        column; specs naming absent columns are ignored) are computed once, which materialises
+        the table in DuckDB's memory: a Parquet file or a frame is loaded, a given connection's
+        table is copied into a private temporary table (memory: the table once more, plus 1 to 8
+        bytes per row and precomputed column). Pass none for data larger than memory.
         """
         declared = check_column_types(column_types)
         if isinstance(source, duckdb.DuckDBPyConnection):
             backend = cls(source, owned=False)
             check_table(backend, table)
             try:
-                backend._expose(table, table, declared, materialise=False, fixed_point=fixed_point)
+                backend._expose(table, table, declared, materialise=False, precomputed=precomputed)
             except duckdb.Error as exc:
                 raise BackendError(f"DuckDB could not read the table {table!r}: {exc}") from exc
             return backend
@@ -506,7 +562,7 @@ class DuckDBBackend:
             else:
                 connection.register(_STAGING, to_arrow(source, table))
             backend._expose(
-                _STAGING, table, declared, materialise=materialise, fixed_point=fixed_point
+                _STAGING, table, declared, materialise=materialise, precomputed=precomputed
             )
         except duckdb.Error as exc:
             connection.close()
@@ -525,26 +581,29 @@ class DuckDBBackend:
         declared: Mapping[str, str],
         *,
         materialise: bool,
-        fixed_point: Sequence[FixedPointColumn],
+        precomputed: PrecomputedColumns | None,
     ) -> None:
         """Expose ``source`` as ``table`` with the declared types (see :meth:`from_source`)."""
         types = self._types(source)
         casts = needed_casts(declared, types, table=table)
+        specs = precomputed or PrecomputedColumns()
         numeric = [
             spec
-            for spec in fixed_point
+            for spec in specs.fixed_point
             if spec.column in types
             and declared.get(spec.column, type_class(types[spec.column])) in ("int", "float")
         ]
-        self._fixed[table] = {
-            spec.column: (f"{HIDDEN_PREFIX}fp{i}", spec) for i, spec in enumerate(numeric)
-        }
+        coded = [spec for spec in specs.key_codes if spec.column in types]
+        self._hidden[table] = Hidden(
+            {spec.column: (f"{HIDDEN_PREFIX}fp{i}", spec) for i, spec in enumerate(numeric)},
+            {spec.column: (f"{HIDDEN_PREFIX}kc{i}", spec) for i, spec in enumerate(coded)},
+        )
         if not self._owned:  # the caller's connection: leave its objects alone
-            if casts or numeric:
+            if casts or numeric or coded:
                 self._relations[table] = f"{_STAGING}{next(_PRIVATE_NAMES)}_{table}"
                 self._create(source, self._relations[table], casts, types, table, temporary=True)
             return
-        if not casts and not materialise and not numeric:
+        if not casts and not materialise and not numeric and not coded:
             self._connection.execute(f"CREATE VIEW {quote(table)} AS SELECT * FROM {quote(source)}")
             return
         self._create(source, table, casts, types, table, temporary=False)
@@ -566,9 +625,13 @@ class DuckDBBackend:
         replaced = ", ".join(f"{sql} AS {quote(name)}" for name, sql in expressions.items())
         columns = f"* REPLACE ({replaced})" if replaced else "*"
         translator = _Sql()
-        for name, spec in self._fixed[table].values():
+        hidden = self._hidden[table]
+        for name, spec in hidden.fixed_point.values():
             value = expressions.get(spec.column, quote(spec.column))
             columns += f", {translator.fixed_point(spec, value)} AS {quote(name)}"
+        for name, code in hidden.key_codes.values():
+            value = expressions.get(code.column, quote(code.column))
+            columns += f", {translator.key_code(code, value)} AS {quote(name)}"
         kind = "TEMPORARY TABLE" if temporary else "TABLE"
         try:
             self._connection.execute(
@@ -630,10 +693,9 @@ class DuckDBBackend:
         built = self._queries.get(plan)
         if built is None:
             check_plan(plan, self.columns(plan.table))
-            query, params = build_query(
-                plan, self._relations.get(plan.table), self._fixed.get(plan.table)
-            )
-            built = _Built(query, params, keys_after_grouping(plan))
+            hidden = self._hidden.get(plan.table, Hidden())
+            query, params = build_query(plan, self._relations.get(plan.table), hidden)
+            built = _Built(query, params, keys_after_grouping(plan), coded_groups(plan, hidden))
             self._queries.put(plan, built)
         try:
             with self._lock:
@@ -642,6 +704,8 @@ class DuckDBBackend:
             raise BackendError(
                 f"DuckDB failed to compute the plan on {plan.table!r}: {exc}"
             ) from exc
+        if built.coded:
+            rows = decode_groups(rows, built.coded)
         if built.keys is not None:
             width = len(plan.group_by)
             rows = [row for row in rows if row[:width] in built.keys]
