@@ -13,10 +13,11 @@ minimum over repeats):
   data written to Parquet.
 
 The raw baseline queries a native table of an in-memory DuckDB connection; dpcurator's DuckDB
-backend opens that same table and, as it does by default, copies it once into a private table with
-the fixed-point column of ``value`` and the key codes of ``g`` (public metadata only; the time of this
-one-off step is printed and is not part of any query's time). ``python benchmarks/query.py`` runs
-10^6 and 10^7 rows; ``--full`` adds 10^8. The peak memory of the process is printed per size.
+backend opens that same table and, as it does by default, copies it once into a private table
+with the fixed-point column of ``value`` and the key codes of ``g`` (public metadata only; the
+time of this one-off step is printed and is not part of any query's time).
+``python benchmarks/query.py`` runs 10^6 and 10^7 rows; ``--full`` adds 10^8. The peak memory of
+the process is printed per size.
 """
 
 from __future__ import annotations
