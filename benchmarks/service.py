@@ -146,6 +146,7 @@ def serve(args: argparse.Namespace) -> None:
         access_log=False,
         threads=args.threads,
         switch_interval=args.switch_interval,
+        workers=args.workers,
     )
 
 
@@ -158,13 +159,14 @@ def server(
     result_cache: bool,
     threads: int = DEFAULT_THREADS,
     switch_interval: float | None = None,
+    workers: int = 1,
 ) -> Iterator[Any]:
     """The benchmark server as a subprocess; yields (url, tokens)."""
     port = free_port()
     command = [sys.executable, __file__, "serve", "--ledger", ledger, "--data", str(data)]
     command += ["--port", str(port), "--clients", str(clients)]
     command += ["--result-cache"] if result_cache else []
-    command += ["--threads", str(threads)]
+    command += ["--threads", str(threads), "--workers", str(workers)]
     command += [] if switch_interval is None else ["--switch-interval", str(switch_interval)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
@@ -220,6 +222,7 @@ def run(ledger: str, data: Path, args: argparse.Namespace, *, result_cache: bool
         result_cache=result_cache,
         threads=args.threads,
         switch_interval=args.switch_interval,
+        workers=args.workers,
     ) as (url, tokens):
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens[0]}"}) as http:
             for sql in QUERIES:  # warm up: open the dataset, every plan (and result, if cached)
@@ -267,6 +270,7 @@ def main() -> None:
     for parser_ in (parser, serve_parser):
         parser_.add_argument("--threads", type=int, default=DEFAULT_THREADS)
         parser_.add_argument("--switch-interval", type=float, default=None)
+        parser_.add_argument("--workers", type=int, default=1, help="server worker processes")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=2.0)
@@ -284,7 +288,10 @@ def main() -> None:
         postgres = None
         if "postgresql" in ledgers and postgres_available():
             postgres = stack.enter_context(throwaway_postgres(durable=True))
-        print(f"rows={args.rows} clients={args.clients} seconds={args.seconds} mix={len(QUERIES)}")
+        print(
+            f"rows={args.rows} clients={args.clients} seconds={args.seconds} "
+            f"mix={len(QUERIES)} server workers={args.workers}"
+        )
         print("| ledger | result cache | q/s | p50 ms | p99 ms | answered | failed | overspend |")
         print("|---|---|---|---|---|---|---|---|")
         for name in ledgers:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 import threading
 import time
 from fractions import Fraction
@@ -144,5 +145,65 @@ def test_sigkill_under_load_never_loses_or_doubles_a_charge(
             assert released[key].id == answer["charge_id"]
             assert released[key].result == answer["release"]
         assert ledger.charged_total("people") == ApproxDP(Fraction(1, 2) * len(charges), 0)
+    finally:
+        ledger.close()
+
+
+@pytest.mark.slow
+def test_worker_processes_share_the_ledger_without_overspending_or_running_twice(
+    people: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``serve --workers 2``: two processes answer on one port; concurrent requests against a
+    budget for 10 answers get exactly 10; concurrent retries of one request (same key) are
+    charged once and all get the same answer, whichever worker they reach."""
+    ledger_url = f"sqlite:///{tmp_path / 'workers.sqlite3'}"
+    server = LiveServer([*_serve_args(people, ledger_url), "--workers", "2"]).start(wait_lines=2)
+    try:
+        assert server.process is not None
+        children = subprocess.run(
+            ["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True, check=False
+        ).stdout.split()
+        assert len(children) >= 2  # the worker processes (and multiprocessing's helper)
+        owner_token = server.first_lines[0].removeprefix("owner token: ")
+        analyst_id, token = _analyst(server.url, owner_token, 5.0)
+        statuses: list[int] = []
+        by_key: dict[str, list[tuple[int, object]]] = {}
+        lock = threading.Lock()
+        body = {"sql": "SELECT COUNT(*) AS n FROM people", "epsilon": 0.5}
+
+        def ask(key: str | None) -> None:
+            headers = {"Authorization": f"Bearer {token}"}
+            if key is not None:
+                headers["Idempotency-Key"] = key
+            response = httpx.post(
+                f"{server.url}/v1/datasets/people/queries", json=body, headers=headers, timeout=60
+            )
+            with lock:
+                statuses.append(response.status_code)
+                if key is not None:
+                    charge = response.json().get("charge_id")
+                    by_key.setdefault(key, []).append((response.status_code, charge))
+
+        keys = [f"same-{i // 2}" for i in range(8)]  # 4 keys, each sent twice at once
+        threads = [threading.Thread(target=ask, args=(k,)) for k in [*keys, *[None] * 32]]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert statuses.count(200) >= 10
+        assert set(statuses) <= {200, 409}
+        for answers in by_key.values():  # one charge per key; a second copy: same answer or 409
+            charges = {charge for status, charge in answers if status == 200}
+            assert len(charges) <= 1
+    finally:
+        server.stop()
+    ledger = Ledger(ledger_url)
+    try:
+        charges = [c for c in ledger.history(limit=1000) if c.principal_id == analyst_id]
+        assert len(charges) == 10  # the budget fits exactly 10 at ε = 0.5
+        assert len({c.request_key for c in charges if c.request_key}) == sum(
+            1 for c in charges if c.request_key
+        )
+        assert sum((Fraction(c.epsilon) for c in charges), Fraction(0)) == 5
     finally:
         ledger.close()

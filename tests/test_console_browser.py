@@ -48,8 +48,7 @@ def console(tmp_path: Path) -> Iterator[tuple[str, str]]:
             f"/v1/analysts/{analyst['principal']['id']}/grants/people", json={"epsilon": 1}
         ).raise_for_status()
         yield server.url, analyst["token"]
-    service.catalog.close()
-    service.ledger.close()
+    service.close()
 
 
 @pytest.fixture

@@ -80,8 +80,7 @@ def _kit(ledger_url: str, tmp_path: Path, *, alice_epsilon: float = 1.0) -> Iter
             tokens["alice"]["principal"]["id"],
             tokens["alice"]["token_id"],
         )
-    service.catalog.close()
-    service.ledger.close()
+    service.close()
 
 
 @pytest.fixture

@@ -44,8 +44,7 @@ _SERVICE.register_dataset(
 @pytest.fixture(scope="module", autouse=True)
 def _close_service() -> Iterator[None]:
     yield
-    _SERVICE.catalog.close()
-    _SERVICE.ledger.close()
+    _SERVICE.close()
     shutil.rmtree(_ROOT, ignore_errors=True)
 
 

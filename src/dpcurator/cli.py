@@ -50,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
         help="keep exact aggregates per query plan (every release is still charged and noised)",
     )
     serve.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help="worker processes serving the port (default 1; each opens the datasets itself)",
+    )
+    serve.add_argument(
         "--no-precompute",
         dest="precompute",
         action="store_false",
@@ -94,8 +100,15 @@ def _serve(args: argparse.Namespace) -> int:
     if started.owner_token is not None:
         print(f"owner token: {started.owner_token}")
     print(f"url: http://{args.host}:{args.port}/console/", flush=True)
-    serve(service, host=args.host, port=args.port)
+    serve(service, host=args.host, port=args.port, workers=args.workers)
     return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def _cell(cell: Any) -> str:

@@ -220,11 +220,17 @@ class Ledger:
     Args:
         url: an SQLAlchemy URL, e.g. ``sqlite:///ledger.sqlite3`` (default dialect) or
             ``postgresql+psycopg://user@host/db``.
+        boot_id: the identity of the running server, stored with each reservation it makes: a
+            retried request whose reservation carries this id is still running (ConflictError);
+            one carrying another id was left by a server that has since stopped, so it may be
+            claimed and run. Every worker process of one server must share it (default: a new
+            id for this process).
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, boot_id: str | None = None) -> None:
         self.url = url
-        self.boot_id = f"{os.getpid()}-{time.time_ns()}"
+        self.boot_id = boot_id or f"{os.getpid()}-{time.time_ns()}"
+        self._postgres = url.startswith("postgresql")
         # SQLite admits one writer at a time; a writer that finds the lock taken polls it with
         # sleeps of up to 100 ms (busy_timeout), the main source of tail latency under load. So
         # writers of THIS process queue on a Python lock first (FIFO wake-up, no polling) and
@@ -500,27 +506,46 @@ class Ledger:
                 raise BudgetExceededError(
                     cost, cap_view.remaining, what="dataset's global privacy budget"
                 )
-            if budget is not None:
-                conn.execute(_SQL.grant_spent, {**who, **_spent_values(budget.spent)})
-            conn.execute(_SQL.dataset_spent, {**who, **_spent_values(cap_view.spent + cost)})
-            charge_id = conn.execute(
-                _SQL.insert_charge,
-                {
-                    "principal_id": request.principal_id,
-                    "dataset_id": request.dataset_id,
-                    "kind": request.kind,
-                    "request_key": request.request_key,
-                    "fingerprint": request.fingerprint,
-                    "query_text": request.query_text,
-                    "epsilon": str(cost.epsilon),
-                    "delta": str(cost.delta),
-                    "events": request.events,
-                    "status": "reserved",
-                    "claimed_by": self.boot_id,
-                    "created_at": utcnow(),
-                },
-            ).scalar_one()
+            charge = {
+                "principal_id": request.principal_id,
+                "dataset_id": request.dataset_id,
+                "kind": request.kind,
+                "request_key": request.request_key,
+                "fingerprint": request.fingerprint,
+                "query_text": request.query_text,
+                "epsilon": str(cost.epsilon),
+                "delta": str(cost.delta),
+                "events": request.events,
+                "status": "reserved",
+                "claimed_by": self.boot_id,
+                "created_at": utcnow(),
+            }
+            charge_id = self._write_reservation(conn, who, charge, budget, cap_view.spent + cost)
         return Reservation(charge_id, cost, "reserved", None, False, budget)
+
+    def _write_reservation(
+        self,
+        conn: Connection,
+        who: dict[str, str],
+        charge: dict[str, Any],
+        grant: BudgetView | None,
+        dataset_spent: ApproxDP,
+    ) -> int:
+        """Update the running totals and insert the charge; its id.
+
+        On PostgreSQL one statement (the updates as data-modifying CTEs of the INSERT), so the
+        row locks are held over one round trip fewer per total; elsewhere three statements.
+        """
+        spent = {f"d_{k}": v for k, v in _spent_values(dataset_spent).items()}
+        if grant is not None:
+            spent |= {f"g_{k}": v for k, v in _spent_values(grant.spent).items()}
+        if self._postgres:
+            statement = _SQL.reserve_with_grant if grant is not None else _SQL.reserve_cap_only
+            return int(conn.execute(statement, {**who, **spent, **charge}).scalar_one())
+        if grant is not None:
+            conn.execute(_SQL.grant_spent, {**who, **_spent_values(grant.spent)})
+        conn.execute(_SQL.dataset_spent, {**who, **_spent_values(dataset_spent)})
+        return int(conn.execute(_SQL.insert_charge, charge).scalar_one())
 
     def _reuse(self, conn: Connection, earlier: Row[Any], request: ChargeRequest) -> Reservation:
         """Return the charge of a retried request; claim it if its first process died."""
@@ -782,6 +807,25 @@ class _Statements:
         self.grant_spent = update(grants).where(is_grant)
         self.dataset_spent = update(datasets).where(datasets.c.id == d)
         self.insert_charge = insert(charges).returning(charges.c.id)
+        # PostgreSQL's one-statement reservation: the running totals are updated by CTEs.
+        dataset_cte = (
+            update(datasets)
+            .where(datasets.c.id == d)
+            .values(
+                spent_epsilon=bindparam("d_spent_epsilon"), spent_delta=bindparam("d_spent_delta")
+            )
+            .cte("ds")
+        )
+        grant_cte = (
+            update(grants)
+            .where(is_grant)
+            .values(
+                spent_epsilon=bindparam("g_spent_epsilon"), spent_delta=bindparam("g_spent_delta")
+            )
+            .cte("gr")
+        )
+        self.reserve_cap_only = self.insert_charge.add_cte(dataset_cte)
+        self.reserve_with_grant = self.insert_charge.add_cte(grant_cte, dataset_cte)
         self.claim = (
             update(charges).where(charges.c.id == bindparam("i")).values(claimed_by=bindparam("b"))
         )

@@ -80,6 +80,11 @@ class CuratorService:
         self.authority = authority
         self.catalog = catalog
 
+    def close(self) -> None:
+        """Close the opened datasets and the ledger's connections."""
+        self.catalog.close()
+        self.ledger.close()
+
     # -- principals -------------------------------------------------------------------------
 
     def create_principal(

@@ -8,14 +8,17 @@ file) is registered and a demo analyst is created with a budget on it.
 from __future__ import annotations
 
 import gc
+import json
+import os
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 import yaml
 from argon2 import PasswordHasher
+from fastapi import FastAPI
 
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import DomainError
@@ -36,6 +39,8 @@ DEFAULT_THREADS = 8
 #: database, so a short interval shortens the lock hold (measured: ~+20% q/s, lower p99). With
 #: SQLite the default serves best (measured).
 POSTGRES_SWITCH_INTERVAL = 0.001
+#: The environment variable through which a multi-process server configures its workers.
+WORKER_CONFIG_ENV = "DPCURATOR_WORKER_CONFIG"
 
 
 @dataclass(frozen=True)
@@ -54,13 +59,15 @@ def build_service(
     engine: str = "duckdb",
     result_cache: bool = False,
     precompute: bool = True,
+    boot_id: str | None = None,
 ) -> CuratorService:
     """Open the ledger and wire the service together.
 
     ``result_cache`` keeps exact aggregates per exact plan and ``precompute`` loads file datasets
-    with their fixed-point columns (see :class:`dpcurator.service.curator.Catalog`).
+    with their fixed-point columns (see :class:`dpcurator.service.curator.Catalog`); ``boot_id``
+    identifies the server (see :class:`~dpcurator.service.ledger.Ledger`).
     """
-    ledger = Ledger(ledger_url)
+    ledger = Ledger(ledger_url, boot_id=boot_id)
     authority = TokenAuthority(ledger, hasher=hasher, max_failures=max_failures)
     return CuratorService(
         ledger, authority, Catalog(engine=engine, result_cache=result_cache, precompute=precompute)
@@ -76,6 +83,7 @@ def serve(
     access_log: bool = True,
     threads: int = DEFAULT_THREADS,
     switch_interval: float | None = None,
+    workers: int = 1,
 ) -> None:
     """Serve the API with uvicorn (uvloop event loop, httptools parser) until interrupted.
 
@@ -83,7 +91,40 @@ def serve(
     collector's reach (``gc.freeze``), so that full collections stay short while serving.
     ``switch_interval`` (seconds) is the GIL switch interval; by default
     :data:`POSTGRES_SWITCH_INTERVAL` with a PostgreSQL ledger, CPython's own otherwise.
+
+    With ``workers`` > 1, ``service`` is closed and that many worker processes serve the port,
+    each with its own service on the same ledger (uvicorn's supervisor restarts a worker that
+    dies). They share the ledger's boot id, so a retried request that is still running in
+    another worker is refused (409), never run twice. Each worker opens the datasets itself
+    (memory: one copy per worker) and keeps its own caches and failed-sign-in counts.
     """
+    if switch_interval is None and not service.ledger.url.startswith("sqlite"):
+        switch_interval = POSTGRES_SWITCH_INTERVAL
+    if workers > 1:
+        catalog = service.catalog
+        worker = WorkerConfig(
+            service.ledger.url,
+            service.ledger.boot_id,
+            catalog.result_cache,
+            catalog.precompute,
+            catalog.engine,
+            threads,
+            switch_interval,
+        )
+        service.close()  # each worker opens its own ledger connections and datasets
+        os.environ[WORKER_CONFIG_ENV] = json.dumps(asdict(worker))
+        uvicorn.run(
+            "dpcurator.service.server:worker_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            loop="uvloop",
+            http="httptools",
+            log_level=log_level,
+            access_log=access_log,
+        )
+        return
     config = uvicorn.Config(
         create_app(service, threads=threads),
         host=host,
@@ -93,14 +134,45 @@ def serve(
         log_level=log_level,
         access_log=access_log,
     )
-    server = uvicorn.Server(config)
-    if switch_interval is None and not service.ledger.url.startswith("sqlite"):
-        switch_interval = POSTGRES_SWITCH_INTERVAL
+    _settle(switch_interval)
+    uvicorn.Server(config).run()
+
+
+def _settle(switch_interval: float | None) -> None:
+    """Set the GIL switch interval and freeze what exists out of the garbage collector's way."""
     if switch_interval is not None:
         sys.setswitchinterval(switch_interval)
     gc.collect()
     gc.freeze()
-    server.run()
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What each worker process of a multi-process server needs to build its own service."""
+
+    ledger_url: str
+    boot_id: str
+    result_cache: bool
+    precompute: bool
+    engine: str
+    threads: int
+    switch_interval: float | None
+
+
+def worker_app() -> FastAPI:
+    """The app of one worker process of a multi-process server (a uvicorn app factory reading
+    its :class:`WorkerConfig` from the environment variable ``WORKER_CONFIG_ENV``)."""
+    config = WorkerConfig(**json.loads(os.environ[WORKER_CONFIG_ENV]))
+    service = build_service(
+        config.ledger_url,
+        engine=config.engine,
+        result_cache=config.result_cache,
+        precompute=config.precompute,
+        boot_id=config.boot_id,
+    )
+    app = create_app(service, threads=config.threads)
+    _settle(config.switch_interval)
+    return app
 
 
 def read_metadata(path: Path) -> dict[str, Any]:
