@@ -203,7 +203,16 @@ class Accountant(ABC):
             pure = new_event.pure_cost()
             if isinstance(spent, PureDP) and pure is not None:
                 return PureDP(spent.epsilon + pure.epsilon)
+        elif isinstance(spent, ApproxDP):
+            added = self._add_approx_cost(spent, new_event)
+            if added is not None:
+                return added
         return self.cost_in([*events, new_event], budget)
+
+    def _add_approx_cost(self, spent: ApproxDP, new_event: PrivacyEvent) -> ApproxDP | None:
+        """``spent`` plus the event's cost for an (ε, δ) budget, when this accountant's
+        composition in (ε, δ) is a plain sum; None otherwise (compose everything again)."""
+        return None
 
     @staticmethod
     def within(cost: Measure, budget: Measure) -> bool:
@@ -233,17 +242,8 @@ class BasicAccountant(Accountant):
     def _approx_total(self, events: Sequence[PrivacyEvent], delta: Fraction) -> ApproxDP:
         return self._add_approx(ApproxDP(0, 0), events)
 
-    def extend(
-        self,
-        spent: Measure,
-        events: Sequence[PrivacyEvent],
-        new_event: PrivacyEvent,
-        budget: Measure,
-    ) -> Measure:
-        """As :meth:`Accountant.extend`; (ε, δ) budgets also add in constant time here."""
-        if isinstance(budget, ApproxDP) and budget.delta > 0 and isinstance(spent, ApproxDP):
-            return self._add_approx(spent, [new_event])
-        return super().extend(spent, events, new_event, budget)
+    def _add_approx_cost(self, spent: ApproxDP, new_event: PrivacyEvent) -> ApproxDP | None:
+        return self._add_approx(spent, [new_event])  # basic composition: ε and δ add
 
     @staticmethod
     def _add_approx(start: ApproxDP, events: Sequence[PrivacyEvent]) -> ApproxDP:

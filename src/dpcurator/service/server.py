@@ -100,6 +100,14 @@ def serve(
     """
     if switch_interval is None and not service.ledger.url.startswith("sqlite"):
         switch_interval = POSTGRES_SWITCH_INTERVAL
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "log_level": log_level,
+        "access_log": access_log,
+    }
     if workers > 1:
         catalog = service.catalog
         worker = WorkerConfig(
@@ -113,27 +121,9 @@ def serve(
         )
         service.close()  # each worker opens its own ledger connections and datasets
         os.environ[WORKER_CONFIG_ENV] = json.dumps(asdict(worker))
-        uvicorn.run(
-            "dpcurator.service.server:worker_app",
-            factory=True,
-            host=host,
-            port=port,
-            workers=workers,
-            loop="uvloop",
-            http="httptools",
-            log_level=log_level,
-            access_log=access_log,
-        )
+        uvicorn.run("dpcurator.service.server:worker_app", factory=True, workers=workers, **options)
         return
-    config = uvicorn.Config(
-        create_app(service, threads=threads),
-        host=host,
-        port=port,
-        loop="uvloop",
-        http="httptools",
-        log_level=log_level,
-        access_log=access_log,
-    )
+    config = uvicorn.Config(create_app(service, threads=threads), **options)
     _settle(switch_interval)
     uvicorn.Server(config).run()
 
