@@ -123,13 +123,15 @@ def generate(rows: int) -> pa.Table:
 
 
 def seconds(run: Callable[[], object], repeats: int) -> float:
-    """Minimum wall time of ``repeats`` runs (after one warm-up run)."""
+    """Minimum wall time over at least ``repeats`` runs (after one warm-up run); quick queries
+    are repeated until about a second has been spent on them (at most 100 runs)."""
     run()
-    best = float("inf")
-    for _ in range(repeats):
+    best, spent, runs = float("inf"), 0.0, 0
+    while runs < repeats or (spent < 1.0 and runs < 100):
         start = time.perf_counter()
         run()
-        best = min(best, time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        best, spent, runs = min(best, elapsed), spent + elapsed, runs + 1
     return best
 
 
