@@ -539,9 +539,10 @@ class Ledger:
         spent = {f"d_{k}": v for k, v in _spent_values(dataset_spent).items()}
         if grant is not None:
             spent |= {f"g_{k}": v for k, v in _spent_values(grant.spent).items()}
-        if self._postgres:
+        if self._postgres:  # parameter names unlike any column's (see _Statements)
             statement = _SQL.reserve_with_grant if grant is not None else _SQL.reserve_cap_only
-            return int(conn.execute(statement, {**who, **spent, **charge}).scalar_one())
+            values = {f"c_{name}": value for name, value in charge.items()}
+            return int(conn.execute(statement, {**who, **spent, **values}).scalar_one())
         if grant is not None:
             conn.execute(_SQL.grant_spent, {**who, **_spent_values(grant.spent)})
         conn.execute(_SQL.dataset_spent, {**who, **_spent_values(dataset_spent)})
@@ -773,6 +774,23 @@ def _table(model: type[Base]) -> Table:
     return table
 
 
+#: The columns :meth:`Ledger.reserve` sets when it inserts a charge.
+_RESERVED_CHARGE_COLUMNS = (
+    "principal_id",
+    "dataset_id",
+    "kind",
+    "request_key",
+    "fingerprint",
+    "query_text",
+    "epsilon",
+    "delta",
+    "events",
+    "status",
+    "claimed_by",
+    "created_at",
+)
+
+
 class _Statements:
     """The statements of the hot path, built once with bound parameters (no ORM per request)."""
 
@@ -824,8 +842,15 @@ class _Statements:
             )
             .cte("gr")
         )
-        self.reserve_cap_only = self.insert_charge.add_cte(dataset_cte)
-        self.reserve_with_grant = self.insert_charge.add_cte(grant_cte, dataset_cte)
+        # Every value is an explicit parameter whose name is no column's: SQLAlchemy would
+        # otherwise also SET any column named like a parameter in the UPDATE CTEs.
+        insert_named = (
+            insert(charges)
+            .values({name: bindparam(f"c_{name}") for name in _RESERVED_CHARGE_COLUMNS})
+            .returning(charges.c.id)
+        )
+        self.reserve_cap_only = insert_named.add_cte(dataset_cte)
+        self.reserve_with_grant = insert_named.add_cte(grant_cte, dataset_cte)
         self.claim = (
             update(charges).where(charges.c.id == bindparam("i")).values(claimed_by=bindparam("b"))
         )
