@@ -183,14 +183,21 @@ class Catalog:
         precompute: load CSV and Parquet datasets into memory with fixed-point and key-code
             columns (see :meth:`dpcurator.Session.from_data`); on by default, off for files
             larger than memory. DuckDB database files are never copied.
+        threads: DuckDB's worker threads per dataset (default: one per core).
     """
 
     def __init__(
-        self, *, engine: str = "duckdb", result_cache: bool = False, precompute: bool = True
+        self,
+        *,
+        engine: str = "duckdb",
+        result_cache: bool = False,
+        precompute: bool = True,
+        threads: int | None = None,
     ) -> None:
         self.engine = engine
         self.result_cache = result_cache
         self.precompute = precompute
+        self.threads = threads
         self._runtimes: dict[str, DatasetRuntime] = {}
         self._lock = threading.Lock()
 
@@ -254,6 +261,7 @@ class Catalog:
             precomputed=precomputed_columns(metadata)
             if self.precompute and not is_database
             else None,
+            threads=self.threads,
         )
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ text). A charge, once reserved, is never refunded: if the engine fails afterward
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import threading
@@ -214,6 +215,44 @@ class _Checkpointer:
             self.checkpoint()
 
 
+class _WriterLock:
+    """One SQLite writer at a time, without polling.
+
+    SQLite admits one writer; a writer that finds the database locked polls with sleeps of up
+    to 100 ms (busy_timeout), the main source of tail latency under load. So writers queue
+    first: the threads of a process on a lock, the processes (several server workers) on an
+    advisory ``flock`` of a file beside the database; both wake the next waiter as soon as the
+    holder leaves. busy_timeout remains the arbiter for any other process writing the file.
+    """
+
+    def __init__(self, database: str | None) -> None:
+        self._lock = threading.RLock()
+        self._depth = 0
+        in_memory = database in (None, "", ":memory:")
+        self._fd = None if in_memory else os.open(f"{database}.writer-lock", os.O_RDWR | os.O_CREAT)
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """Hold the write lock (re-entrant within a thread)."""
+        with self._lock:
+            self._depth += 1
+            fd = self._fd if self._depth == 1 else None  # the outermost hold takes the file lock
+            try:
+                if fd is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                if fd is not None:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                self._depth -= 1
+
+    def close(self) -> None:
+        """Close the lock file."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 class Ledger:
     """Budgets, charges, releases, tokens and the audit log in one relational database.
 
@@ -231,16 +270,12 @@ class Ledger:
         self.url = url
         self.boot_id = boot_id or f"{os.getpid()}-{time.time_ns()}"
         self._postgres = url.startswith("postgresql")
-        # SQLite admits one writer at a time; a writer that finds the lock taken polls it with
-        # sleeps of up to 100 ms (busy_timeout), the main source of tail latency under load. So
-        # writers of THIS process queue on a Python lock first (FIFO wake-up, no polling) and
-        # reach BEGIN IMMEDIATE one by one; busy_timeout still arbitrates between processes.
-        self._write_lock: threading.RLock | None = None
+        self._write_lock: _WriterLock | None = None
         self._checkpointer: _Checkpointer | None = None
         if url.startswith("sqlite"):
             self._engine = create_engine(url, connect_args={"check_same_thread": False})
             _configure_sqlite(self._engine)
-            self._write_lock = threading.RLock()
+            self._write_lock = _WriterLock(self._engine.url.database)
         else:
             self._engine = create_engine(url, pool_size=10, max_overflow=30, pool_pre_ping=True)
         Base.metadata.create_all(self._engine)
@@ -252,13 +287,15 @@ class Ledger:
         if self._checkpointer is not None:
             self._checkpointer.stop()
             self._checkpointer = None
+        if self._write_lock is not None:
+            self._write_lock.close()
         self._engine.dispose()
 
     @contextmanager
     def _writer(self, write: bool) -> Iterator[None]:
         """Hold this process's SQLite write lock for a write transaction (else nothing)."""
         if write and self._write_lock is not None:
-            with self._write_lock:
+            with self._write_lock.hold():
                 yield
         else:
             yield

@@ -60,18 +60,21 @@ def build_service(
     result_cache: bool = False,
     precompute: bool = True,
     boot_id: str | None = None,
+    engine_threads: int | None = None,
 ) -> CuratorService:
     """Open the ledger and wire the service together.
 
     ``result_cache`` keeps exact aggregates per exact plan and ``precompute`` loads file datasets
     with their fixed-point columns (see :class:`dpcurator.service.curator.Catalog`); ``boot_id``
-    identifies the server (see :class:`~dpcurator.service.ledger.Ledger`).
+    identifies the server (see :class:`~dpcurator.service.ledger.Ledger`); ``engine_threads``
+    caps each dataset's DuckDB threads.
     """
     ledger = Ledger(ledger_url, boot_id=boot_id)
     authority = TokenAuthority(ledger, hasher=hasher, max_failures=max_failures)
-    return CuratorService(
-        ledger, authority, Catalog(engine=engine, result_cache=result_cache, precompute=precompute)
+    catalog = Catalog(
+        engine=engine, result_cache=result_cache, precompute=precompute, threads=engine_threads
     )
+    return CuratorService(ledger, authority, catalog)
 
 
 def serve(
@@ -118,6 +121,7 @@ def serve(
             catalog.engine,
             threads,
             switch_interval,
+            max(1, (os.cpu_count() or 1) // workers),  # the workers share the cores
         )
         service.close()  # each worker opens its own ledger connections and datasets
         os.environ[WORKER_CONFIG_ENV] = json.dumps(asdict(worker))
@@ -147,6 +151,7 @@ class WorkerConfig:
     engine: str
     threads: int
     switch_interval: float | None
+    engine_threads: int
 
 
 def worker_app() -> FastAPI:
@@ -159,6 +164,7 @@ def worker_app() -> FastAPI:
         result_cache=config.result_cache,
         precompute=config.precompute,
         boot_id=config.boot_id,
+        engine_threads=config.engine_threads,
     )
     app = create_app(service, threads=config.threads)
     _settle(config.switch_interval)

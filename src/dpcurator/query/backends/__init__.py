@@ -29,6 +29,7 @@ def open_backend(
     engine: str = "duckdb",
     column_types: Mapping[str, str] | None = None,
     precomputed: PrecomputedColumns | None = None,
+    threads: int | None = None,
 ) -> Backend:
     """Open a backend that exposes ``source`` as the table ``table``.
 
@@ -43,6 +44,7 @@ def open_backend(
             (see :mod:`dpcurator.query.backends.types`).
         precomputed: fixed-point and key-code columns the DuckDB engine computes once at
             opening (see :meth:`DuckDBBackend.from_source`); other engines ignore them.
+        threads: DuckDB's worker threads (default: one per core); other engines ignore it.
 
     Raises:
         ParameterError: unknown engine, empty table name, bad column_types or unsupported source.
@@ -72,7 +74,7 @@ def open_backend(
         return SparkBackend.from_source(source, table=table, column_types=column_types)
     if engine == "duckdb":
         return DuckDBBackend.from_source(
-            source, table=table, column_types=column_types, precomputed=precomputed
+            source, table=table, column_types=column_types, precomputed=precomputed, threads=threads
         )
     openers: dict[str, Callable[..., Backend]] = {
         "memory": MemoryBackend.from_source,

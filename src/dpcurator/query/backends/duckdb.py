@@ -518,6 +518,7 @@ class DuckDBBackend:
         table: str,
         column_types: Mapping[str, str] | None = None,
         precomputed: PrecomputedColumns | None = None,
+        threads: int | None = None,
     ) -> DuckDBBackend:
         """Load a CSV once, view a Parquet file, register a frame, or wrap an existing connection.
 
@@ -534,6 +535,8 @@ class DuckDBBackend:
         the table in DuckDB's memory: a Parquet file or a frame is loaded, a given connection's
         table is copied into a private temporary table (memory: the table once more, plus 1 to 8
         bytes per row and precomputed column). Pass none for data larger than memory.
+        ``threads`` caps DuckDB's worker threads of a connection opened here (default: one per
+        core), e.g. when several server processes share the cores.
         """
         declared = check_column_types(column_types)
         if isinstance(source, duckdb.DuckDBPyConnection):
@@ -544,7 +547,7 @@ class DuckDBBackend:
             except duckdb.Error as exc:
                 raise BackendError(f"DuckDB could not read the table {table!r}: {exc}") from exc
             return backend
-        connection = duckdb.connect()
+        connection = duckdb.connect(config={} if threads is None else {"threads": threads})
         backend = cls(connection, owned=True)
         try:
             materialise = False
