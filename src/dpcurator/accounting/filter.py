@@ -21,7 +21,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Protocol
+from typing import Protocol, overload
 
 from dpcurator._validation import fail
 from dpcurator.accounting.accountants import Accountant, BasicAccountant
@@ -136,6 +136,27 @@ class _EventLog:
         return reservation
 
 
+class _Events(Sequence[PrivacyEvent]):
+    """The events of a list of reservations, read on demand (no copy per reservation)."""
+
+    def __init__(self, reservations: list[Reservation]) -> None:
+        self._reservations = reservations
+
+    def __len__(self) -> int:
+        return len(self._reservations)
+
+    @overload
+    def __getitem__(self, index: int) -> PrivacyEvent: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[PrivacyEvent]: ...
+
+    def __getitem__(self, index: int | slice) -> PrivacyEvent | Sequence[PrivacyEvent]:
+        if isinstance(index, slice):
+            return [reservation.event for reservation in self._reservations[index]]
+        return self._reservations[index].event
+
+
 class PrivacyFilter(_EventLog):
     """An in-memory, thread-safe privacy filter: refuses any event that would exceed the budget.
 
@@ -174,7 +195,7 @@ class PrivacyFilter(_EventLog):
         if not isinstance(event, PrivacyEvent):
             raise fail("PrivacyFilter.reserve", "event", "a PrivacyEvent", event)
         with self._lock:
-            current = [reservation.event for reservation in self._live]
+            current = _Events(self._live)  # a view: only read if composition must start over
             spent = self._spent_locked(current)
             total = self.accountant.extend(spent, current, event, self.budget)
             if not self.accountant.within(total, self.budget):

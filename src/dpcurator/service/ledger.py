@@ -631,7 +631,8 @@ class Ledger:
     def complete(self, charge_id: int, result: dict[str, Any]) -> Charge:
         """Store the released values of a reserved charge (its cost is unchanged); the entry.
 
-        One ``UPDATE ... RETURNING`` statement; the returned entry is detached from any session.
+        One ``UPDATE ... RETURNING`` statement (every column but the result, which the caller
+        holds: not decoded again); the returned entry is detached from any session.
         """
         with self._connection(write=True) as conn:
             row = conn.execute(
@@ -639,7 +640,7 @@ class Ledger:
             ).first()
         if row is None:
             raise NotFoundError(f"No charge with id {charge_id}.")
-        return Charge(**row._mapping)
+        return Charge(**row._mapping, result=result)
 
     def fail(self, charge_id: int, error: str) -> None:
         """Record that the engine failed after the reservation; the charge stands."""
@@ -895,7 +896,7 @@ class _Statements:
             update(charges)
             .where(charges.c.id == bindparam("i"))
             .values(status="released")
-            .returning(*charges.columns)
+            .returning(*(column for column in charges.columns if column.name != "result"))
         )
 
 
