@@ -184,3 +184,38 @@ def test_concurrent_reservations_never_overspend(make_ledger: Callable[[], Ledge
     spent = [grant_budget(g).spent.epsilon for g in ledger.grants()]
     assert sum(spent) == Fraction(5, 4)
     assert all(s <= 1 for s in spent)
+
+
+def test_concurrent_retries_of_one_request_are_charged_once(
+    make_ledger: Callable[[], Ledger],
+) -> None:
+    """Two servers (one boot id each) reserve the same request keys at once: each key is charged
+    once: a server finds the reservation already made for the key (by itself: "still running";
+    by the other, which it cannot tell from a crashed one: taken over), never a second charge."""
+    first, second = make_ledger(), make_ledger()
+    (analyst,) = _setup(first, grant=ApproxDP(100, 0), cap=ApproxDP(100, 0))
+    charges: dict[str, set[int]] = {}
+    lock = threading.Lock()
+    start = threading.Barrier(24)
+
+    def worker(ledger: Ledger, key: str) -> None:
+        start.wait()
+        try:
+            reservation = ledger.reserve(_request(analyst, ApproxDP(EPS, 0), key=key))
+        except ConflictError:  # the same server already runs this key: "still running"
+            return
+        with lock:
+            charges.setdefault(key, set()).add(reservation.charge_id)
+
+    threads = [
+        threading.Thread(target=worker, args=(ledger, f"key-{i % 6}"))
+        for i in range(12)
+        for ledger in (first, second)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(charges) == 6
+    assert all(len(ids) == 1 for ids in charges.values())  # one charge per key, shared
+    assert first.charged_total("d") == ApproxDP(6 * EPS, 0)
