@@ -31,7 +31,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from fractions import Fraction
@@ -45,14 +45,12 @@ from sqlalchemy import (
     bindparam,
     create_engine,
     event,
-    exists,
     func,
     insert,
     select,
     update,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session as OrmSession
 
 from dpcurator.core.measures import ApproxDP
@@ -510,32 +508,19 @@ class Ledger:
     def reserve(self, request: ChargeRequest) -> Reservation:
         """Charge ``request.cost`` atomically against the grant and the dataset cap.
 
-        One write transaction of a few SQL statements (no ORM on this hot path): read the dataset
-        row, look up the request key, read the grant row, check both budgets, update both running
-        totals and insert the charge. SQLite runs it alone (BEGIN IMMEDIATE). PostgreSQL runs it
-        optimistically, without row locks while reading and checking: the last statement writes
-        only if both rows still hold the values read (else it writes nothing, the transaction is
-        rolled back and the reservation starts over), and a concurrent insert of the same request
-        key violates a unique constraint (start over: the retry finds it). Row locks are then held
-        for one statement and the commit, instead of the whole transaction.
+        One write transaction of a few SQL statements (no ORM on this hot path): lock the dataset
+        row, look up the request key, lock the grant row, check both budgets, update both running
+        totals and insert the charge.
 
         Raises:
             BudgetExceededError: the cost does not fit; nothing was changed.
             ConflictError: the request key was already used for a different request.
             NotFoundError: unknown dataset, or the analyst has no grant on it.
         """
-        for _ in range(_RESERVE_ATTEMPTS):
-            try:
-                return self._reserve_once(request)
-            except (_ChangedMeanwhile, IntegrityError):  # PostgreSQL: another writer won
-                continue
-        raise ConflictError("The budget changed during every attempt to reserve. Retry later.")
-
-    def _reserve_once(self, request: ChargeRequest) -> Reservation:
         cost = request.cost
         who = {"p": request.principal_id, "d": request.dataset_id}
         with self._connection(write=True) as conn:
-            cap_row = conn.execute(_SQL.cap if self._postgres else _SQL.cap_for_update, who).first()
+            cap_row = conn.execute(_SQL.cap_for_update, who).first()
             if cap_row is None:
                 raise NotFoundError(f"No dataset with id {request.dataset_id!r}.")
             if request.request_key is not None:
@@ -543,10 +528,8 @@ class Ledger:
                 if earlier is not None:
                     return self._reuse(conn, earlier, request)
             budget = None
-            grant_row = None
             if request.charge_grant:
-                grant_query = _SQL.grant if self._postgres else _SQL.grant_for_update
-                grant_row = conn.execute(grant_query, who).first()
+                grant_row = conn.execute(_SQL.grant_for_update, who).first()
                 if grant_row is None:
                     raise NotFoundError(f"No dataset with id {request.dataset_id!r}.")
                 grant_view = _view(*grant_row)
@@ -574,12 +557,7 @@ class Ledger:
                 "claimed_by": self.boot_id,
                 "created_at": utcnow(),
             }
-            read = _read_values("d", ("cap", "spent"), cap_row)
-            if grant_row is not None:
-                read |= _read_values("g", ("budget", "spent"), grant_row)
-            charge_id = self._write_reservation(
-                conn, who, charge, (budget, cap_view.spent + cost), read
-            )
+            charge_id = self._write_reservation(conn, who, charge, budget, cap_view.spent + cost)
         return Reservation(charge_id, cost, "reserved", None, False, budget)
 
     def _write_reservation(
@@ -587,28 +565,21 @@ class Ledger:
         conn: Connection,
         who: dict[str, str],
         charge: dict[str, Any],
-        totals: tuple[BudgetView | None, ApproxDP],
-        read: dict[str, str],
+        grant: BudgetView | None,
+        dataset_spent: ApproxDP,
     ) -> int:
         """Update the running totals and insert the charge; its id.
 
-        On PostgreSQL one conditional statement (the updates as data-modifying CTEs of the
-        INSERT; see :meth:`reserve`), raising _ChangedMeanwhile if it wrote nothing; elsewhere
-        three statements. ``totals`` are the grant's new view (None for an owner's charge) and
-        the dataset's new spent; ``read`` the values read (PostgreSQL's conditions).
+        On PostgreSQL one statement (the updates as data-modifying CTEs of the INSERT), so the
+        row locks are held over one round trip fewer per total; elsewhere three statements.
         """
-        grant, dataset_spent = totals
         spent = {f"d_{k}": v for k, v in _spent_values(dataset_spent).items()}
         if grant is not None:
             spent |= {f"g_{k}": v for k, v in _spent_values(grant.spent).items()}
         if self._postgres:  # parameter names unlike any column's (see _Statements)
             statement = _SQL.reserve_with_grant if grant is not None else _SQL.reserve_cap_only
             values = {f"c_{name}": value for name, value in charge.items()}
-            params = {**who, **read, **spent, **values}
-            charge_id = conn.execute(statement, params).scalar_one_or_none()
-            if charge_id is None:
-                raise _ChangedMeanwhile
-            return int(charge_id)
+            return int(conn.execute(statement, {**who, **spent, **values}).scalar_one())
         if grant is not None:
             conn.execute(_SQL.grant_spent, {**who, **_spent_values(grant.spent)})
         conn.execute(_SQL.dataset_spent, {**who, **_spent_values(dataset_spent)})
@@ -858,30 +829,6 @@ _RESERVED_CHARGE_COLUMNS = (
 )
 
 
-class _ChangedMeanwhile(Exception):  # noqa: N818 (a control-flow signal, not an error)
-    """A budget row changed between reading and writing a reservation (PostgreSQL)."""
-
-
-#: How often an optimistic reservation starts over before it gives up (ConflictError).
-_RESERVE_ATTEMPTS = 50
-
-
-def _read_values(prefix: str, columns: tuple[str, ...], row: Sequence[Any]) -> dict[str, str]:
-    """The parameters of :func:`_unchanged` from a row of the ε and δ of ``columns``."""
-    names = [f"{prefix}_old_{column}_{part}" for column in columns for part in ("epsilon", "delta")]
-    return dict(zip(names, row, strict=True))
-
-
-def _unchanged(table: Table, prefix: str, columns: tuple[str, ...]) -> list[Any]:
-    """Conditions that the ε and δ columns named ``columns`` still hold the values read (passed
-    as parameters ``{prefix}_old_{column}_{epsilon|delta}``)."""
-    return [
-        table.c[f"{column}_{part}"] == bindparam(f"{prefix}_old_{column}_{part}")
-        for column in columns
-        for part in ("epsilon", "delta")
-    ]
-
-
 class _Statements:
     """The statements of the hot path, built once with bound parameters (no ORM per request)."""
 
@@ -916,46 +863,32 @@ class _Statements:
         self.grant_spent = update(grants).where(is_grant)
         self.dataset_spent = update(datasets).where(datasets.c.id == d)
         self.insert_charge = insert(charges).returning(charges.c.id)
-        self.cap = select(*cap, *spent).where(datasets.c.id == d)
-        # PostgreSQL's optimistic reservation, one statement: each running total is updated (a
-        # CTE) only if its row still holds the values read, and the charge is inserted only if
-        # every update took place; otherwise nothing is inserted and the caller starts over.
-        # Every value is an explicit parameter whose name is no column's: SQLAlchemy would
-        # otherwise also SET any column named like a parameter in the UPDATE CTEs.
+        # PostgreSQL's one-statement reservation: the running totals are updated by CTEs.
         dataset_cte = (
             update(datasets)
-            .where(datasets.c.id == d, *_unchanged(datasets, "d", ("cap", "spent")))
+            .where(datasets.c.id == d)
             .values(
                 spent_epsilon=bindparam("d_spent_epsilon"), spent_delta=bindparam("d_spent_delta")
             )
-            .returning(datasets.c.id)
             .cte("ds")
         )
         grant_cte = (
             update(grants)
-            .where(is_grant, *_unchanged(grants, "g", ("budget", "spent")))
+            .where(is_grant)
             .values(
                 spent_epsilon=bindparam("g_spent_epsilon"), spent_delta=bindparam("g_spent_delta")
             )
-            .returning(grants.c.dataset_id)
             .cte("gr")
         )
-        names = _RESERVED_CHARGE_COLUMNS
-        values = [bindparam(f"c_{name}", type_=charges.c[name].type) for name in names]
-        updated = [exists(select(dataset_cte.c.id))]
-        self.reserve_cap_only = (
+        # Every value is an explicit parameter whose name is no column's: SQLAlchemy would
+        # otherwise also SET any column named like a parameter in the UPDATE CTEs.
+        insert_named = (
             insert(charges)
-            .from_select(names, select(*values).where(*updated))
+            .values({name: bindparam(f"c_{name}") for name in _RESERVED_CHARGE_COLUMNS})
             .returning(charges.c.id)
-            .add_cte(dataset_cte)
         )
-        updated.append(exists(select(grant_cte.c.dataset_id)))
-        self.reserve_with_grant = (
-            insert(charges)
-            .from_select(names, select(*values).where(*updated))
-            .returning(charges.c.id)
-            .add_cte(grant_cte, dataset_cte)
-        )
+        self.reserve_cap_only = insert_named.add_cte(dataset_cte)
+        self.reserve_with_grant = insert_named.add_cte(grant_cte, dataset_cte)
         self.claim = (
             update(charges).where(charges.c.id == bindparam("i")).values(claimed_by=bindparam("b"))
         )
