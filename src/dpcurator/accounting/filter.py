@@ -208,7 +208,7 @@ class PrivacyFilter(_EventLog):
     def spent(self) -> Measure:
         """The composed cost of all live reservations, in the budget's measure."""
         with self._lock:
-            return self._spent_locked([reservation.event for reservation in self._live])
+            return self._spent_locked(_Events(self._live))
 
     def _spent_locked(self, events: Sequence[PrivacyEvent]) -> Measure:
         if self._spent is None:

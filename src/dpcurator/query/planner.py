@@ -614,17 +614,18 @@ def _plan_moments(
     middle = float(math.floor((lower + upper) / 2)) if integer else (lower + upper) / 2
     k = choose_grid_exponent(lower, upper, integer=integer)
     k_centred = choose_grid_exponent(lower - middle, upper - middle, integer=integer)
-    shifted = ir.BinOp("-", expr, ir.Lit(int(middle) if integer else middle))
-    if k <= k_centred + 2:
+    per_row = k > k_centred + 2  # centre each value before rounding (bounds far from 0)
+    if per_row:
+        offset, centre, k = 0, middle, k_centred
+    else:
         offset = grid_units(middle, k)
         centre = math.ldexp(float(offset), k)  # exact: offset has about 21 significant bits
-        summed, sum_bounds, sum_fill = expr, (lower, upper), fill
-        shifted = ir.BinOp("-", expr, ir.Lit(int(centre) if integer else centre))
-    else:
-        offset, centre, k = 0, middle, k_centred
-        summed, sum_bounds = shifted, (lower - middle, upper - middle)
-        sum_fill = None if fill is None else fill - middle
+    shifted = ir.BinOp("-", expr, ir.Lit(int(centre) if integer else centre))
+    shifted_fill = None if fill is None else fill - centre
     low, high = lower - centre, upper - centre
+    summed, sum_bounds, sum_fill = (
+        (shifted, (low, high), shifted_fill) if per_row else (expr, (lower, upper), fill)
+    )
     pieces = 2 if aggregate.kind == "mean" else 3
     part_eps = share / pieces
     c = context.contributions
@@ -642,7 +643,6 @@ def _plan_moments(
         _noisy(total.name, "sum", sensitivity, k, part_eps),
     ]
     if pieces == 3:
-        shifted_fill = None if fill is None else fill - centre
         square_max = max(low * low, high * high)
         k2 = choose_grid_exponent(0.0, square_max, integer=integer)
         squares = ir.ExactAggregate(

@@ -573,13 +573,13 @@ class Ledger:
         On PostgreSQL one statement (the updates as data-modifying CTEs of the INSERT), so the
         row locks are held over one round trip fewer per total; elsewhere three statements.
         """
-        spent = {f"d_{k}": v for k, v in _spent_values(dataset_spent).items()}
-        if grant is not None:
-            spent |= {f"g_{k}": v for k, v in _spent_values(grant.spent).items()}
         if self._postgres:  # parameter names unlike any column's (see _Statements)
+            params = {f"c_{name}": value for name, value in charge.items()}
+            params |= {f"d_{k}": v for k, v in _spent_values(dataset_spent).items()}
+            if grant is not None:
+                params |= {f"g_{k}": v for k, v in _spent_values(grant.spent).items()}
             statement = _SQL.reserve_with_grant if grant is not None else _SQL.reserve_cap_only
-            values = {f"c_{name}": value for name, value in charge.items()}
-            return int(conn.execute(statement, {**who, **spent, **values}).scalar_one())
+            return int(conn.execute(statement, {**who, **params}).scalar_one())
         if grant is not None:
             conn.execute(_SQL.grant_spent, {**who, **_spent_values(grant.spent)})
         conn.execute(_SQL.dataset_spent, {**who, **_spent_values(dataset_spent)})

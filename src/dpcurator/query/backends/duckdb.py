@@ -6,8 +6,9 @@ quotes doubled. The query is a pipeline of common table expressions::
 
     base     filter; evaluate group keys, person id and aggregated values
     keyed    SEMI JOIN with the public key set (NULL-safe, one LIST parameter per key column),
-             when given and persons are bounded; without bounding the join is applied to the
-             aggregated groups instead (equivalent, and it joins a few rows instead of all)
+             when given and persons are bounded; without bounding the caller keeps the public
+             keys among the aggregated groups instead (equivalent, and it filters a few groups
+             instead of every row: see :func:`keys_after_grouping`)
     bounded  hash keys, then DENSE_RANK over a person's groups and the row's position within
              (person, group), all from ONE sort of each person's rows (see :func:`_bounding`);
              the hashes are materialised first because DuckDB rejects volatile window orderings,
@@ -306,7 +307,7 @@ def build_query(
     }
     person = plan.bound.person_column
     hidden = hidden or Hidden()
-    precomputed = {} if person is not None else _precomputed(plan, hidden.fixed_point)
+    precomputed = {} if person is not None else _fixed_point_sums(plan, hidden.fixed_point)
     coded = coded_groups(plan, hidden)
     pid = quote("__dp_pid")
     select = [
@@ -369,13 +370,14 @@ def keys_after_grouping(plan: AggregatePlan) -> frozenset[tuple[ScalarValue, ...
 def coded_groups(plan: AggregatePlan, hidden: Hidden) -> dict[int, tuple[str, KeyCodeColumn]]:
     """Group positions of a row-level plan that are grouped by key code: a bare column with a
     key-code column holding every public key the plan releases for that position."""
-    if plan.group_keys is None or plan.bound.person_column is not None:
+    keys = keys_after_grouping(plan)  # public keys of a row-level plan, or None
+    if keys is None:
         return {}
     coded = {}
     for i, group in enumerate(plan.group_by):
         if isinstance(group.expr, Col) and group.expr.name in hidden.key_codes:
             name, spec = hidden.key_codes[group.expr.name]
-            if {key[i] for key in plan.group_keys} <= set(spec.keys):
+            if {key[i] for key in keys} <= set(spec.keys):
                 coded[i] = (name, spec)
     return coded
 
@@ -397,7 +399,7 @@ def decode_groups(
     return decoded
 
 
-def _precomputed(
+def _fixed_point_sums(
     plan: AggregatePlan, fixed_point: Mapping[str, tuple[str, FixedPointColumn]]
 ) -> dict[str, str]:
     """Aggregate name -> quoted fixed-point column, for the sums that such a column answers."""
@@ -623,7 +625,7 @@ class DuckDBBackend:
         temporary: bool,
     ) -> None:
         """Create the table ``target`` from ``source`` with ``casts`` applied (DomainError) and
-        the fixed-point columns of ``table`` added."""
+        the fixed-point and key-code columns of ``table`` added."""
         expressions = {name: _cast(name, kind, types[name]) for name, kind in casts.items()}
         replaced = ", ".join(f"{sql} AS {quote(name)}" for name, sql in expressions.items())
         columns = f"* REPLACE ({replaced})" if replaced else "*"
