@@ -27,6 +27,7 @@ from dpcurator.query.ir import (
     And,
     Between,
     BinOp,
+    BoundingColumn,
     Case,
     Col,
     Compare,
@@ -58,7 +59,7 @@ ADULT_COLUMNS = [
 ENGINES = [
     "memory",
     "duckdb",
-    "duckdb_fixed",  # DuckDB with precomputed fixed-point and key-code columns (_precomputed)
+    "duckdb_fixed",  # DuckDB with every precomputed column (see _precomputed)
     "polars",
     pytest.param("spark", marks=[pytest.mark.spark, pytest.mark.slow]),
 ]
@@ -127,12 +128,23 @@ def backends(
 
 def _precomputed(table: str) -> PrecomputedColumns:
     """For ``table``: a fixed-point column for each bare column summed by a plan (the first such
-    sum's bounds and grid), and a key-code column for each bare column grouped by a plan with
-    public keys (every key any plan uses, plus one that none has), so that the oracle
-    comparisons go through the precomputed columns wherever they apply."""
+    sum's bounds and grid), a key-code column for each bare column grouped by a plan with
+    public keys (every key any plan uses, plus one that none has, except on columns that a
+    bounded plan groups: exactly its keys), and a bounding column for each bounded plan that can
+    use one, so that the oracle comparisons go through the precomputed columns wherever they
+    apply."""
+    plans = [PLANS["sum_offset"], *PLANS.values(), *OVER_BOUND_PLANS]
     specs: dict[str, FixedPointColumn] = {}
     keys: dict[str, dict[object, None]] = {}
-    for plan in [PLANS["sum_offset"], *PLANS.values()]:
+    bounding: dict[BoundingColumn, None] = {}
+    for plan in [p for p in plans if p.table == table and p.bound.person_column and not p.where]:
+        if not plan.group_by:
+            bounding[BoundingColumn(plan.bound)] = None
+        elif len(plan.group_by) == 1 and plan.group_keys and isinstance(plan.group_by[0].expr, Col):
+            code = KeyCodeColumn(plan.group_by[0].expr.name, tuple(k for (k,) in plan.group_keys))
+            bounding[BoundingColumn(plan.bound, code)] = None
+    exact = {spec.group.column: spec.group for spec in bounding if spec.group is not None}
+    for plan in plans:
         if plan.table != table:
             continue
         for agg in plan.aggregates:
@@ -145,10 +157,14 @@ def _precomputed(table: str) -> PrecomputedColumns:
             if plan.group_keys is not None and isinstance(group.expr, Col):
                 found = keys.setdefault(group.expr.name, {})
                 found.update(dict.fromkeys(key[i] for key in plan.group_keys))
-    for found in keys.values():  # one more key, of the column's type, with no rows
-        found["no such key" if any(isinstance(k, str) for k in found) else 123_456_789] = None
-    codes = [KeyCodeColumn(column, tuple(found)) for column, found in keys.items()]
-    return PrecomputedColumns(tuple(specs.values()), tuple(codes))
+    for column, found in keys.items():  # one more key, of the column's type, with no rows
+        if column not in exact:
+            found["no such key" if any(isinstance(k, str) for k in found) else 123_456_789] = None
+    codes = [
+        exact.get(column, KeyCodeColumn(column, tuple(found)))  # type: ignore[arg-type]
+        for column, found in keys.items()
+    ]
+    return PrecomputedColumns(tuple(specs.values()), tuple(codes), tuple(bounding))
 
 
 def test_fixed_point_columns_serve_the_sums_they_match(
@@ -385,6 +401,13 @@ PLANS: dict[str, AggregatePlan] = {
         (count(), ExactAggregate("p", "count_persons"), total("s", AGE, 0, 100, fill=50.0)),
         bound=ContributionBound("pid", 2, 4, 0),
     ),
+    "within_bounds_keys": AggregatePlan(
+        "pums_pid",
+        (count(), ExactAggregate("p", "count_persons"), total("s", AGE, 0, 100, fill=0.0)),
+        group_by=(GroupColumn("educ", EDUC),),
+        group_keys=tuple((educ,) for educ in range(1, 17)),
+        bound=ContributionBound("pid", 5, 1, 3),
+    ),
     "within_bounds_adult": AggregatePlan(
         "adult",
         (
@@ -438,17 +461,40 @@ def _rows_per_person(tables: dict[str, pa.Table]) -> dict[int, list[str]]:
     return per
 
 
+EDUCATIONS = (  # Adult's public categories of education
+    *("Preschool", "1st-4th", "5th-6th", "7th-8th", "9th", "10th", "11th", "12th", "HS-grad"),
+    *("Some-college", "Assoc-voc", "Assoc-acdm", "Bachelors", "Masters", "Prof-school"),
+    "Doctorate",
+)
+BY_EDUCATION = GroupColumn("education", Col("education"))
+PERSONS = (count(), ExactAggregate("p", "count_persons"))
+OVER_ROWS = {
+    k: AggregatePlan(OVER, PERSONS, bound=ContributionBound("uid", 1, k, 42)) for k in (1, 3)
+}
+OVER_GROUPS = {
+    m: AggregatePlan(
+        OVER,
+        PERSONS,
+        group_by=(BY_EDUCATION,),
+        group_keys=tuple((education,) for education in EDUCATIONS),
+        bound=ContributionBound("uid", m, 1, 7),
+    )
+    for m in (1, 2)
+}
+OVER_STABLE = replace(
+    OVER_GROUPS[1],
+    aggregates=(count(), total("h", Col("hours_per_week"), 0, 99, fill=0.0)),
+    bound=ContributionBound("uid", 1, 2, 5),
+)
+OVER_BOUND_PLANS = [*OVER_ROWS.values(), *OVER_GROUPS.values(), OVER_STABLE]
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_over_bound_rows_per_person(
     engine: str, backends: Callable[[str, str], Backend], tables: dict[str, pa.Table]
 ) -> None:
     per = _rows_per_person(tables)
-    for k in (1, 3):
-        plan = AggregatePlan(
-            OVER,
-            (count(), ExactAggregate("p", "count_persons")),
-            bound=ContributionBound("uid", 1, k, 42),
-        )
+    for k, plan in OVER_ROWS.items():
         result = backends(engine, OVER).compute(plan).groups[()]
         assert result == {"n": sum(min(len(rows), k) for rows in per.values()), "p": len(per)}
 
@@ -458,14 +504,7 @@ def test_over_bound_groups_per_person(
     engine: str, backends: Callable[[str, str], Backend], tables: dict[str, pa.Table]
 ) -> None:
     per = _rows_per_person(tables)
-    by_education = GroupColumn("education", Col("education"))
-    for m in (1, 2):
-        plan = AggregatePlan(
-            OVER,
-            (count(), ExactAggregate("p", "count_persons")),
-            group_by=(by_education,),
-            bound=ContributionBound("uid", m, 1, 7),
-        )
+    for m, plan in OVER_GROUPS.items():
         groups = backends(engine, OVER).compute(plan).groups
         # one row per kept (person, group): count == persons per group, and summed over groups
         # each person appears in exactly min(#groups, m) groups
@@ -473,6 +512,65 @@ def test_over_bound_groups_per_person(
         assert sum(v["n"] for v in groups.values()) == sum(  # type: ignore[misc]
             min(len(set(rows)), m) for rows in per.values()
         )
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bounding_is_stable(engine: str, tables: dict[str, pa.Table]) -> None:
+    """Which rows a person keeps depends on that person's rows only: removing one person (uid 0,
+    8 rows in 7 educations) takes at most its bounded contribution (one group, 2 rows) and
+    changes nothing anybody else contributes, so no group gains rows or hours. A selection that
+    depended on other persons' rows (e.g. on row positions or the table size) would fail this."""
+    table = tables[OVER]
+    rows = table["uid"].to_numpy()
+    plan = OVER_STABLE
+    fixed = engine == "duckdb_fixed"
+    results = []
+    for data in (table, table.filter(pa.array(rows != 0))):
+        backend = open_backend(
+            data,
+            table=OVER,
+            engine="duckdb" if fixed else engine,
+            precomputed=_precomputed(OVER) if fixed else None,
+        )
+        groups = backend.compute(plan).groups
+        results.append(
+            {key: groups.get(key, {"n": 0, "h": 0}) for key in [(e,) for e in EDUCATIONS]}
+        )
+        backend.close()
+    full, without = results
+    removed = [int(full[key]["n"]) - int(without[key]["n"]) for key in full]  # type: ignore[call-overload]
+    assert all(0 <= n <= 2 for n in removed)
+    assert 0 < sum(removed) <= 2
+    assert all(int(full[key]["h"]) >= int(without[key]["h"]) for key in full)  # type: ignore[call-overload]
+
+
+def test_bounding_columns_serve_the_plans_they_match(
+    backends: Callable[[str, str], Backend],
+) -> None:
+    """The duckdb_fixed engine really reads its bounding columns for the unfiltered bounded plans
+    above (no window in the query), and never for a filter, another bound, other keys or a
+    grouping without keys."""
+    backend = backends("duckdb_fixed", OVER)
+    assert isinstance(backend, DuckDBBackend)
+    hidden = backend._hidden[OVER]
+    for plan in OVER_BOUND_PLANS:
+        sql = build_query(plan, None, hidden)[0]
+        assert "__dp_bk" in sql
+        assert "ROW_NUMBER" not in sql
+    plan = OVER_GROUPS[1]
+    for other in (
+        replace(plan, where=Compare(">", Col("age"), Lit(30))),
+        replace(plan, bound=replace(plan.bound, seed=8)),
+        replace(plan, group_keys=(plan.group_keys or ())[:-1]),
+        replace(plan, group_keys=None),
+    ):
+        sql = build_query(other, None, hidden)[0]
+        assert "__dp_bk" not in sql
+        assert "ROW_NUMBER" in sql
+    within = PLANS["within_bounds_keys"]
+    backend = backends("duckdb_fixed", within.table)
+    assert isinstance(backend, DuckDBBackend)
+    assert "__dp_bk" in build_query(within, None, backend._hidden[within.table])[0]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -17,6 +17,7 @@ from dpcurator.query.planner import (
     is_integer_valued,
     plan_bounds,
     plan_query,
+    precomputed_columns,
     public_keys,
     sum_sensitivity,
 )
@@ -114,6 +115,24 @@ def test_user_level_grouped_sensitivities_use_min_of_groups_and_keys() -> None:
     ungrouped = plan_query(qb.Query("t").agg(qb.count()), USER, epsilon=1)
     assert _parts(ungrouped.outputs[0]) == [("count", 2, 0, Fraction(1))]  # g = 1
     assert ungrouped.exact.bound == ir.ContributionBound("pid", 1, 2)
+
+
+def test_precomputed_bounding_columns_have_the_bounds_of_the_plans_they_serve() -> None:
+    """One bounding column for ungrouped plans and one per column with public keys, each with
+    exactly the bound and keys that plan_query gives a plan of that shape; none row-level."""
+    specs = precomputed_columns(USER)
+    assert [code.column for code in specs.key_codes] == ["region", "sex"]
+    by_group = {None if s.group is None else s.group.column: s for s in specs.bounding}
+    assert set(by_group) == {None, "region", "sex"}
+    ungrouped = plan_query(qb.Query("t").agg(qb.count()), USER, epsilon=1).exact
+    assert by_group[None].bound == ungrouped.bound
+    for column in ("region", "sex"):
+        plan = plan_query(qb.Query("t").group_by(column).agg(qb.count()), USER, epsilon=1).exact
+        spec = by_group[column]
+        assert spec.bound == plan.bound
+        assert spec.group is not None
+        assert [(key,) for key in spec.group.keys] == list(plan.group_keys or ())
+    assert precomputed_columns(ROW).bounding == ()
 
 
 def test_variance_parts_and_quantile_step() -> None:

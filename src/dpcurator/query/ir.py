@@ -228,14 +228,6 @@ class KeyCodeColumn:
 
 
 @dataclass(frozen=True)
-class PrecomputedColumns:
-    """Columns an engine may compute once when it opens a table (all from public metadata)."""
-
-    fixed_point: tuple[FixedPointColumn, ...] = ()
-    key_codes: tuple[KeyCodeColumn, ...] = ()
-
-
-@dataclass(frozen=True)
 class ContributionBound:
     """How many rows and groups each person may contribute (public metadata)."""
 
@@ -243,6 +235,31 @@ class ContributionBound:
     max_groups: int = 1
     max_rows_per_group: int = 1
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class BoundingColumn:
+    """Which rows contribution bounding keeps, which an engine may decide once per table.
+
+    Per row: TRUE when ``bound`` keeps the row in a plan without ``where`` that is ungrouped
+    (``group`` is None) or grouped by the bare column ``group.column`` alone with exactly the
+    public keys ``group.keys``. Rows without a person, or (grouped) outside the keys, are FALSE.
+    Like every bounding, the choice of a person's rows depends on that person's rows only
+    (hashes of the person, the group and the whole row, seeded by ``bound.seed``), so it may
+    serve every such plan: which rows are kept never changes how many (the sensitivity).
+    """
+
+    bound: ContributionBound
+    group: KeyCodeColumn | None = None
+
+
+@dataclass(frozen=True)
+class PrecomputedColumns:
+    """Columns an engine may compute once when it opens a table (all from public metadata)."""
+
+    fixed_point: tuple[FixedPointColumn, ...] = ()
+    key_codes: tuple[KeyCodeColumn, ...] = ()
+    bounding: tuple[BoundingColumn, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -291,12 +291,7 @@ class _Context:
 
 def fixed_point_columns(metadata: Metadata) -> tuple[ir.FixedPointColumn, ...]:
     """One :class:`~dpcurator.query.ir.FixedPointColumn` per bounded numeric column, on the grid
-    that a SUM or AVG of the bare column is planned on (engines may precompute them).
-
-    None under user-level privacy: bounded plans rank rows by hashes of their raw values.
-    """
-    if metadata.person_column is not None:
-        return ()
+    that a SUM or AVG of the bare column is planned on (engines may precompute them)."""
     columns = []
     for name, kind in metadata.column_types().items():
         column = ir.Col(name)
@@ -315,21 +310,52 @@ def fixed_point_columns(metadata: Metadata) -> tuple[ir.FixedPointColumn, ...]:
 
 
 def key_code_columns(metadata: Metadata) -> tuple[ir.KeyCodeColumn, ...]:
-    """One :class:`~dpcurator.query.ir.KeyCodeColumn` per column with public keys (engines may
-    precompute them); none under user-level privacy, as for :func:`fixed_point_columns`."""
+    """One :class:`~dpcurator.query.ir.KeyCodeColumn` per column with public keys, other than
+    the person column (engines may precompute them)."""
+    return tuple(
+        ir.KeyCodeColumn(name, keys)
+        for name, kind in metadata.column_types().items()
+        if kind in ("string", "int", "bool")
+        and name != metadata.person_column
+        and (keys := public_keys(ir.Col(name), metadata)) is not None
+    )
+
+
+def bounding_columns(
+    metadata: Metadata, key_codes: tuple[ir.KeyCodeColumn, ...]
+) -> tuple[ir.BoundingColumn, ...]:
+    """Under user-level privacy, one :class:`~dpcurator.query.ir.BoundingColumn` for ungrouped
+    plans and one per column of ``key_codes``, with the bound that :func:`plan_query` gives
+    plans of that shape (engines may precompute them); none under row-level privacy."""
     if metadata.person_column is None:
-        return tuple(
-            ir.KeyCodeColumn(name, keys)
-            for name, kind in metadata.column_types().items()
-            if kind in ("string", "int", "bool")
-            and (keys := public_keys(ir.Col(name), metadata)) is not None
-        )
-    return ()
+        return ()
+    bound = metadata.contribution_bound
+    specs = [
+        ir.BoundingColumn(replace(bound, max_groups=_groups_per_person(metadata, False, None)))
+    ]
+    for code in key_codes:
+        groups = _groups_per_person(metadata, True, code.keys)
+        specs.append(ir.BoundingColumn(replace(bound, max_groups=groups), code))
+    return tuple(specs)
 
 
 def precomputed_columns(metadata: Metadata) -> ir.PrecomputedColumns:
-    """The fixed-point and key-code columns an engine may compute when it opens the table."""
-    return ir.PrecomputedColumns(fixed_point_columns(metadata), key_code_columns(metadata))
+    """The fixed-point, key-code and bounding columns an engine may compute when it opens the
+    table."""
+    codes = key_code_columns(metadata)
+    return ir.PrecomputedColumns(
+        fixed_point_columns(metadata), codes, bounding_columns(metadata, codes)
+    )
+
+
+def _groups_per_person(metadata: Metadata, grouped: bool, keys: Sequence[object] | None) -> int:
+    """How many groups a person may contribute to: 1 without grouping, else the metadata's
+    ``max_groups_per_person``, but at most the number of public keys when there are keys."""
+    if not grouped:
+        return 1
+    if keys is None:
+        return metadata.max_groups_per_person
+    return min(metadata.max_groups_per_person, max(len(keys), 1))
 
 
 def plan_query(
@@ -367,11 +393,7 @@ def plan_query(
     needs_selection = bool(groups) and keys is None
     if needs_selection:
         _check_selection_possible(groups, metadata, dlt)
-    groups_per_person = 1
-    if groups:
-        groups_per_person = metadata.max_groups_per_person
-        if keys is not None:
-            groups_per_person = min(groups_per_person, max(len(keys), 1))
+    groups_per_person = _groups_per_person(metadata, bool(groups), keys)
     context = _Context(metadata, metadata.max_rows_per_person, groups_per_person, [0])
     weights = [to_fraction(a.weight) for a in query.aggregates]
     total_weight = sum(weights, Fraction(0)) + (

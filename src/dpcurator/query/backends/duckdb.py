@@ -73,6 +73,7 @@ from dpcurator.query.ir import (
     And,
     Between,
     BinOp,
+    BoundingColumn,
     Case,
     Col,
     Compare,
@@ -249,6 +250,27 @@ class _Sql:
         position = f"list_position({self.column(list(spec.keys))}, {column})"
         return f"CAST({position} - 1 AS {width})"
 
+    def bounding(self, spec: BoundingColumn, row: list[str], code: str | None) -> str:
+        """The SQL of a bounding column (see :class:`~dpcurator.query.ir.BoundingColumn`) over
+        columns ``row`` (the person column among them) and the quoted key-code column ``code``
+        of ``spec.group``; the same one-sort ranking as :func:`_bounding`, with rows ordered by
+        a hash of the whole row."""
+        assert spec.bound.person_column is not None
+        pid = quote(spec.bound.person_column)
+        seed = self.literal(spec.bound.seed)
+        rows = self.literal(spec.bound.max_rows_per_group)
+        row_hash = f"hash({', '.join([pid, *row, seed])})"
+        if code is None:
+            rank = f"ROW_NUMBER() OVER (PARTITION BY {pid} ORDER BY {row_hash})"
+            return f"({pid} IS NOT NULL AND {rank} <= {rows})"
+        window = f"PARTITION BY {pid}, {code} IS NULL ORDER BY hash({pid}, {code}, {seed}), {code}"
+        place = f"ROW_NUMBER() OVER ({window}, {row_hash}) - RANK() OVER ({window})"
+        groups = self.literal(spec.bound.max_groups)
+        return (
+            f"({pid} IS NOT NULL AND {code} IS NOT NULL"
+            f" AND DENSE_RANK() OVER ({window}) <= {groups} AND {place} < {rows})"
+        )
+
     def fixed_point_sum(self, agg: ExactAggregate, column: str) -> str:
         """A row-level ``sum`` read from the fixed-point ``column`` (group totals only)."""
         total = f"COALESCE(sum_no_overflow({column}), 0)"
@@ -307,7 +329,9 @@ def build_query(
     }
     person = plan.bound.person_column
     hidden = hidden or Hidden()
-    precomputed = {} if person is not None else _fixed_point_sums(plan, hidden.fixed_point)
+    bounding = precomputed_bounding(plan, hidden)
+    bound_here = person is not None and bounding is None  # bounded by this query's windows
+    precomputed = {} if bound_here else _fixed_point_sums(plan, hidden.fixed_point)
     coded = coded_groups(plan, hidden)
     pid = quote("__dp_pid")
     select = [
@@ -323,7 +347,9 @@ def build_query(
     ]
     select = select or ["*"]  # counts only: DuckDB reads no column (or just the row count)
     conditions = [] if plan.where is None else [sql.expr(plan.where)]
-    if person is not None:
+    if bounding is not None:
+        conditions.append(quote(bounding[0]))
+    elif person is not None:
         conditions.append(f"{quote(person)} IS NOT NULL")
     where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
     table = quote(relation or plan.table)
@@ -332,10 +358,10 @@ def build_query(
     source = table if trivial else "__dp_base"
     # Without bounding, dropping rows outside the public keys before grouping equals dropping
     # groups after it: the caller drops those few groups (see keys_after_grouping).
-    if plan.group_keys is not None and not keys_after_grouping(plan):
+    if bound_here and plan.group_keys is not None:
         ctes.append(f"__dp_keyed AS ({_key_filter(sql, plan.group_keys, groups, source)})")
         source = "__dp_keyed"
-    if person is not None:
+    if bound_here:
         ctes.append(f"__dp_bounded AS ({_bounding(sql, plan, source, groups, values)})")
         source = "__dp_bounded"
     aggregates = [
@@ -367,9 +393,33 @@ def keys_after_grouping(plan: AggregatePlan) -> frozenset[tuple[ScalarValue, ...
     return frozenset(plan.group_keys)
 
 
+def precomputed_bounding(plan: AggregatePlan, hidden: Hidden) -> tuple[str, BoundingColumn] | None:
+    """The bounding column (see :class:`~dpcurator.query.ir.BoundingColumn`) that decides which
+    rows the bounded ``plan`` keeps, or None (row-level plans, filters, other groupings, other
+    bounds or keys: the query bounds the rows itself)."""
+    if plan.bound.person_column is None or plan.where is not None or len(plan.group_by) > 1:
+        return None
+    wanted = None  # the grouping column and its public keys
+    if plan.group_by:
+        expr = plan.group_by[0].expr
+        if not isinstance(expr, Col) or plan.group_keys is None:
+            return None
+        wanted = (expr.name, frozenset(key for (key,) in plan.group_keys))
+    for name, spec in hidden.bounding:
+        group = None if spec.group is None else (spec.group.column, frozenset(spec.group.keys))
+        if spec.bound == plan.bound and group == wanted:
+            return name, spec
+    return None
+
+
 def coded_groups(plan: AggregatePlan, hidden: Hidden) -> dict[int, tuple[str, KeyCodeColumn]]:
-    """Group positions of a row-level plan that are grouped by key code: a bare column with a
-    key-code column holding every public key the plan releases for that position."""
+    """Group positions of a plan that are grouped by key code: a bare column with a key-code
+    column holding every public key the plan releases for that position (row-level plans), or
+    the column that a precomputed bounding column ranked (bounded plans)."""
+    bounding = precomputed_bounding(plan, hidden)
+    if bounding is not None:
+        ranked = bounding[1].group
+        return {} if ranked is None else {0: hidden.key_codes[ranked.column]}
     keys = keys_after_grouping(plan)  # public keys of a row-level plan, or None
     if keys is None:
         return {}
@@ -490,6 +540,7 @@ class Hidden:
 
     fixed_point: Mapping[str, tuple[str, FixedPointColumn]] = field(default_factory=dict)
     key_codes: Mapping[str, tuple[str, KeyCodeColumn]] = field(default_factory=dict)
+    bounding: tuple[tuple[str, BoundingColumn], ...] = ()
 
 
 class DuckDBBackend:
@@ -599,16 +650,22 @@ class DuckDBBackend:
             and declared.get(spec.column, type_class(types[spec.column])) in ("int", "float")
         ]
         coded = [spec for spec in specs.key_codes if spec.column in types]
+        bounding = [
+            spec
+            for spec in specs.bounding
+            if spec.bound.person_column in types and (spec.group is None or spec.group in coded)
+        ]
         self._hidden[table] = Hidden(
             {spec.column: (f"{HIDDEN_PREFIX}fp{i}", spec) for i, spec in enumerate(numeric)},
             {spec.column: (f"{HIDDEN_PREFIX}kc{i}", spec) for i, spec in enumerate(coded)},
+            tuple((f"{HIDDEN_PREFIX}bk{i}", spec) for i, spec in enumerate(bounding)),
         )
         if not self._owned:  # the caller's connection: leave its objects alone
-            if casts or numeric or coded:
+            if casts or numeric or coded or bounding:
                 self._relations[table] = f"{_STAGING}{next(_PRIVATE_NAMES)}_{table}"
                 self._create(source, self._relations[table], casts, types, table, temporary=True)
             return
-        if not casts and not materialise and not numeric and not coded:
+        if not (casts or materialise or numeric or coded or bounding):
             self._connection.execute(f"CREATE VIEW {quote(table)} AS SELECT * FROM {quote(source)}")
             return
         self._create(source, table, casts, types, table, temporary=False)
@@ -637,11 +694,18 @@ class DuckDBBackend:
         for name, code in hidden.key_codes.values():
             value = expressions.get(code.column, quote(code.column))
             columns += f", {translator.key_code(code, value)} AS {quote(name)}"
+        select = f"SELECT {columns} FROM {quote(source)}"
+        if hidden.bounding:  # ranked over the converted and coded columns
+            row = [quote(name) for name in types]
+            ranked = ", ".join(
+                f"{translator.bounding(spec, row, self._code(hidden, spec))} AS {quote(name)}"
+                for name, spec in hidden.bounding
+            )
+            select = f"SELECT *, {ranked} FROM ({select})"
         kind = "TEMPORARY TABLE" if temporary else "TABLE"
         try:
             self._connection.execute(
-                f"CREATE {kind} {quote(target)} AS SELECT {columns} FROM {quote(source)}",
-                translator.params,
+                f"CREATE {kind} {quote(target)} AS {select}", translator.params
             )
         except duckdb.Error as exc:
             for name, sql in expressions.items():  # find the column that cannot be converted
@@ -650,6 +714,11 @@ class DuckDBBackend:
                 except duckdb.Error:
                     raise cast_error("DuckDB", table, name, casts[name], types[name]) from exc
             raise
+
+    @staticmethod
+    def _code(hidden: Hidden, spec: BoundingColumn) -> str | None:
+        """The quoted key-code column of a bounding column's group (None when ungrouped)."""
+        return None if spec.group is None else quote(hidden.key_codes[spec.group.column][0])
 
     def _types(self, relation: str) -> dict[str, str]:
         """Column types of ``relation``, without this backend's hidden columns."""
