@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import duckdb
@@ -200,3 +201,24 @@ def test_fixed_point_columns_on_a_given_connection_leave_its_table_alone() -> No
     first.close()
     second.close()
     assert connection.execute("SELECT count(*) FROM t").fetchone() == (7,)
+
+
+def test_whole_table_counts_of_a_private_copy_are_its_size_and_a_live_table_is_queried() -> None:
+    """A count of a table the backend copied is the copy's size (it cannot change), a count with
+    a filter is still computed, and a caller's table read in place is counted afresh each time
+    (its owner may add rows)."""
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE t AS SELECT range AS x FROM range(10)")
+    count = AggregatePlan("t", (ExactAggregate("n", "count"),))
+    filtered = replace(count, where=Compare(">", Col("x"), Lit(4)))
+    spec = FixedPointColumn("x", 0.0, 100.0, 0)
+    copied = open_backend(
+        connection, table="t", precomputed=PrecomputedColumns(fixed_point=(spec,))
+    )
+    in_place = open_backend(connection, table="t")
+    connection.execute("INSERT INTO t SELECT range FROM range(5)")
+    assert copied.compute(count).groups == {(): {"n": 10}}  # the snapshot taken when opened
+    assert copied.compute(filtered).groups == {(): {"n": 5}}
+    assert in_place.compute(count).groups == {(): {"n": 15}}
+    copied.close()
+    in_place.close()

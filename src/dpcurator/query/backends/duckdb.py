@@ -29,6 +29,14 @@ plans read the values themselves: their row and group hashes are computed from t
 
 The bounding hash is DuckDB's ``hash(person, group key..., seed)`` for groups and
 ``hash(person, aggregated values..., seed)`` for rows (see :mod:`.memory` on why ties are harmless).
+User-level tables also get bounding columns (:class:`~dpcurator.query.ir.BoundingColumn`): one
+flag per row saying whether the bounding of an unfiltered plan, ungrouped or grouped by one
+public-key column, keeps it (one sort of the table each, when it is opened; rows are ordered by
+a hash of the whole row, which also depends on the person's own rows only). Such a plan reads the
+flag, the fixed-point and the key-code columns, with no window at query time.
+
+A materialised private copy never changes, so a whole-table count (no filter, no grouping,
+row-level) is its size, recorded when it was created, without a query.
 """
 
 from __future__ import annotations
@@ -353,7 +361,7 @@ def build_query(
         conditions.append(f"{quote(person)} IS NOT NULL")
     where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
     table = quote(relation or plan.table)
-    trivial = select == ["*"] and not where  # counts of the whole table: read it directly
+    trivial = counts_whole_table(plan)  # read the table directly (DuckDB keeps its row count)
     ctes = [] if trivial else [f"__dp_base AS (SELECT {', '.join(select)} FROM {table}{where})"]
     source = table if trivial else "__dp_base"
     # Without bounding, dropping rows outside the public keys before grouping equals dropping
@@ -378,6 +386,17 @@ def build_query(
     aggregated += f" GROUP BY {', '.join(groups)}" if groups else ""
     query = f"WITH {', '.join(ctes)} {aggregated}" if ctes else aggregated
     return query, sql.params
+
+
+def counts_whole_table(plan: AggregatePlan) -> bool:
+    """Whether every aggregate of ``plan`` is the number of rows of its whole table (row-level
+    counts without filter or grouping)."""
+    return (
+        plan.where is None
+        and not plan.group_by
+        and plan.bound.person_column is None
+        and all(agg.kind in ("count", "count_persons") for agg in plan.aggregates)
+    )
 
 
 def keys_after_grouping(plan: AggregatePlan) -> frozenset[tuple[ScalarValue, ...]] | None:
@@ -532,6 +551,7 @@ class _Built:
     params: dict[str, object]
     keys: frozenset[tuple[ScalarValue, ...]] | None
     coded: dict[int, tuple[str, KeyCodeColumn]]
+    whole_table_count: bool
 
 
 @dataclass(frozen=True)
@@ -562,6 +582,7 @@ class DuckDBBackend:
         self._schemas: dict[str, dict[str, str]] = {}  # column types (owned connections only)
         self._queries: LruCache[AggregatePlan, _Built] = LruCache(256)
         self._hidden: dict[str, Hidden] = {}  # table -> its precomputed columns
+        self._sizes: dict[str, int] = {}  # table -> rows of its materialised, private copy
 
     @classmethod
     def from_source(
@@ -583,11 +604,12 @@ class DuckDBBackend:
         DuckDB relation is materialised once through Arrow (a relation cannot be read from another
         connection); pass its connection and a table name for large data.
 
-        ``precomputed`` fixed-point columns (of numeric columns) and key-code columns (of any
-        column; specs naming absent columns are ignored) are computed once, which materialises
-        the table in DuckDB's memory: a Parquet file or a frame is loaded, a given connection's
-        table is copied into a private temporary table (memory: the table once more, plus 1 to 8
-        bytes per row and precomputed column). Pass none for data larger than memory.
+        ``precomputed`` fixed-point columns (of numeric columns), key-code columns (of any
+        column) and bounding columns (specs naming absent columns are ignored) are computed once,
+        which materialises the table in DuckDB's memory: a Parquet file or a frame is loaded, a
+        given connection's table is copied into a private temporary table (memory: the table
+        once more, plus 1 to 8 bytes per row and precomputed column; time: one sort of the table
+        per bounding column). Pass none for data larger than memory.
         ``threads`` caps DuckDB's worker threads of a connection opened here (default: one per
         core), e.g. when several server processes share the cores.
         """
@@ -704,9 +726,11 @@ class DuckDBBackend:
             select = f"SELECT *, {ranked} FROM ({select})"
         kind = "TEMPORARY TABLE" if temporary else "TABLE"
         try:
-            self._connection.execute(
+            created = self._connection.execute(
                 f"CREATE {kind} {quote(target)} AS {select}", translator.params
-            )
+            ).fetchall()
+            # Nothing writes to the copy afterwards: its size answers whole-table counts.
+            self._sizes[table] = int(created[0][0])
         except duckdb.Error as exc:
             for name, sql in expressions.items():  # find the column that cannot be converted
                 try:
@@ -769,8 +793,17 @@ class DuckDBBackend:
             check_plan(plan, self.columns(plan.table))
             hidden = self._hidden.get(plan.table, Hidden())
             query, params = build_query(plan, self._relations.get(plan.table), hidden)
-            built = _Built(query, params, keys_after_grouping(plan), coded_groups(plan, hidden))
+            built = _Built(
+                query,
+                params,
+                keys_after_grouping(plan),
+                coded_groups(plan, hidden),
+                counts_whole_table(plan),
+            )
             self._queries.put(plan, built)
+        size = self._sizes.get(plan.table) if built.whole_table_count else None
+        if size is not None:  # COUNT(*) of a table that cannot change: its known size
+            return collect_rows(plan, [(size,) * (1 + len(plan.aggregates))])
         try:
             with self._lock:
                 rows = self._connection.execute(built.query, built.params).fetchall()
