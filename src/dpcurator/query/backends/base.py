@@ -396,17 +396,19 @@ def collect_rows(plan: AggregatePlan, rows: Iterable[Sequence[object]]) -> Exact
     rows = list(rows)
     if rows:  # the largest group decides whether any sum could have overflowed
         check_sum_overflow(plan, max(int(row[width]) for row in rows))  # type: ignore[call-overload]
-    histograms = [agg.bins if agg.kind == "histogram" else 0 for agg in plan.aggregates]
+    columns = list(zip(*rows, strict=True))  # column-wise: one loop per column, not per cell
+    keys = list(zip(*(map(python_scalar, column) for column in columns[:width]), strict=True))
+    values = [
+        [histogram_array(agg.bins, value) for value in column]
+        if agg.kind == "histogram"
+        else [0 if value is None else int(value) for value in column]
+        for agg, column in zip(plan.aggregates, columns[width + 1 :], strict=False)
+    ]
     names = [agg.name for agg in plan.aggregates]
-    groups: dict[tuple[ScalarValue, ...], dict[str, object]] = {}
-    for row in rows:
-        values: dict[str, object] = {}
-        for name, bins, value in zip(names, histograms, row[width + 1 :], strict=True):
-            if bins:
-                values[name] = histogram_array(bins, value)  # type: ignore[arg-type]
-            else:
-                values[name] = 0 if value is None else int(value)  # type: ignore[call-overload]
-        groups[tuple(python_scalar(value) for value in row[:width])] = values
+    groups: dict[tuple[ScalarValue, ...], dict[str, object]] = {
+        key: dict(zip(names, group, strict=True))
+        for key, *group in zip(keys or [()] * len(rows), *values, strict=True)
+    }
     if not plan.group_by and () not in groups:
         groups[()] = empty_values(plan)
     return ExactResult(groups=groups)
