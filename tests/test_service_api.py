@@ -353,3 +353,15 @@ def test_200_concurrent_requests_never_overspend_postgres(
     url = fresh_postgres_url(postgres_server)
     for kit in _kit(url, tmp_path, alice_epsilon=1.25):
         _check_no_overspend(kit)
+
+
+def test_keep_alive_connections_are_closed_now_and_then(kit: Kit) -> None:
+    """Every 100th response on a connection says ``Connection: close`` (so clients of a
+    multi-worker server reconnect and spread over the workers); the client then reconnects."""
+    with kit.server.client() as fresh:
+        closing = [
+            i
+            for i in range(1, 251)
+            if fresh.get("/v1/health").headers.get("connection") == "close"
+        ]
+    assert closing == [100, 200]

@@ -7,11 +7,14 @@ import threading
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
+from typing import Literal
 
 import pytest
+from argon2 import PasswordHasher
 
 from dpcurator.core.measures import ApproxDP
-from dpcurator.errors import BudgetExceededError
+from dpcurator.errors import AuthError, BudgetExceededError
+from dpcurator.service.auth import TokenAuthority
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.ledger import ChargeRequest, Ledger, dataset_budget, grant_budget
 from tests.service_fixtures import fresh_postgres_url, postgres_server
@@ -219,3 +222,40 @@ def test_concurrent_retries_of_one_request_are_charged_once(
     assert len(charges) == 6
     assert all(len(ids) == 1 for ids in charges.values())  # one charge per key, shared
     assert first.charged_total("d") == ApproxDP(6 * EPS, 0)
+
+
+class _CountingHasher(PasswordHasher):
+    """Cheap argon2 parameters, counting verifications."""
+
+    def __init__(self) -> None:
+        super().__init__(time_cost=1, memory_cost=8, parallelism=1)
+        self.verified = 0
+
+    def verify(self, hash: str | bytes, password: str | bytes) -> Literal[True]:
+        self.verified += 1
+        return super().verify(hash, password)
+
+
+def test_a_verified_token_is_rechecked_for_revocation_without_argon2(
+    make_ledger: Callable[[], Ledger],
+) -> None:
+    """Past the cache time the same token is checked again in the ledger (a revocation made
+    through another server process takes effect) but its secret is not hashed again; a
+    different token is always verified with argon2."""
+    ledger = make_ledger()
+    (analyst,) = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
+    hasher = _CountingHasher()
+    authority = TokenAuthority(ledger, hasher=hasher, cache_seconds=0.0)
+    issued = authority.issue(analyst)
+    header = f"Bearer {issued.token}"
+    for _ in range(3):
+        assert authority.authenticate(header, "client").principal_id == analyst
+    assert hasher.verified == 1
+    with pytest.raises(AuthError):  # another token of the same id: argon2 refuses its secret
+        authority.authenticate(f"{header[:-4]}AAAA", "client")
+    assert hasher.verified == 2
+    make_ledger().revoke_token(issued.token_id, by="own_1")  # as another process would
+    with pytest.raises(AuthError, match="revoked"):
+        authority.authenticate(header, "client")
+    with pytest.raises(AuthError, match="revoked"):  # and it stays refused
+        authority.authenticate(header, "client")

@@ -164,6 +164,45 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
+class ConnectionRecycler:
+    """ASGI middleware: close each keep-alive connection after ``requests`` responses.
+
+    With several worker processes on one port, a client's connection stays with whichever worker
+    accepted it; clients that connect at once may all land on one worker and leave the others
+    idle. A connection closed now and then makes its client connect again, and the accepting
+    worker is then most likely an idle one, so the load spreads out (a reconnect on loopback
+    costs far less than the requests it carries).
+    """
+
+    def __init__(self, app: ASGIApp, *, requests: int = 100) -> None:
+        self.app = app
+        self.requests = requests
+        self._served: dict[tuple[str, int], int] = {}  # client address -> responses so far
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client")
+        if scope["type"] != "http" or client is None:
+            await self.app(scope, receive, send)
+            return
+        address = (client[0], client[1])
+        served = self._served.get(address, 0) + 1
+        if served < self.requests:
+            if len(self._served) > 10_000:  # addresses of connections closed early
+                self._served.clear()
+            self._served[address] = served
+            await self.app(scope, receive, send)
+            return
+        self._served.pop(address, None)
+
+        async def closing(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, closing)
+
+
 def create_app(
     service: CuratorService, *, max_body: int = DEFAULT_MAX_BODY, threads: int | None = None
 ) -> FastAPI:
@@ -228,4 +267,5 @@ def create_app(
     app.mount("/console", StaticFiles(directory=STATIC_DIR, html=True), name="console")
     app.add_middleware(BodyLimit, max_body=max_body)
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(ConnectionRecycler)
     return app

@@ -4,10 +4,12 @@ A token reads ``dpc_<token id>_<secret>``. The token id is public and indexes th
 the secret (32 random bytes) is checked against its argon2id hash. Argon2 is deliberately slow, so
 a verified token is cached in memory for a short time (``cache_seconds``) under a keyed BLAKE2b
 hash of the whole token (a fast hash is enough: the secret has 256 bits of entropy; the key is
-drawn per process, so the cache never holds anything that verifies a token elsewhere). Revoking a
-token through this server drops it from the cache at once (another server process sharing the
-ledger notices within ``cache_seconds``); expiry is checked on every request. The cache is
-bounded: expired entries are dropped when it grows past ``cache_size``.
+drawn per process, so the cache never holds anything that verifies a token elsewhere). After that
+time the same token is re-checked against the ledger for revocation and expiry only, without
+argon2 (its secret was verified already). Revoking a token through this server drops it from the
+cache at once (another server process sharing the ledger notices within ``cache_seconds``);
+expiry is checked on every request. The cache is bounded: expired entries are dropped when it
+grows past ``cache_size``.
 
 Failed sign-ins are counted per client address in a sliding window; past the limit the client is
 refused (429) for the rest of the window, valid token or not.
@@ -30,7 +32,7 @@ from dpcurator.errors import AuthError
 from dpcurator.random.rng import SecureRng
 from dpcurator.service.errors import ForbiddenError, RateLimitedError
 from dpcurator.service.ledger import Ledger
-from dpcurator.service.models import utcnow
+from dpcurator.service.models import Principal, Token, utcnow
 
 TOKEN_PREFIX = "dpc"
 _RNG = SecureRng()
@@ -187,8 +189,12 @@ class TokenAuthority:
         token = authorization.removeprefix("Bearer ").strip()
         key = _fast_key(token)
         now = time.monotonic()
+        with self._lock:
+            stale = self._cache.pop(key, None)
         try:
-            identity, expires_at = self._verify(token)
+            # A token verified before (this very token: the key hashes all of it) needs no
+            # argon2 again; only whether it was revoked or has expired may have changed.
+            identity, expires_at = self._verify(token) if stale is None else self._recheck(stale[0])
         except AuthError:
             self._failures.record(client)
             raise
@@ -199,6 +205,13 @@ class TokenAuthority:
                     self._cache.clear()
             self._cache[key] = (identity, now + self._cache_seconds, expires_at)
         return identity
+
+    def _recheck(self, identity: Identity) -> tuple[Identity, datetime | None]:
+        """A verified token's identity, if it is still neither revoked nor expired."""
+        found = self._ledger.token(identity.token_id)
+        if found is None:
+            raise AuthError("Invalid token.")
+        return self._valid(*found)
 
     def _verify(self, token: str) -> tuple[Identity, datetime | None]:
         parts = token.split("_", 2)
@@ -213,7 +226,11 @@ class TokenAuthority:
             raise AuthError("Invalid token.") from exc
         if found is None:
             raise AuthError("Invalid token.")
-        row, principal = found
+        return self._valid(*found)
+
+    @staticmethod
+    def _valid(row: Token, principal: Principal) -> tuple[Identity, datetime | None]:
+        """The identity of a token whose secret matched, unless it is revoked or expired."""
         if row.revoked_at is not None:
             raise AuthError("This token has been revoked.")
         if _expired(row.expires_at):

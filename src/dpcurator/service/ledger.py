@@ -277,7 +277,9 @@ class Ledger:
             _configure_sqlite(self._engine)
             self._write_lock = _WriterLock(self._engine.url.database)
         else:
-            self._engine = create_engine(url, pool_size=10, max_overflow=30, pool_pre_ping=True)
+            # No ping before each use (a round trip per transaction): a connection that a
+            # database restart broke fails its request, and SQLAlchemy then discards the pool.
+            self._engine = create_engine(url, pool_size=10, max_overflow=30, pool_recycle=1800)
         Base.metadata.create_all(self._engine)
         if url.startswith("sqlite"):
             self._checkpointer = _Checkpointer(self._engine, SQLITE_CHECKPOINT_SECONDS)
@@ -306,6 +308,17 @@ class Ledger:
             conn.execution_options(dpcurator_write=write)
             with conn.begin():
                 yield conn
+
+    @contextmanager
+    def _statement(self, *, write: bool) -> Iterator[Connection]:
+        """A connection for ONE statement, which is its own transaction: in autocommit mode on
+        PostgreSQL (no BEGIN and COMMIT round trips), a transaction as usual on SQLite."""
+        if not self._postgres:
+            with self._connection(write=write) as conn:
+                yield conn
+            return
+        with self._engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[OrmSession]:
@@ -493,15 +506,16 @@ class Ledger:
         Raises :class:`NotFoundError` if the dataset is unknown or, for an analyst, not granted
         (an analyst without a grant does not learn that the dataset exists).
         """
-        with self._connection(write=False) as conn:
-            row = conn.execute(_SQL.dataset, {"d": dataset_id}).first()
-            grant = None
-            if row is not None and not owner:
-                grant = conn.execute(_SQL.grant, {"p": principal_id, "d": dataset_id}).first()
-        if row is None or (not owner and grant is None):
+        with self._statement(write=False) as conn:
+            row = conn.execute(_SQL.access, {"p": principal_id, "d": dataset_id}).first()
+        if row is None:
             raise NotFoundError(f"No dataset with id {dataset_id!r}.")
-        budget = None if grant is None else _view(*grant)
-        return Access(Dataset(**row._mapping), budget)
+        *dataset, budget, budget_delta, spent, spent_delta = row
+        granted = budget is not None
+        if not owner and not granted:
+            raise NotFoundError(f"No dataset with id {dataset_id!r}.")
+        view = _view(budget, budget_delta, spent, spent_delta) if granted and not owner else None
+        return Access(Dataset(**dict(zip(_DATASET_COLUMNS, dataset, strict=True))), view)
 
     # -- the ledger proper ------------------------------------------------------------------
 
@@ -520,18 +534,19 @@ class Ledger:
         cost = request.cost
         who = {"p": request.principal_id, "d": request.dataset_id}
         with self._connection(write=True) as conn:
-            cap_row = conn.execute(_SQL.cap_for_update, who).first()
-            if cap_row is None:
+            # One statement locks the dataset row and, for an analyst, the grant row (in that
+            # order, as everywhere); no row: unknown dataset, or no grant.
+            lock = _SQL.lock_cap_and_grant if request.charge_grant else _SQL.lock_cap
+            locked = conn.execute(lock, who).first()
+            if locked is None:
                 raise NotFoundError(f"No dataset with id {request.dataset_id!r}.")
-            if request.request_key is not None:
+            if request.request_key is not None:  # read under the lock: sees committed retries
                 earlier = conn.execute(_SQL.by_key, {**who, "k": request.request_key}).first()
                 if earlier is not None:
                     return self._reuse(conn, earlier, request)
+            cap_row, grant_row = locked[:4], locked[4:]
             budget = None
             if request.charge_grant:
-                grant_row = conn.execute(_SQL.grant_for_update, who).first()
-                if grant_row is None:
-                    raise NotFoundError(f"No dataset with id {request.dataset_id!r}.")
                 grant_view = _view(*grant_row)
                 if not (grant_view.spent + cost).fits_within(grant_view.total):
                     raise BudgetExceededError(
@@ -634,7 +649,7 @@ class Ledger:
         One ``UPDATE ... RETURNING`` statement (every column but the result, which the caller
         holds: not decoded again); the returned entry is detached from any session.
         """
-        with self._connection(write=True) as conn:
+        with self._statement(write=True) as conn:
             row = conn.execute(
                 _SQL.complete, {"i": charge_id, "result": result, "completed_at": utcnow()}
             ).first()
@@ -813,6 +828,7 @@ def _table(model: type[Base]) -> Table:
 
 
 #: The columns :meth:`Ledger.reserve` sets when it inserts a charge.
+_DATASET_COLUMNS = tuple(column.name for column in _table(Dataset).columns)
 _RESERVED_CHARGE_COLUMNS = (
     "principal_id",
     "dataset_id",
@@ -841,10 +857,19 @@ class _Statements:
         grant_cols = (grants.c.budget_epsilon, grants.c.budget_delta)
         grant_spent = (grants.c.spent_epsilon, grants.c.spent_delta)
         is_grant = (grants.c.principal_id == p) & (grants.c.dataset_id == d)
-        self.dataset = select(*datasets.columns).where(datasets.c.id == d)
-        self.grant = select(*grant_cols, *grant_spent).where(is_grant)
-        self.grant_for_update = self.grant.with_for_update()
-        self.cap_for_update = select(*cap, *spent).where(datasets.c.id == d).with_for_update()
+        granted = [column.label(f"grant_{column.name}") for column in (*grant_cols, *grant_spent)]
+        self.access = (  # the dataset, and the grant's columns (NULL without a grant)
+            select(*datasets.columns, *granted)
+            .select_from(datasets.outerjoin(grants, is_grant))
+            .where(datasets.c.id == d)
+        )
+        self.lock_cap = select(*cap, *spent).where(datasets.c.id == d).with_for_update(of=datasets)
+        self.lock_cap_and_grant = (
+            select(*cap, *spent, *granted)
+            .select_from(datasets.join(grants, is_grant))
+            .where(datasets.c.id == d)
+            .with_for_update(of=[datasets, grants])
+        )
         self.by_key = select(
             *(
                 charges.c[name]
