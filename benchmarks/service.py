@@ -2,7 +2,9 @@
 
 A 10^6-row table with the demo dataset's columns (Parquet; the demo metadata with row-level
 privacy: each row is one person, so no contribution bounding by ``pid``), a mix of 20 small
-grouped queries, 8 client processes (httpx) on loopback, with the SQLite ledger and, if the
+grouped queries, 8 client processes on loopback (``http.client`` keep-alive connections by
+default: the load generator shares the 2 cores with the server, and httpx costs several times more
+CPU per request; ``--client httpx`` to compare), with the SQLite ledger and, if the
 PostgreSQL 15 binaries are installed, a throwaway PostgreSQL ledger (fsync on). Each ledger is
 run with the exact-result cache off and on (every release is charged and noised either way).
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import json
 import multiprocessing
 import statistics
@@ -25,7 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Iterator
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -190,26 +195,84 @@ def server(
 # -- the client processes -------------------------------------------------------------------
 
 
-def client(url: str, token: str, index: int, start: float, stop: float) -> dict[str, Any]:
+class _StdlibClient:
+    """A minimal keep-alive HTTP/1.1 client (``http.client``): a few times less CPU per request
+    than httpx, which matters when the load generator shares the machine's cores with the server.
+    Reconnects when the server closes the connection."""
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        self._address = (parsed.hostname or "127.0.0.1", parsed.port or 80)
+        self._headers = {**headers, "Content-Type": "application/json"}
+        self._connection: http.client.HTTPConnection | None = None
+
+    def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        if self._connection is None:
+            self._connection = http.client.HTTPConnection(*self._address, timeout=30)
+        self._connection.request("POST", path, json.dumps(body).encode(), self._headers)
+        response = self._connection.getresponse()
+        content = response.read()
+        if response.will_close:
+            self.close()
+        return response.status, content
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+class _HttpxClient:
+    """The same requests through httpx (``--client httpx``)."""
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        self._http = httpx.Client(base_url=url, headers=headers, timeout=30)
+
+    def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        response = self._http.post(path, json=body)
+        return response.status_code, response.content
+
+    def close(self) -> None:
+        self._http.close()
+
+
+CLIENTS = {"stdlib": _StdlibClient, "httpx": _HttpxClient}
+
+
+@dataclass(frozen=True)
+class Job:
+    """What one client process does: its HTTP library, server, token, first query, window."""
+
+    kind: str
+    url: str
+    token: str
+    index: int
+    start: float
+    stop: float
+
+
+def client(job: Job) -> dict[str, Any]:
     """Ask queries of the mix until ``stop``; latencies and costs of those sent after ``start``."""
     latencies: list[float] = []
     costs: list[str] = []
     failed = 0
-    headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
-        i = index
-        while (now := time.time()) < stop:
+    http_client = CLIENTS[job.kind](job.url, {"Authorization": f"Bearer {job.token}"})
+    try:
+        i = job.index
+        while (now := time.time()) < job.stop:
             body = {"sql": QUERIES[i % len(QUERIES)], "epsilon": EPSILON}
             began = time.perf_counter()
-            response = http.post("/v1/datasets/people/queries", json=body)
+            status, content = http_client.post("/v1/datasets/people/queries", body)
             elapsed = time.perf_counter() - began
-            if response.status_code == 200:
-                costs.append(response.json()["cost"]["epsilon_exact"])
-                if now >= start:
+            if status == 200:
+                costs.append(json.loads(content)["cost"]["epsilon_exact"])
+                if now >= job.start:
                     latencies.append(elapsed)
             else:
                 failed += 1
             i += 1
+    finally:
+        http_client.close()
     return {"latencies": latencies, "costs": costs, "failed": failed}
 
 
@@ -233,8 +296,8 @@ def run(ledger: str, data: Path, args: argparse.Namespace, *, result_cache: bool
             pool.map(abs, range(args.clients))  # every worker has started and imported
             start = time.time() + args.warmup
             stop = start + args.seconds
-            jobs = [(url, token, i, start, stop) for i, token in enumerate(tokens)]
-            results = pool.starmap(client, jobs)
+            jobs = [Job(args.client, url, token, i, start, stop) for i, token in enumerate(tokens)]
+            results = pool.map(client, jobs)
     latencies = sorted(x for r in results for x in r["latencies"])
     answered = [Fraction(c) for r in results for c in r["costs"]] + [Fraction(str(EPSILON))] * len(
         QUERIES
@@ -277,6 +340,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--ledgers", default="sqlite,postgresql")
     parser.add_argument("--caches", default="off,on")
+    parser.add_argument(
+        "--client", choices=sorted(CLIENTS), default="stdlib", help="the clients' HTTP library"
+    )
     args = parser.parse_args()
     if args.command == "serve":
         serve(args)
@@ -290,7 +356,7 @@ def main() -> None:
             postgres = stack.enter_context(throwaway_postgres(durable=True))
         print(
             f"rows={args.rows} clients={args.clients} seconds={args.seconds} "
-            f"mix={len(QUERIES)} server workers={args.workers}"
+            f"mix={len(QUERIES)} server workers={args.workers} client={args.client}"
         )
         print("| ledger | result cache | q/s | p50 ms | p99 ms | answered | failed | overspend |")
         print("|---|---|---|---|---|---|---|---|")

@@ -274,6 +274,19 @@ PLANS: dict[str, AggregatePlan] = {
         (ExactAggregate("h", "histogram", AGE, 10, 90, None, 0, 7), count()),
         group_by=(GroupColumn("married", Col("married")),),
     ),
+    "histogram_ungrouped": AggregatePlan(  # a quantile's plan: counted per bin (GROUP BY)
+        "pums",
+        (count(), ExactAggregate("h", "histogram", AGE, 10, 90, None, 0, 7), count("m")),
+        where=Compare(">", INCOME, Lit(1000)),
+    ),
+    "histogram_missing": AggregatePlan(  # NULL and NaN without fill: in no bin, still rows
+        "nan", (ExactAggregate("h", "histogram", Col("x"), -5, 5, None, 0, 3), count())
+    ),
+    "histogram_empty": AggregatePlan(
+        "pums",
+        (ExactAggregate("h", "histogram", AGE, 0, 100, None, 0, 3), count()),
+        where=Compare(">", AGE, Lit(1000)),
+    ),
     "filters_every_node": AggregatePlan(
         "pums",
         (count(), total("s", AGE, 0, 100, fill=0.0)),
@@ -686,3 +699,12 @@ def test_engine_type_errors_are_backend_errors(
     )
     with pytest.raises(BackendError, match="failed to compute"):
         backends(engine, "adult").compute(plan)
+
+
+def test_a_lone_histogram_is_counted_per_bin() -> None:
+    """Ungrouped plans whose only other aggregates are row counts (quantiles) count rows per bin
+    (the oracle comparisons above then test that path); any other aggregate keeps histogram()."""
+    for plan_id in ("histogram_ungrouped", "histogram_missing", "histogram_empty"):
+        assert "GROUP BY __dp_bin" in build_query(PLANS[plan_id])[0]
+    for plan_id in ("histogram", "count_empty"):
+        assert "__dp_bin" not in build_query(PLANS[plan_id])[0]

@@ -360,8 +360,6 @@ def test_keep_alive_connections_are_closed_now_and_then(kit: Kit) -> None:
     multi-worker server reconnect and spread over the workers); the client then reconnects."""
     with kit.server.client() as fresh:
         closing = [
-            i
-            for i in range(1, 251)
-            if fresh.get("/v1/health").headers.get("connection") == "close"
+            i for i in range(1, 251) if fresh.get("/v1/health").headers.get("connection") == "close"
         ]
     assert closing == [100, 200]

@@ -302,6 +302,13 @@ class _Sql:
         )
         return f"least(CAST(floor({scaled}) AS BIGINT), {self.literal(agg.bins - 1)})"
 
+    def histogram_bin(self, agg: ExactAggregate, column: str) -> str:
+        """The bin of each row of a histogram over ``column`` (NULL, which no bin counts, for a
+        missing value without fill)."""
+        return self.clamped(
+            agg, column, lambda v: self.bin(agg, v), lambda x: self.literal(bin_index(agg, x))
+        )
+
     def aggregate(self, agg: ExactAggregate, column: str, *, bounded: bool) -> str:
         """The SQL aggregate of ``agg`` over ``column`` (persons are rows unless ``bounded``)."""
         if agg.kind == "count":
@@ -309,10 +316,7 @@ class _Sql:
         if agg.kind == "count_persons":
             return f"COUNT(DISTINCT {quote('__dp_pid')})" if bounded else "COUNT(*)"
         if agg.kind == "histogram":
-            bins = self.clamped(
-                agg, column, lambda v: self.bin(agg, v), lambda x: self.literal(bin_index(agg, x))
-            )
-            return f"histogram({bins})"  # NULL (missing without fill) is not counted
+            return f"histogram({self.histogram_bin(agg, column)})"
         grid = self.clamped(agg, column, lambda v: self.grid(agg, v), self._grid_literal(agg))
         # Without DuckDB's per-row overflow check: collect_rows refuses any group whose row count
         # times the largest |grid value| exceeds int64, so a sum it accepts cannot have wrapped.
@@ -372,20 +376,43 @@ def build_query(
     if bound_here:
         ctes.append(f"__dp_bounded AS ({_bounding(sql, plan, source, groups, values)})")
         source = "__dp_bounded"
-    aggregates = [
-        (
-            sql.fixed_point_sum(agg, values[agg.name])
-            if agg.name in precomputed
-            else sql.aggregate(agg, values.get(agg.name, "NULL"), bounded=person is not None)
-        )
-        + f" AS {quote(agg.name)}"
-        for agg in plan.aggregates
-    ]
-    columns = [*groups, "COUNT(*) AS __dp_rows", *aggregates]
-    aggregated = f"SELECT {', '.join(columns)} FROM {source}"
-    aggregated += f" GROUP BY {', '.join(groups)}" if groups else ""
+    histogram = binned_histogram(plan)
+    if histogram is not None:  # GROUP BY the bin: ~1.5x faster than DuckDB's histogram()
+        binned = sql.histogram_bin(histogram, values[histogram.name])
+        aggregated = f"SELECT {binned} AS __dp_bin, COUNT(*) FROM {source} GROUP BY __dp_bin"
+    else:
+        aggregates = [
+            (
+                sql.fixed_point_sum(agg, values[agg.name])
+                if agg.name in precomputed
+                else sql.aggregate(agg, values.get(agg.name, "NULL"), bounded=person is not None)
+            )
+            + f" AS {quote(agg.name)}"
+            for agg in plan.aggregates
+        ]
+        columns = [*groups, "COUNT(*) AS __dp_rows", *aggregates]
+        aggregated = f"SELECT {', '.join(columns)} FROM {source}"
+        aggregated += f" GROUP BY {', '.join(groups)}" if groups else ""
     query = f"WITH {', '.join(ctes)} {aggregated}" if ctes else aggregated
     return query, sql.params
+
+
+def binned_histogram(plan: AggregatePlan) -> ExactAggregate | None:
+    """The histogram of an ungrouped plan whose other aggregates are row counts (a quantile's
+    plan), which the query computes as rows (bin, count) instead of one histogram() value; or
+    None. :func:`unbin` turns those rows back into the plan's one result row."""
+    histograms = [agg for agg in plan.aggregates if agg.kind == "histogram"]
+    others = [agg for agg in plan.aggregates if agg.kind != "histogram"]
+    if plan.group_by or len(histograms) != 1 or any(agg.kind != "count" for agg in others):
+        return None
+    return histograms[0]
+
+
+def unbin(plan: AggregatePlan, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The result row ``(rows, aggregate...)`` of a :func:`binned_histogram` plan."""
+    total = sum(int(count) for _, count in rows)
+    counts = dict(rows)
+    return [(total, *(counts if agg.kind == "histogram" else total for agg in plan.aggregates))]
 
 
 def counts_whole_table(plan: AggregatePlan) -> bool:
@@ -552,6 +579,7 @@ class _Built:
     keys: frozenset[tuple[ScalarValue, ...]] | None
     coded: dict[int, tuple[str, KeyCodeColumn]]
     whole_table_count: bool
+    binned: bool
 
 
 @dataclass(frozen=True)
@@ -799,6 +827,7 @@ class DuckDBBackend:
                 keys_after_grouping(plan),
                 coded_groups(plan, hidden),
                 counts_whole_table(plan),
+                binned_histogram(plan) is not None,
             )
             self._queries.put(plan, built)
         size = self._sizes.get(plan.table) if built.whole_table_count else None
@@ -811,6 +840,8 @@ class DuckDBBackend:
             raise BackendError(
                 f"DuckDB failed to compute the plan on {plan.table!r}: {exc}"
             ) from exc
+        if built.binned:
+            rows = unbin(plan, rows)
         if built.coded:
             rows = decode_groups(rows, built.coded)
         if built.keys is not None:
