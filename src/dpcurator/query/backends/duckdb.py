@@ -114,6 +114,18 @@ _PRIVATE_NAMES = itertools.count()  # several backends may share one connection
 _INTEGER_TEXT = r"\s*[+-]?[0-9]+\s*"  # DuckDB would round '1.5' to 2: text must be an integer
 
 
+def _clustering(hidden: Hidden) -> str:
+    """``ORDER BY`` the key-code columns, smallest key set first ('' when there are none).
+
+    A private copy stored clustered by its public-key codes is aggregated by those codes in long
+    runs of equal values (DuckDB's perfect-hash GROUP BY then costs about 40% less CPU on the
+    service benchmark's mix) and lets zone maps skip row groups for filters on key columns. The
+    order depends on public metadata only, and no exact aggregate depends on the row order.
+    """
+    codes = sorted(hidden.key_codes.values(), key=lambda named: len(named[1].keys))
+    return " ORDER BY " + ", ".join(quote(name) for name, _ in codes) if codes else ""
+
+
 def _cast(name: str, declared: str, engine_type: str) -> str:
     """The SQL converting column ``name`` to its declared type exactly (error() otherwise)."""
     column = quote(name)
@@ -752,6 +764,7 @@ class DuckDBBackend:
                 for name, spec in hidden.bounding
             )
             select = f"SELECT *, {ranked} FROM ({select})"
+        select += _clustering(hidden)
         kind = "TEMPORARY TABLE" if temporary else "TABLE"
         try:
             created = self._connection.execute(
