@@ -194,7 +194,7 @@ def write_people(path: Path, rows: int = 2000) -> Path:
 class ThreadServer:
     """A real uvicorn server for an in-process app, on a random loopback port, in a thread."""
 
-    def __init__(self, app: object) -> None:
+    def __init__(self, app: object, *, lifespan: str = "off") -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
@@ -202,7 +202,7 @@ class ThreadServer:
             host="127.0.0.1",
             port=self.port,
             log_level="warning",
-            lifespan="off",
+            lifespan=lifespan,  # type: ignore[arg-type]
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

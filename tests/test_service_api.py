@@ -16,6 +16,7 @@ import pytest
 
 from dpcurator.core.measures import ApproxDP
 from dpcurator.service.app import create_app
+from dpcurator.service.auth import Identity
 from dpcurator.service.operations import CuratorService
 from dpcurator.service.server import build_service
 from tests.service_fixtures import (
@@ -363,3 +364,40 @@ def test_keep_alive_connections_are_closed_now_and_then(kit: Kit) -> None:
             i for i in range(1, 251) if fresh.get("/v1/health").headers.get("connection") == "close"
         ]
     assert closing == [100, 200]
+
+
+def test_registered_datasets_are_opened_at_start_up(tmp_path: Path) -> None:
+    """A restarted server opens every registered dataset before it serves (its private copy
+    answers even once the source file is gone); one it cannot open is refused, charged nothing,
+    and the others are served."""
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+    first = build_service(ledger_url, hasher=cheap_hasher())
+    owner, _ = first.create_principal("owner", "owner")
+    who = Identity(owner.id, owner.name, owner.role, "test")
+    for name in ("people", "gone"):
+        csv = write_people(tmp_path / f"{name}.csv")
+        first.register_dataset(
+            who,
+            name,
+            name=name,
+            source={"path": str(csv)},
+            metadata_doc=PEOPLE_METADATA,
+            cap=ApproxDP(10, 0),
+            replay_enabled=False,
+        )
+    analyst, issued = first.create_principal("ann", "analyst")
+    for name in ("people", "gone"):
+        first.ledger.set_grant(analyst.id, name, ApproxDP(1, 0), by=owner.id)
+    first.close()
+    (tmp_path / "gone.csv").unlink()
+
+    restarted = build_service(ledger_url, hasher=cheap_hasher())
+    with ThreadServer(create_app(restarted), lifespan="on") as server:
+        (tmp_path / "people.csv").unlink()  # after start-up: the opened copy still answers
+        client = server.client(issued.token)
+        body = {"sql": GROUPED, "epsilon": 0.5}
+        assert client.post("/v1/datasets/people/queries", json=body).status_code == 200
+        refused = client.post("/v1/datasets/gone/queries", json=body)
+        _assert_problem(refused, 502, "engine-error")
+        assert restarted.ledger.charged_total("gone") == ApproxDP(0, 0)
+    restarted.close()

@@ -215,6 +215,7 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if threads is not None:
             anyio.to_thread.current_default_thread_limiter().total_tokens = threads
+        await anyio.to_thread.run_sync(service.open_datasets)
         yield
 
     app = FastAPI(

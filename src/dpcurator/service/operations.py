@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from dpcurator.core.measures import ApproxDP
-from dpcurator.errors import BackendError, BudgetExceededError
+from dpcurator.errors import BackendError, BudgetExceededError, DPError
 from dpcurator.service.auth import Identity, IssuedToken, TokenAuthority, random_id
 from dpcurator.service.curator import AlreadyCharged, Catalog, LedgerFilter
 from dpcurator.service.errors import NotFoundError
@@ -31,6 +32,8 @@ from dpcurator.service.ledger import (
     grant_budget,
 )
 from dpcurator.service.models import Charge, Dataset, Principal, PublishedRelease
+
+_LOG = logging.getLogger("dpcurator.service")
 
 
 def normalise_sql(sql: str) -> str:
@@ -79,6 +82,18 @@ class CuratorService:
         self.ledger = ledger
         self.authority = authority
         self.catalog = catalog
+
+    def open_datasets(self) -> None:
+        """Open every registered dataset now (at start-up), so that no request waits for one.
+
+        A dataset that cannot be opened (e.g. its file is gone) is logged and left closed: its
+        queries report the error, the other datasets are served.
+        """
+        for dataset in self.ledger.datasets():
+            try:
+                self.catalog.runtime(dataset)
+            except DPError as exc:
+                _LOG.warning("dataset %r not opened at start-up: %s", dataset.id, exc)
 
     def close(self) -> None:
         """Close the opened datasets and the ledger's connections."""
