@@ -2,7 +2,8 @@
 
 A 10^6-row table with the demo dataset's columns (Parquet; the demo metadata with row-level
 privacy: each row is one person, so no contribution bounding by ``pid``), a mix of 20 small
-grouped queries, 8 client processes on loopback (httpx keep-alive connections by default;
+grouped queries, 8 client processes on loopback (``benchmarks/service_client.py``: light
+imports, the window opens once all are ready; httpx keep-alive connections by default;
 ``--client stdlib`` uses ``http.client``, measured no faster here), with the SQLite ledger
 and, if the PostgreSQL 15 binaries are installed, a throwaway PostgreSQL ledger (fsync on).
 Each ledger is run with the exact-result cache off and on (every release is charged and noised
@@ -20,17 +21,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import json
-import multiprocessing
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -41,6 +38,8 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from service_client import CLIENTS, EPSILON, QUERIES  # noqa: E402
 
 from dpcurator.core.measures import ApproxDP  # noqa: E402
 from dpcurator.service.auth import Identity  # noqa: E402
@@ -59,29 +58,6 @@ from tests.service_fixtures import (  # noqa: E402
     throwaway_postgres,
 )
 
-QUERIES = [
-    "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex",
-    "SELECT region, COUNT(*) AS n FROM people GROUP BY region",
-    "SELECT education, COUNT(*) AS n FROM people GROUP BY education",
-    "SELECT employed, COUNT(*) AS n FROM people GROUP BY employed",
-    "SELECT sex, region, COUNT(*) AS n FROM people GROUP BY sex, region",
-    "SELECT region, education, COUNT(*) AS n FROM people GROUP BY region, education",
-    "SELECT sex, AVG(income) AS income FROM people GROUP BY sex",
-    "SELECT region, AVG(income) AS income FROM people GROUP BY region",
-    "SELECT education, AVG(income) AS income FROM people GROUP BY education",
-    "SELECT region, SUM(hours) AS hours FROM people GROUP BY region",
-    "SELECT sex, AVG(age) AS age FROM people GROUP BY sex",
-    "SELECT education, AVG(age) AS age FROM people GROUP BY education",
-    "SELECT region, COUNT(*) AS n FROM people WHERE age >= 65 GROUP BY region",
-    "SELECT sex, COUNT(*) AS n FROM people WHERE employed GROUP BY sex",
-    "SELECT education, AVG(income) AS income FROM people WHERE age < 30 GROUP BY education",
-    "SELECT region, AVG(hours) AS hours FROM people WHERE employed GROUP BY region",
-    "SELECT sex, SUM(income) AS income FROM people WHERE region = 'North' GROUP BY sex",
-    "SELECT employed, AVG(age) AS age FROM people GROUP BY employed",
-    "SELECT sex, COUNT(*) AS n, AVG(income) AS income FROM people GROUP BY sex",
-    "SELECT region, COUNT(*) AS n FROM people WHERE income > 50000 GROUP BY region",
-]
-EPSILON = 0.001
 GRANT = 1000
 CAP = 100_000
 
@@ -192,87 +168,37 @@ def server(
         process.wait(timeout=30)
 
 
-# -- the client processes -------------------------------------------------------------------
+CLIENT_SCRIPT = Path(__file__).resolve().parent / "service_client.py"
 
 
-class _StdlibClient:
-    """A minimal keep-alive HTTP/1.1 client (``http.client``) that reconnects when the server
-    closes the connection."""
-
-    def __init__(self, url: str, headers: dict[str, str]) -> None:
-        parsed = urllib.parse.urlsplit(url)
-        self._address = (parsed.hostname or "127.0.0.1", parsed.port or 80)
-        self._headers = {**headers, "Content-Type": "application/json"}
-        self._connection: http.client.HTTPConnection | None = None
-
-    def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
-        if self._connection is None:
-            self._connection = http.client.HTTPConnection(*self._address, timeout=30)
-        self._connection.request("POST", path, json.dumps(body).encode(), self._headers)
-        response = self._connection.getresponse()
-        content = response.read()
-        if response.will_close:
-            self.close()
-        return response.status, content
-
-    def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
-
-
-class _HttpxClient:
-    """The same requests through httpx (``--client httpx``)."""
-
-    def __init__(self, url: str, headers: dict[str, str]) -> None:
-        self._http = httpx.Client(base_url=url, headers=headers, timeout=30)
-
-    def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
-        response = self._http.post(path, json=body)
-        return response.status_code, response.content
-
-    def close(self) -> None:
-        self._http.close()
-
-
-CLIENTS = {"stdlib": _StdlibClient, "httpx": _HttpxClient}
-
-
-@dataclass(frozen=True)
-class Job:
-    """What one client process does: its HTTP library, server, token, first query, window."""
-
-    kind: str
-    url: str
-    token: str
-    index: int
-    start: float
-    stop: float
-
-
-def client(job: Job) -> dict[str, Any]:
-    """Ask queries of the mix until ``stop``; latencies and costs of those sent after ``start``."""
-    latencies: list[float] = []
-    costs: list[str] = []
-    failed = 0
-    http_client = CLIENTS[job.kind](job.url, {"Authorization": f"Bearer {job.token}"})
+def _drive_clients(args: argparse.Namespace, url: str, tokens: list[str]) -> list[dict[str, Any]]:
+    """Start one client process per token; open the window once all have imported and said
+    ready (so no client is still starting up while others are measured); their results."""
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(CLIENT_SCRIPT), args.client, url, token, str(i)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i, token in enumerate(tokens)
+    ]
     try:
-        i = job.index
-        while (now := time.time()) < job.stop:
-            body = {"sql": QUERIES[i % len(QUERIES)], "epsilon": EPSILON}
-            began = time.perf_counter()
-            status, content = http_client.post("/v1/datasets/people/queries", body)
-            elapsed = time.perf_counter() - began
-            if status == 200:
-                costs.append(json.loads(content)["cost"]["epsilon_exact"])
-                if now >= job.start:
-                    latencies.append(elapsed)
-            else:
-                failed += 1
-            i += 1
+        for process in processes:
+            said = process.stdout.readline().strip() if process.stdout is not None else ""
+            if said != "ready":
+                raise RuntimeError(f"a benchmark client did not start (it said {said!r})")
+        start = time.time() + args.warmup
+        window = f"{start} {start + args.seconds}\n"
+        for process in processes:
+            assert process.stdin is not None
+            process.stdin.write(window)
+            process.stdin.flush()
+        return [json.loads(process.communicate()[0]) for process in processes]
     finally:
-        http_client.close()
-    return {"latencies": latencies, "costs": costs, "failed": failed}
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
 
 
 def run(ledger: str, data: Path, args: argparse.Namespace, *, result_cache: bool) -> dict[str, Any]:
@@ -290,13 +216,7 @@ def run(ledger: str, data: Path, args: argparse.Namespace, *, result_cache: bool
             for sql in QUERIES:  # warm up: open the dataset, every plan (and result, if cached)
                 body = {"sql": sql, "epsilon": EPSILON}
                 http.post("/v1/datasets/people/queries", json=body).raise_for_status()
-        context = multiprocessing.get_context("spawn")
-        with context.Pool(args.clients) as pool:
-            pool.map(abs, range(args.clients))  # every worker has started and imported
-            start = time.time() + args.warmup
-            stop = start + args.seconds
-            jobs = [Job(args.client, url, token, i, start, stop) for i, token in enumerate(tokens)]
-            results = pool.map(client, jobs)
+        results = _drive_clients(args, url, tokens)
     latencies = sorted(x for r in results for x in r["latencies"])
     answered = [Fraction(c) for r in results for c in r["costs"]] + [Fraction(str(EPSILON))] * len(
         QUERIES
