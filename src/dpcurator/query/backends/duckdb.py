@@ -403,10 +403,28 @@ def build_query(
             for agg in plan.aggregates
         ]
         columns = [*groups, "COUNT(*) AS __dp_rows", *aggregates]
+        if paced(plan, hidden):
+            columns.append(f"any_value({groups[0]}) AS __dp_pace")
         aggregated = f"SELECT {', '.join(columns)} FROM {source}"
         aggregated += f" GROUP BY {', '.join(groups)}" if groups else ""
     query = f"WITH {', '.join(ctes)} {aggregated}" if ctes else aggregated
     return query, sql.params
+
+
+def paced(plan: AggregatePlan, hidden: Hidden) -> bool:
+    """Whether the query of ``plan`` ends with a discarded ``any_value`` of its first group.
+
+    On a copy clustered by key codes (see :func:`_clustering`), DuckDB 2.0's perfect-hash GROUP
+    BY runs about twice as fast with that extra aggregate when grouping only by key codes
+    (measured: COUNT(*) by one code of 10^6 rows 5.3 -> 2.0 ms, by two codes 5.6 -> 2.7 ms,
+    filtered 4.3 -> 3.2 ms; on unclustered rows it does not help, so it is added only here).
+    Query-time bounding groups a windowed relation, not the clustered copy: not paced.
+    """
+    bounded_here = (
+        plan.bound.person_column is not None and precomputed_bounding(plan, hidden) is None
+    )
+    coded = coded_groups(plan, hidden)
+    return bool(plan.group_by) and not bounded_here and len(coded) == len(plan.group_by)
 
 
 def binned_histogram(plan: AggregatePlan) -> ExactAggregate | None:
@@ -592,6 +610,7 @@ class _Built:
     coded: dict[int, tuple[str, KeyCodeColumn]]
     whole_table_count: bool
     binned: bool
+    paced: bool  # the rows end with the discarded column of :func:`paced`
 
 
 @dataclass(frozen=True)
@@ -841,6 +860,7 @@ class DuckDBBackend:
                 coded_groups(plan, hidden),
                 counts_whole_table(plan),
                 binned_histogram(plan) is not None,
+                paced(plan, hidden),
             )
             self._queries.put(plan, built)
         size = self._sizes.get(plan.table) if built.whole_table_count else None
@@ -853,6 +873,8 @@ class DuckDBBackend:
             raise BackendError(
                 f"DuckDB failed to compute the plan on {plan.table!r}: {exc}"
             ) from exc
+        if built.paced:
+            rows = [row[:-1] for row in rows]
         if built.binned:
             rows = unbin(plan, rows)
         if built.coded:
