@@ -21,7 +21,7 @@ import pytest
 
 from dpcurator.errors import BackendError, ParameterError, UnsupportedQueryError
 from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
-from dpcurator.query.backends.duckdb import build_query, coded_groups, paced
+from dpcurator.query.backends.duckdb import build_query, coded_groups, cube_serves, paced
 from dpcurator.query.ir import (
     AggregatePlan,
     And,
@@ -176,7 +176,9 @@ def test_fixed_point_columns_serve_the_sums_they_match(
     backend = backends("duckdb_fixed", plan.table)
     assert isinstance(backend, DuckDBBackend)
     hidden = backend._hidden[plan.table]
-    sql, _ = build_query(plan, None, hidden)
+    assert cube_serves(plan, hidden)  # grouped by a key code, unfiltered: from the cube ...
+    assert "__dp_cube_pums" in build_query(plan, None, hidden)[0]
+    sql, _ = build_query(plan, None, replace(hidden, cube=None))  # ... or from the rows
     assert sql.count("__dp_fp") == len([a for a in plan.aggregates if a.kind == "sum"])
     other = AggregatePlan("pums", (total("s", AGE, 0, 99, fill=0.0),))  # other bounds: no match
     assert "__dp_fp" not in build_query(other, None, hidden)[0]
@@ -604,6 +606,26 @@ def test_private_copy_is_clustered_by_key_codes(backends: Callable[[str, str], B
     assert paced_plans
     assert all("__dp_pace" in build_query(plan, None, hidden)[0] for plan in paced_plans)
     assert not paced(PLANS["derived_groups"], hidden)  # derived groups have no codes
+
+
+def test_the_cube_answers_as_the_rows_do(
+    tables: dict[str, pa.Table], backends: Callable[[str, str], Backend]
+) -> None:
+    """Every conformance plan that the duckdb_fixed cube serves gets the same exact result from
+    the table's rows (the same backend with its cube hidden)."""
+    served = [p for p in PLANS.values() if p.table == "pums" and p.bound.person_column is None]
+    backend = backends("duckdb_fixed", "pums")
+    assert isinstance(backend, DuckDBBackend)
+    served = [p for p in served if cube_serves(p, backend._hidden["pums"])]
+    assert len(served) >= 3
+    rows = open_backend(tables["pums"], table="pums", precomputed=_precomputed("pums"))
+    assert isinstance(rows, DuckDBBackend)
+    try:
+        rows._hidden["pums"] = replace(rows._hidden["pums"], cube=None)
+        for plan in served:
+            assert normalise(backend.compute(plan)) == normalise(rows.compute(plan)), plan
+    finally:
+        rows.close()
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -112,6 +112,10 @@ _CODE_TYPES = (("UTINYINT", 2**8), ("USMALLINT", 2**16), ("UINTEGER", 2**32))
 _STAGING = HIDDEN_PREFIX + "source"
 _PRIVATE_NAMES = itertools.count()  # several backends may share one connection
 _INTEGER_TEXT = r"\s*[+-]?[0-9]+\s*"  # DuckDB would round '1.5' to 2: text must be an integer
+#: At most this many cells in a table's :class:`Cube` (its key-code columns with the fewest keys
+#: are its dimensions, as many as fit).
+CUBE_CELLS = 65_536
+_CUBE_ROWS = f"\"{HIDDEN_PREFIX}n\""
 
 
 def _clustering(hidden: Hidden) -> str:
@@ -124,6 +128,30 @@ def _clustering(hidden: Hidden) -> str:
     """
     codes = sorted(hidden.key_codes.values(), key=lambda named: len(named[1].keys))
     return " ORDER BY " + ", ".join(quote(name) for name, _ in codes) if codes else ""
+
+
+def _cube_dimensions(coded: list[KeyCodeColumn]) -> frozenset[str]:
+    """The key-code columns a :class:`Cube` is built over: fewest keys first, while the number
+    of cells (keys + 1 for NULL, per column, multiplied) stays within :data:`CUBE_CELLS`."""
+    chosen: list[str] = []
+    cells = 1
+    for spec in sorted(coded, key=lambda spec: len(spec.keys)):
+        cells *= len(spec.keys) + 1
+        if cells > CUBE_CELLS:
+            break
+        chosen.append(spec.column)
+    return frozenset(chosen)
+
+
+def _cube_sql(hidden: Hidden, target: str) -> str:
+    """The SELECT that builds ``hidden.cube`` from the private copy ``target``."""
+    assert hidden.cube is not None
+    columns = [quote(hidden.key_codes[c][0]) for c in sorted(hidden.cube.dimensions)]
+    columns.append(f"COUNT(*) AS {_CUBE_ROWS}")
+    for name, _ in hidden.fixed_point.values():
+        columns.append(f"SUM({quote(name)}) AS {quote(name + '_s')}")
+        columns.append(f"COUNT({quote(name)}) AS {quote(name + '_c')}")
+    return f"SELECT {', '.join(columns)} FROM {quote(target)} GROUP BY ALL"
 
 
 def _cast(name: str, declared: str, engine_type: str) -> str:
@@ -291,14 +319,20 @@ class _Sql:
             f" AND DENSE_RANK() OVER ({window}) <= {groups} AND {place} < {rows})"
         )
 
-    def fixed_point_sum(self, agg: ExactAggregate, column: str) -> str:
-        """A row-level ``sum`` read from the fixed-point ``column`` (group totals only)."""
-        total = f"COALESCE(sum_no_overflow({column}), 0)"
+    def fixed_point_sum(self, agg: ExactAggregate, column: str, cube: bool = False) -> str:
+        """A row-level ``sum`` read from the fixed-point ``column`` (group totals only), or
+        from its per-cell sums and counts in the table's :class:`Cube` if ``cube``."""
+        values, present, rows = (
+            (f"SUM({quote(column + '_s')})", f"SUM({quote(column + '_c')})", f"SUM({_CUBE_ROWS})")
+            if cube
+            else (f"sum_no_overflow({column})", f"COUNT({column})", "COUNT(*)")
+        )
+        total = f"COALESCE({values}, 0)"
         if agg.offset:
-            total += f" - {self.literal(agg.offset)} * COUNT({column})"
+            total += f" - {self.literal(agg.offset)} * {present}"
         if agg.fill is not None:
             missing = grid_value(agg, float(agg.fill))  # already minus the offset
-            total += f" + {self.literal(missing)} * (COUNT(*) - COUNT({column}))"
+            total += f" + {self.literal(missing)} * ({rows} - {present})"
         return f"CAST({total} AS HUGEINT)"
 
     def _grid_literal(self, agg: ExactAggregate) -> Callable[[float], str]:
@@ -357,6 +391,8 @@ def build_query(
     bound_here = person is not None and bounding is None  # bounded by this query's windows
     precomputed = {} if bound_here else _fixed_point_sums(plan, hidden.fixed_point)
     coded = coded_groups(plan, hidden)
+    if cube_serves(plan, hidden):
+        return _cube_query(sql, plan, hidden, groups, precomputed), sql.params
     pid = quote("__dp_pid")
     select = [
         f"{quote(coded[i][0]) if i in coded else sql.expr(g.expr)} AS {name}"
@@ -411,6 +447,38 @@ def build_query(
     return query, sql.params
 
 
+def cube_serves(plan: AggregatePlan, hidden: Hidden) -> bool:
+    """Whether the table's :class:`Cube` answers ``plan`` exactly: row-level, unfiltered, grouped
+    only by cube dimensions, counts and precomputed fixed-point sums only."""
+    cube = hidden.cube
+    if cube is None or plan.where is not None or plan.bound.person_column is not None:
+        return False
+    sums = _fixed_point_sums(plan, hidden.fixed_point)
+    return all(
+        isinstance(g.expr, Col) and g.expr.name in cube.dimensions for g in plan.group_by
+    ) and all(agg.kind in ("count", "count_persons") or agg.name in sums for agg in plan.aggregates)
+
+
+def _cube_query(
+    sql: _Sql, plan: AggregatePlan, hidden: Hidden, groups: list[str], sums: Mapping[str, str]
+) -> str:
+    """The query of a plan that :func:`cube_serves`: the same result columns, summed over the
+    cube's cells instead of the table's rows (integer sums: exactly the same values)."""
+    assert hidden.cube is not None
+    codes = [hidden.key_codes[g.expr.name][0] for g in plan.group_by if isinstance(g.expr, Col)]
+    columns = [f"{quote(code)} AS {name}" for code, name in zip(codes, groups, strict=True)]
+    columns.append(f"SUM({_CUBE_ROWS}) AS __dp_rows")
+    for agg in plan.aggregates:
+        total = (
+            sql.fixed_point_sum(agg, hidden.fixed_point[agg.expr.name][0], cube=True)
+            if agg.name in sums and isinstance(agg.expr, Col)
+            else f"SUM({_CUBE_ROWS})"
+        )
+        columns.append(f"{total} AS {quote(agg.name)}")
+    query = f"SELECT {', '.join(columns)} FROM {quote(hidden.cube.relation)}"
+    return query + (f" GROUP BY {', '.join(groups)}" if groups else "")
+
+
 def paced(plan: AggregatePlan, hidden: Hidden) -> bool:
     """Whether the query of ``plan`` ends with a discarded ``any_value`` of its first group.
 
@@ -424,7 +492,12 @@ def paced(plan: AggregatePlan, hidden: Hidden) -> bool:
         plan.bound.person_column is not None and precomputed_bounding(plan, hidden) is None
     )
     coded = coded_groups(plan, hidden)
-    return bool(plan.group_by) and not bounded_here and len(coded) == len(plan.group_by)
+    return (
+        bool(plan.group_by)
+        and not bounded_here
+        and len(coded) == len(plan.group_by)
+        and not cube_serves(plan, hidden)
+    )
 
 
 def binned_histogram(plan: AggregatePlan) -> ExactAggregate | None:
@@ -614,12 +687,28 @@ class _Built:
 
 
 @dataclass(frozen=True)
+class Cube:
+    """A row-level private copy's rows counted per cell of some of its key codes: per cell the
+    row count and, for each fixed-point column F, its sum ``F_s`` and non-NULL count ``F_c``.
+
+    Built once when the table is opened (one GROUP BY), it answers the unfiltered grouped counts
+    and sums of :func:`cube_serves` from at most :data:`CUBE_CELLS` rows instead of every row.
+    Like the precomputed columns it is a function of the private data computed exactly (integer
+    sums), so every result equals the table's; which columns it has is public (metadata only).
+    """
+
+    relation: str
+    dimensions: frozenset[str]  # the columns whose key codes are the cells
+
+
+@dataclass(frozen=True)
 class Hidden:
     """The precomputed columns of one table: column -> (hidden column name, spec)."""
 
     fixed_point: Mapping[str, tuple[str, FixedPointColumn]] = field(default_factory=dict)
     key_codes: Mapping[str, tuple[str, KeyCodeColumn]] = field(default_factory=dict)
     bounding: tuple[tuple[str, BoundingColumn], ...] = ()
+    cube: Cube | None = None
 
 
 class DuckDBBackend:
@@ -736,14 +825,17 @@ class DuckDBBackend:
             for spec in specs.bounding
             if spec.bound.person_column in types and (spec.group is None or spec.group in coded)
         ]
+        relation = table if self._owned else f"{_STAGING}{next(_PRIVATE_NAMES)}_{table}"
+        dimensions = _cube_dimensions(coded) if not bounding else frozenset()
         self._hidden[table] = Hidden(
             {spec.column: (f"{HIDDEN_PREFIX}fp{i}", spec) for i, spec in enumerate(numeric)},
             {spec.column: (f"{HIDDEN_PREFIX}kc{i}", spec) for i, spec in enumerate(coded)},
             tuple((f"{HIDDEN_PREFIX}bk{i}", spec) for i, spec in enumerate(bounding)),
+            Cube(f"{HIDDEN_PREFIX}cube_{relation}", dimensions) if dimensions else None,
         )
         if not self._owned:  # the caller's connection: leave its objects alone
             if casts or numeric or coded or bounding:
-                self._relations[table] = f"{_STAGING}{next(_PRIVATE_NAMES)}_{table}"
+                self._relations[table] = relation
                 self._create(source, self._relations[table], casts, types, table, temporary=True)
             return
         if not (casts or materialise or numeric or coded or bounding):
@@ -791,6 +883,11 @@ class DuckDBBackend:
             ).fetchall()
             # Nothing writes to the copy afterwards: its size answers whole-table counts.
             self._sizes[table] = int(created[0][0])
+            if hidden.cube is not None:
+                cube = hidden.cube.relation
+                self._connection.execute(
+                    f"CREATE {kind} {quote(cube)} AS {_cube_sql(hidden, target)}"
+                )
         except duckdb.Error as exc:
             for name, sql in expressions.items():  # find the column that cannot be converted
                 try:
@@ -841,8 +938,9 @@ class DuckDBBackend:
         if self._owned:
             self._connection.close()
             return
+        cubes = [hidden.cube.relation for hidden in self._hidden.values() if hidden.cube]
         with self._lock:
-            for relation in self._relations.values():
+            for relation in [*self._relations.values(), *cubes]:
                 self._connection.execute(f"DROP TABLE IF EXISTS {quote(relation)}")
         self._relations.clear()
 
