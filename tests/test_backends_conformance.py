@@ -616,8 +616,26 @@ def test_the_cube_answers_as_the_rows_do(
     served = [p for p in PLANS.values() if p.table == "pums" and p.bound.person_column is None]
     backend = backends("duckdb_fixed", "pums")
     assert isinstance(backend, DuckDBBackend)
-    served = [p for p in served if cube_serves(p, backend._hidden["pums"])]
+    hidden = backend._hidden["pums"]
+    served = [p for p in served if cube_serves(p, hidden)]
     assert len(served) >= 3
+    # Filters on a cube dimension: equal to one of its keys (served), to a value outside them
+    # or by another operator (not served: such a filter reads the rows).
+    column, (_, code) = next(
+        (c, named) for c, named in hidden.key_codes.items() if c in hidden.cube.dimensions
+    )
+    outside = 1 + max(k for k in code.keys if isinstance(k, int))
+    assert not cube_serves(
+        replace(served[0], where=Compare("=", Col(column), Lit(outside))), hidden
+    )
+    assert not cube_serves(
+        replace(served[0], where=Compare(">", Col(column), Lit(code.keys[0]))), hidden
+    )
+    for key in code.keys:
+        for plan in served[:3]:
+            filtered = replace(plan, where=And((Compare("=", Lit(key), Col(column)),)))
+            assert cube_serves(filtered, hidden)
+            served.append(filtered)
     rows = open_backend(tables["pums"], table="pums", precomputed=_precomputed("pums"))
     assert isinstance(rows, DuckDBBackend)
     try:

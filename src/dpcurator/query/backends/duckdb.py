@@ -115,7 +115,7 @@ _INTEGER_TEXT = r"\s*[+-]?[0-9]+\s*"  # DuckDB would round '1.5' to 2: text must
 #: At most this many cells in a table's :class:`Cube` (its key-code columns with the fewest keys
 #: are its dimensions, as many as fit).
 CUBE_CELLS = 65_536
-_CUBE_ROWS = f"\"{HIDDEN_PREFIX}n\""
+_CUBE_ROWS = f'"{HIDDEN_PREFIX}n"'
 
 
 def _clustering(hidden: Hidden) -> str:
@@ -323,7 +323,11 @@ class _Sql:
         """A row-level ``sum`` read from the fixed-point ``column`` (group totals only), or
         from its per-cell sums and counts in the table's :class:`Cube` if ``cube``."""
         values, present, rows = (
-            (f"SUM({quote(column + '_s')})", f"SUM({quote(column + '_c')})", f"SUM({_CUBE_ROWS})")
+            (
+                _cube_sum(quote(column + "_s")),
+                _cube_sum(quote(column + "_c")),
+                _cube_sum(_CUBE_ROWS),
+            )
             if cube
             else (f"sum_no_overflow({column})", f"COUNT({column})", "COUNT(*)")
         )
@@ -448,10 +452,13 @@ def build_query(
 
 
 def cube_serves(plan: AggregatePlan, hidden: Hidden) -> bool:
-    """Whether the table's :class:`Cube` answers ``plan`` exactly: row-level, unfiltered, grouped
-    only by cube dimensions, counts and precomputed fixed-point sums only."""
+    """Whether the table's :class:`Cube` answers ``plan`` exactly: row-level, filtered at most
+    by :func:`_cube_conditions`, grouped only by cube dimensions, counts and precomputed
+    fixed-point sums only."""
     cube = hidden.cube
-    if cube is None or plan.where is not None or plan.bound.person_column is not None:
+    if cube is None or plan.bound.person_column is not None:
+        return False
+    if plan.where is not None and _cube_conditions(plan.where, hidden) is None:
         return False
     sums = _fixed_point_sums(plan, hidden.fixed_point)
     return all(
@@ -467,16 +474,60 @@ def _cube_query(
     assert hidden.cube is not None
     codes = [hidden.key_codes[g.expr.name][0] for g in plan.group_by if isinstance(g.expr, Col)]
     columns = [f"{quote(code)} AS {name}" for code, name in zip(codes, groups, strict=True)]
-    columns.append(f"SUM({_CUBE_ROWS}) AS __dp_rows")
+    columns.append(f"{_cube_sum(_CUBE_ROWS)} AS __dp_rows")
     for agg in plan.aggregates:
         total = (
             sql.fixed_point_sum(agg, hidden.fixed_point[agg.expr.name][0], cube=True)
             if agg.name in sums and isinstance(agg.expr, Col)
-            else f"SUM({_CUBE_ROWS})"
+            else _cube_sum(_CUBE_ROWS)
         )
         columns.append(f"{total} AS {quote(agg.name)}")
     query = f"SELECT {', '.join(columns)} FROM {quote(hidden.cube.relation)}"
+    conditions = [] if plan.where is None else _cube_conditions(plan.where, hidden)
+    if conditions:
+        query += f" WHERE {' AND '.join(conditions)}"
     return query + (f" GROUP BY {', '.join(groups)}" if groups else "")
+
+
+def _cube_sum(column: str) -> str:
+    """The total of a cube column over the selected cells: 0 over none (as COUNT(*) would be)."""
+    return f"COALESCE(SUM({column}), 0)"
+
+
+def _cube_conditions(where: Expr, hidden: Hidden) -> list[str] | None:
+    """``where`` as conditions on the cube's key codes, or None if it is not a conjunction of
+    ``column = key`` and bare boolean ``column`` tests on cube dimensions.
+
+    ``column = v`` for a public key ``v`` holds exactly on the rows coded ``v``'s position:
+    rows with another value, a value outside the keys (code NULL) or NULL fail both. Keys are
+    matched by type as well (True is not 1), and float keys are left alone (-0.0, NaN).
+    """
+    parts = where.args if isinstance(where, And) else (where,)
+    conditions = []
+    for part in parts:
+        column: str | None = None
+        value: ScalarValue = None
+        if isinstance(part, Col):
+            column, value = part.name, True
+        elif isinstance(part, Compare) and part.op == "=":
+            sides = (part.left, part.right)
+            columns = [side.name for side in sides if isinstance(side, Col)]
+            literals = [side.value for side in sides if isinstance(side, Lit)]
+            if len(columns) == 1 and len(literals) == 1:
+                column, value = columns[0], literals[0]
+        assert hidden.cube is not None
+        if column is None or column not in hidden.cube.dimensions:
+            return None
+        name, code = hidden.key_codes[column]
+        positions = [
+            i
+            for i, key in enumerate(code.keys)
+            if type(key) is type(value) and not isinstance(key, float) and key == value
+        ]
+        if not positions:
+            return None
+        conditions.append(f"{quote(name)} = {positions[0]}")
+    return conditions
 
 
 def paced(plan: AggregatePlan, hidden: Hidden) -> bool:
