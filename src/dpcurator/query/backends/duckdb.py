@@ -742,8 +742,9 @@ class Cube:
     """A row-level private copy's rows counted per cell of some of its key codes: per cell the
     row count and, for each fixed-point column F, its sum ``F_s`` and non-NULL count ``F_c``.
 
-    Built once when the table is opened (one GROUP BY), it answers the unfiltered grouped counts
-    and sums of :func:`cube_serves` from at most :data:`CUBE_CELLS` rows instead of every row.
+    Built once when the table is opened (one GROUP BY), it answers the grouped counts and sums
+    of :func:`cube_serves` (unfiltered, or filtered by ``column = key``) from at most
+    :data:`CUBE_CELLS` rows instead of every row.
     Like the precomputed columns it is a function of the private data computed exactly (integer
     sums), so every result equals the table's; which columns it has is public (metadata only).
     """
