@@ -324,7 +324,7 @@ class _Sql:
         from its per-cell sums and counts in the table's :class:`Cube` if ``cube``."""
         values, present, rows = (
             (
-                _cube_sum(quote(column + "_s")),
+                f"SUM({quote(column + '_s')})",
                 _cube_sum(quote(column + "_c")),
                 _cube_sum(_CUBE_ROWS),
             )
@@ -502,6 +502,7 @@ def _cube_conditions(where: Expr, hidden: Hidden) -> list[str] | None:
     rows with another value, a value outside the keys (code NULL) or NULL fail both. Keys are
     matched by type as well (True is not 1), and float keys are left alone (-0.0, NaN).
     """
+    assert hidden.cube is not None
     parts = where.args if isinstance(where, And) else (where,)
     conditions = []
     for part in parts:
@@ -515,7 +516,6 @@ def _cube_conditions(where: Expr, hidden: Hidden) -> list[str] | None:
             literals = [side.value for side in sides if isinstance(side, Lit)]
             if len(columns) == 1 and len(literals) == 1:
                 column, value = columns[0], literals[0]
-        assert hidden.cube is not None
         if column is None or column not in hidden.cube.dimensions:
             return None
         name, code = hidden.key_codes[column]
