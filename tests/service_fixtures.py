@@ -122,8 +122,9 @@ class LiveServer:
         self.process: subprocess.Popen[str] | None = None
         self.first_lines: list[str] = []
 
-    def start(self, *, wait_lines: int = 0) -> LiveServer:
-        """Start the server and wait until /v1/health answers."""
+    def start(self, *, wait_lines: int = 0, serving_after_lines: bool = False) -> LiveServer:
+        """Start the server and wait until /v1/health answers (``serving_after_lines``: it
+        must answer at once after the first ``wait_lines`` lines of stdout, without waiting)."""
         command = [
             sys.executable,
             "-m",
@@ -140,6 +141,8 @@ class LiveServer:
         )
         assert self.process.stdout is not None
         self.first_lines = [self.process.stdout.readline().rstrip("\n") for _ in range(wait_lines)]
+        if serving_after_lines:
+            assert httpx.get(f"{self.url}/v1/health", timeout=5).status_code == 200
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

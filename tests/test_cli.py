@@ -57,7 +57,7 @@ def test_serve_query_and_budget_commands(
     people: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     server = LiveServer(_serve_args(people, f"sqlite:///{tmp_path / 'l.sqlite3'}"))
-    server.start(wait_lines=2)
+    server.start(wait_lines=2, serving_after_lines=True)  # the URL is printed once serving
     try:
         owner_line, url_line = server.first_lines
         assert owner_line.startswith("owner token: dpc_")

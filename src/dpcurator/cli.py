@@ -99,8 +99,15 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"analyst token: {started.analyst_token}")
     if started.owner_token is not None:
         print(f"owner token: {started.owner_token}")
-    print(f"url: http://{args.host}:{args.port}/console/", flush=True)
-    serve(service, host=args.host, port=args.port, workers=args.workers)
+    sys.stdout.flush()
+    url = f"url: http://{args.host}:{args.port}/console/"
+    serve(
+        service,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        on_ready=lambda: print(url, flush=True),  # once it answers (datasets opened)
+    )
     return 0
 
 

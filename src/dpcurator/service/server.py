@@ -11,6 +11,10 @@ import gc
 import json
 import os
 import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -87,8 +91,12 @@ def serve(
     threads: int = DEFAULT_THREADS,
     switch_interval: float | None = None,
     workers: int = 1,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
     """Serve the API with uvicorn (uvloop event loop, httptools parser) until interrupted.
+
+    ``on_ready`` is called (from another thread) once the server answers ``/v1/health``, i.e.
+    after its start-up, which opens the registered datasets.
 
     Everything built so far (modules, the service, the app) is moved out of the garbage
     collector's reach (``gc.freeze``), so that full collections stay short while serving.
@@ -111,6 +119,8 @@ def serve(
         "log_level": log_level,
         "access_log": access_log,
     }
+    if on_ready is not None:
+        _call_when_serving("127.0.0.1" if host in ("0.0.0.0", "::") else host, port, on_ready)
     if workers > 1:
         catalog = service.catalog
         worker = WorkerConfig(
@@ -130,6 +140,24 @@ def serve(
     config = uvicorn.Config(create_app(service, threads=threads), **options)
     _settle(switch_interval)
     uvicorn.Server(config).run()
+
+
+def _call_when_serving(host: str, port: int, callback: Callable[[], None]) -> None:
+    """Call ``callback`` from a daemon thread as soon as ``/v1/health`` answers 200."""
+    address = f"[{host}]" if ":" in host else host
+
+    def poll() -> None:
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{address}:{port}/v1/health", timeout=1) as r:
+                    if r.status == 200:
+                        callback()
+                        return
+            except OSError:  # not listening yet (URLError and timeouts are OSErrors)
+                pass
+            time.sleep(0.05)
+
+    threading.Thread(target=poll, name="announce-when-serving", daemon=True).start()
 
 
 def _settle(switch_interval: float | None) -> None:
