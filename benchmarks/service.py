@@ -6,8 +6,11 @@ grouped queries, 8 client processes on loopback (``benchmarks/service_client.py`
 imports, the window opens once all are ready; httpx keep-alive connections by default;
 ``--client stdlib`` uses ``http.client``, measured no faster here), with the SQLite ledger
 and, if the PostgreSQL 15 binaries are installed, a throwaway PostgreSQL ledger (fsync on).
-Each ledger is run with the exact-result cache off and on (every release is charged and noised
-either way).
+Each ledger is run with the service's exact-result cache (``--result-cache``) off and on (every
+release is charged and noised either way). Both serve the loaded DuckDB copy, whose backend
+reuses the exact results of plans asked before in either mode: the mix repeats 20 plans, so
+after warm-up the window measures HTTP, the ledger, planning lookups and noise, not the engine
+(``benchmarks/query.py`` measures the engine).
 
 Reports sustained answered queries/s and p50/p99 latency over the measured window (after a
 warm-up), and asserts zero overspend: the ledger total equals the exact sum of the costs of the

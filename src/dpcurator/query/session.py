@@ -28,7 +28,9 @@ Caches (both bounded LRUs, thread-safe, shareable between sessions over the same
   the distribution of every release is unchanged. What changes is timing: a hit skips the engine,
   and whether a query hits depends only on the history of queries (public to the curator), not on
   the data. A result cache is only valid for ONE backend over data that does not change (one
-  dataset version): never share it between backends.
+  dataset version): never share it between backends. (The DuckDB backend itself reuses the
+  small exact results of plans over the private copies it loaded, which cannot change; see
+  ``DuckDBBackend.compute``.)
 """
 
 from __future__ import annotations
