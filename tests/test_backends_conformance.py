@@ -768,36 +768,3 @@ def test_a_lone_histogram_is_counted_per_bin() -> None:
         assert "GROUP BY __dp_bin" in build_query(PLANS[plan_id])[0]
     for plan_id in ("histogram", "count_empty"):
         assert "__dp_bin" not in build_query(PLANS[plan_id])[0]
-
-
-def test_exact_results_over_a_private_copy_are_kept_in_memory(
-    tables: dict[str, pa.Table],
-) -> None:
-    """A plan over a private copy (which nothing writes) is answered from memory when asked
-    again: with the copy's rows dropped, the plans already run still get the same exact result,
-    and a plan not yet run fails. A table the backend only views is read at every query."""
-    plans = [p for p in PLANS.values() if p.table == "pums" and p.bound.person_column is None]
-    copy = open_backend(tables["pums"], table="pums", precomputed=_precomputed("pums"))
-    assert isinstance(copy, DuckDBBackend)
-    assert "pums" in copy._sizes  # a materialised private copy
-    try:
-        asked, fresh = plans[:-1], plans[-1]
-        first = [normalise(copy.compute(plan)) for plan in asked]
-        cube = copy._hidden["pums"].cube
-        for relation in [copy._relations.get("pums", "pums"), *([cube.relation] if cube else [])]:
-            copy._connection.execute(f'DROP TABLE "{relation}"')
-        assert [normalise(copy.compute(plan)) for plan in asked] == first
-        with pytest.raises(BackendError):
-            copy.compute(fresh)
-    finally:
-        copy.close()
-    view = open_backend(tables["pums"], table="pums")
-    assert isinstance(view, DuckDBBackend)
-    try:
-        assert "pums" not in view._sizes
-        view.compute(plans[0])
-        view._connection.execute('DROP VIEW "pums"')
-        with pytest.raises(BackendError):
-            view.compute(plans[0])
-    finally:
-        view.close()

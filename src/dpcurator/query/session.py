@@ -28,9 +28,9 @@ Caches (both bounded LRUs, thread-safe, shareable between sessions over the same
   the distribution of every release is unchanged. What changes is timing: a hit skips the engine,
   and whether a query hits depends only on the history of queries (public to the curator), not on
   the data. A result cache is only valid for ONE backend over data that does not change (one
-  dataset version): never share it between backends. (The DuckDB backend itself reuses the
-  small exact results of plans over the private copies it loaded, which cannot change; see
-  ``DuckDBBackend.compute``.)
+  dataset version): never share it between backends. Results of more than
+  :data:`MAX_CACHED_GROUPS` groups are not kept (the cache must not hold copies of the table).
+  The service gives every dataset loaded into a private DuckDB copy one.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ DEFAULT_PLAN_CACHE_SIZE = 512
 PlanKey = tuple[str | Query, object, object, object, Metadata]
 PlanCache = LruCache[PlanKey, Plan]
 ResultCache = LruCache[AggregatePlan, ExactResult]
+#: A result cache keeps exact results of at most this many groups.
+MAX_CACHED_GROUPS = 1_024
 
 
 def _event(cost: PureDP | ApproxDP) -> PrivacyEvent:
@@ -289,7 +291,8 @@ class Session:
         result = self._results.get(exact)
         if result is None:
             result = self._backend.compute(exact)
-            self._results.put(exact, result)
+            if len(result.groups) <= MAX_CACHED_GROUPS:
+                self._results.put(exact, result)
         return result
 
     def _level(self, alpha: float | None) -> float:

@@ -26,7 +26,7 @@ from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.accounting.filter import BudgetFilter, PrivacyFilter, Reservation
 from dpcurator.core.measures import ApproxDP, Measure, PureDP
 from dpcurator.errors import DomainError, InternalInvariantError, ParameterError
-from dpcurator.query.backends import Backend, open_backend
+from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
 from dpcurator.query.planner import precomputed_columns
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import DEFAULT_PLAN_CACHE_SIZE, PlanCache, ResultCache, Session
@@ -179,7 +179,8 @@ class Catalog:
     Args:
         engine: the query engine of file sources.
         result_cache: keep each dataset's exact aggregates per exact plan (see the module
-            docstring); off by default.
+            docstring); off by default, but always on for a dataset loaded into a private
+            DuckDB copy, which nothing writes after loading (its aggregates never change).
         precompute: load CSV and Parquet datasets into memory with fixed-point and key-code
             columns (see :meth:`dpcurator.Session.from_data`); on by default, off for files
             larger than memory. DuckDB database files are never copied.
@@ -242,11 +243,12 @@ class Catalog:
             return runtime
 
     def _runtime(self, metadata: Metadata, backend: Backend) -> DatasetRuntime:
+        unchanging = isinstance(backend, DuckDBBackend) and backend.loaded_copy(metadata.table)
         return DatasetRuntime(
             metadata,
             backend,
             LruCache(DEFAULT_PLAN_CACHE_SIZE),
-            LruCache(DEFAULT_RESULT_CACHE_SIZE) if self.result_cache else None,
+            LruCache(DEFAULT_RESULT_CACHE_SIZE) if self.result_cache or unchanging else None,
         )
 
     def _open(self, source: dict[str, Any], metadata: Metadata) -> Backend:

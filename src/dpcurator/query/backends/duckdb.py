@@ -45,7 +45,7 @@ import itertools
 import math
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -115,8 +115,6 @@ _INTEGER_TEXT = r"\s*[+-]?[0-9]+\s*"  # DuckDB would round '1.5' to 2: text must
 #: At most this many cells in a table's :class:`Cube` (its key-code columns with the fewest keys
 #: are its dimensions, as many as fit).
 CUBE_CELLS = 65_536
-#: Exact results of at most this many rows, of plans over a private copy, are kept in memory.
-MEMO_ROWS = 1_024
 _CUBE_ROWS = f'"{HIDDEN_PREFIX}n"'
 
 
@@ -785,7 +783,6 @@ class DuckDBBackend:
         self._queries: LruCache[AggregatePlan, _Built] = LruCache(256)
         self._hidden: dict[str, Hidden] = {}  # table -> its precomputed columns
         self._sizes: dict[str, int] = {}  # table -> rows of its materialised, private copy
-        self._results: LruCache[AggregatePlan, Sequence[Sequence[object]]] = LruCache(256)
 
     @classmethod
     def from_source(
@@ -998,17 +995,14 @@ class DuckDBBackend:
             for relation in [*self._relations.values(), *cubes]:
                 self._connection.execute(f"DROP TABLE IF EXISTS {quote(relation)}")
         self._relations.clear()
-        self._results = LruCache(self._results.maxsize)
+
+    def loaded_copy(self, table: str) -> bool:
+        """Whether ``table`` is a private copy this backend loaded, which nothing writes
+        afterwards: its exact aggregates never change."""
+        return table in self._sizes
 
     def compute(self, plan: AggregatePlan) -> ExactResult:
-        """Run ``plan`` as one DuckDB query (checked and translated once per distinct plan).
-
-        The exact result of a plan over a private copy (which nothing writes after it is
-        created) is kept when it has at most :data:`MEMO_ROWS` rows: the same plan asked again
-        is answered from memory. Only the exact aggregates are kept, never noise: every release
-        draws its own. Whether a plan was asked before (by anyone) is the only thing the time
-        of a query then tells, as with the plan cache itself; it does not depend on the data.
-        """
+        """Run ``plan`` as one DuckDB query (checked and translated once per distinct plan)."""
         built = self._queries.get(plan)
         if built is None:
             check_plan(plan, self.columns(plan.table))
@@ -1027,9 +1021,6 @@ class DuckDBBackend:
         size = self._sizes.get(plan.table) if built.whole_table_count else None
         if size is not None:  # COUNT(*) of a table that cannot change: its known size
             return collect_rows(plan, [(size,) * (1 + len(plan.aggregates))])
-        remembered = self._results.get(plan)
-        if remembered is not None:
-            return collect_rows(plan, remembered)
         try:
             with self._lock:
                 rows = self._connection.execute(built.query, built.params).fetchall()
@@ -1046,6 +1037,4 @@ class DuckDBBackend:
         if built.keys is not None:
             width = len(plan.group_by)
             rows = [row for row in rows if row[:width] in built.keys]
-        if plan.table in self._sizes and len(rows) <= MEMO_ROWS:
-            self._results.put(plan, rows)
         return collect_rows(plan, rows)
