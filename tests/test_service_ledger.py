@@ -11,6 +11,7 @@ from typing import Literal
 
 import pytest
 from argon2 import PasswordHasher
+from sqlalchemy import Connection, event
 
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import AuthError, BudgetExceededError
@@ -222,6 +223,43 @@ def test_concurrent_retries_of_one_request_are_charged_once(
     assert len(charges) == 6
     assert all(len(ids) == 1 for ids in charges.values())  # one charge per key, shared
     assert first.charged_total("d") == ApproxDP(6 * EPS, 0)
+
+
+@pytest.mark.postgres
+def test_on_postgresql_only_the_reservation_commits_without_a_flush(
+    postgres_server: str,
+) -> None:
+    """The reservation (which holds the dataset row's lock) commits without waiting for its WAL
+    flush; the setting is LOCAL to it, so every later transaction on the same pooled connection
+    (a refund, a grant, the completion) flushes as before."""
+    ledger = Ledger(fresh_postgres_url(postgres_server))
+    settings: list[tuple[str, str]] = []
+    doing = ["setup"]
+
+    def record(conn: Connection) -> None:  # just before each COMMIT
+        cursor = conn.connection.dbapi_connection.cursor()
+        cursor.execute("SHOW synchronous_commit")
+        settings.append((doing[0], cursor.fetchone()[0]))
+
+    event.listen(ledger._engine, "commit", record)
+    try:
+        (analyst,) = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
+        doing[0] = "reserve"
+        charge = ledger.reserve(_request(analyst, ApproxDP(EPS, 0)))
+        doing[0] = "cancel"
+        ledger.cancel(charge.charge_id)
+        doing[0] = "reserve"
+        charge = ledger.reserve(_request(analyst, ApproxDP(EPS, 0)))
+        doing[0] = "fail"
+        ledger.fail(charge.charge_id, "engine failed")
+        assert ledger._engine.pool.checkedin() == 1  # every transaction used one connection
+        with ledger._engine.connect() as conn:  # as complete() does: autocommit, no COMMIT
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar_one() == "on"
+    finally:
+        ledger.close()
+    assert {s for what, s in settings if what == "reserve"} == {"off"}
+    assert {s for what, s in settings if what != "reserve"} == {"on"}
+    assert [what for what, _ in settings].count("reserve") == 2
 
 
 class _CountingHasher(PasswordHasher):

@@ -19,6 +19,14 @@ OS crash or power loss may lose the last few commits (never corrupt the ledger).
 use PostgreSQL (with its default ``synchronous_commit=on``). Writers wait for the lock up to
 ``busy_timeout``. PostgreSQL connections are pooled (``pool_size`` + ``max_overflow``).
 
+On PostgreSQL the reservation alone commits without waiting for its WAL flush
+(``SET LOCAL synchronous_commit = off``): it holds the dataset row's lock, which every query on
+the dataset needs, so a flush inside it would queue all of them behind the disk (measured: ~22%
+more queries/s without it). Nothing released is at risk: no value leaves the server before
+:meth:`Ledger.complete` (or :meth:`Ledger.fail`) commits with a flush, and a flush makes the
+whole WAL before it durable, the reservation included (the WAL is written in order). A database
+crash in between can lose only reservations whose answers were never sent.
+
 Costs compose by basic sequential composition in (ε, δ): costs add exactly (Fractions stored as
 text). A charge, once reserved, is never refunded: if the engine fails afterwards the charge stays
 (``failed``), because the failure may already depend on the data.
@@ -48,6 +56,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
     update,
 )
 from sqlalchemy.engine import Engine
@@ -534,6 +543,8 @@ class Ledger:
         cost = request.cost
         who = {"p": request.principal_id, "d": request.dataset_id}
         with self._connection(write=True) as conn:
+            if self._postgres:  # before any lock is taken; see Durability in the module docstring
+                conn.execute(_SQL.commit_without_flush)
             # One statement locks the dataset row and, for an analyst, the grant row (in that
             # order, as everywhere); no row: unknown dataset, or no grant.
             lock = _SQL.lock_cap_and_grant if request.charge_grant else _SQL.lock_cap
@@ -914,6 +925,8 @@ class _Statements:
         )
         self.reserve_cap_only = insert_named.add_cte(dataset_cte)
         self.reserve_with_grant = insert_named.add_cte(grant_cte, dataset_cte)
+        # This transaction only (LOCAL): the next one on the pooled connection flushes again.
+        self.commit_without_flush = text("SET LOCAL synchronous_commit = off")
         self.claim = (
             update(charges).where(charges.c.id == bindparam("i")).values(claimed_by=bindparam("b"))
         )
