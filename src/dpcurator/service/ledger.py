@@ -517,13 +517,10 @@ class Ledger:
         """
         with self._statement(write=False) as conn:
             row = conn.execute(_SQL.access, {"p": principal_id, "d": dataset_id}).first()
-        if row is None:
+        if row is None or (not owner and row.grant_budget_epsilon is None):
             raise NotFoundError(f"No dataset with id {dataset_id!r}.")
         *dataset, budget, budget_delta, spent, spent_delta = row
-        granted = budget is not None
-        if not owner and not granted:
-            raise NotFoundError(f"No dataset with id {dataset_id!r}.")
-        view = _view(budget, budget_delta, spent, spent_delta) if granted and not owner else None
+        view = None if owner else _view(budget, budget_delta, spent, spent_delta)
         return Access(Dataset(**dict(zip(_DATASET_COLUMNS, dataset, strict=True))), view)
 
     # -- the ledger proper ------------------------------------------------------------------
