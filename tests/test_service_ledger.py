@@ -3,6 +3,7 @@ request keys (exactly-once retries), refunds, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable
 from fractions import Fraction
@@ -11,10 +12,11 @@ from typing import Literal
 
 import pytest
 from argon2 import PasswordHasher
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection, event, text
 
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import AuthError, BudgetExceededError
+from dpcurator.service import ledger_postgres
 from dpcurator.service.auth import TokenAuthority
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.ledger import ChargeRequest, Ledger, dataset_budget, grant_budget
@@ -230,8 +232,9 @@ def test_on_postgresql_only_the_reservation_commits_without_a_flush(
     postgres_server: str,
 ) -> None:
     """The reservation (which holds the dataset row's lock) commits without waiting for its WAL
-    flush; the setting is LOCAL to it, so every later transaction on the same pooled connection
-    (a refund, a grant, the completion) flushes as before."""
+    flush; the setting is LOCAL to it (a transaction, or the one statement of a reservation
+    without a request key), so every later transaction on the same pooled connection (a refund,
+    a grant, the completion) flushes as before."""
     ledger = Ledger(fresh_postgres_url(postgres_server))
     settings: list[tuple[str, str]] = []
     doing = ["setup"]
@@ -244,12 +247,14 @@ def test_on_postgresql_only_the_reservation_commits_without_a_flush(
     event.listen(ledger._engine, "commit", record)
     try:
         (analyst,) = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
-        doing[0] = "reserve"
-        charge = ledger.reserve(_request(analyst, ApproxDP(EPS, 0)))
+        doing[0] = "reserve"  # with a request key: a transaction of several statements
+        charge = ledger.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1"))
         doing[0] = "cancel"
         ledger.cancel(charge.charge_id)
         doing[0] = "reserve"
-        charge = ledger.reserve(_request(analyst, ApproxDP(EPS, 0)))
+        charge = ledger.reserve(_request(analyst, ApproxDP(EPS, 0), key="k2"))
+        doing[0] = "autocommit reserve"  # without: one statement, no COMMIT of ours
+        ledger.reserve(_request(analyst, ApproxDP(EPS, 0)))
         doing[0] = "fail"
         ledger.fail(charge.charge_id, "engine failed")
         assert ledger._engine.pool.checkedin() == 1  # every transaction used one connection
@@ -260,6 +265,37 @@ def test_on_postgresql_only_the_reservation_commits_without_a_flush(
     assert {s for what, s in settings if what == "reserve"} == {"off"}
     assert {s for what, s in settings if what != "reserve"} == {"on"}
     assert [what for what, _ in settings].count("reserve") == 2
+    assert "autocommit reserve" not in {what for what, _ in settings}
+
+
+@pytest.mark.postgres
+def test_postgresql_fraction_arithmetic_equals_python_fractions(postgres_server: str) -> None:
+    """The reservation function adds and compares costs in the database: on random fractions
+    (tiny to 60-digit numerators and denominators, integers, zero) its sums are written exactly
+    as ``str(Fraction)`` writes them and its comparisons agree with Python's."""
+    generator = random.Random(20261123)
+
+    def fraction() -> Fraction:
+        digits = generator.choice([1, 3, 12, 60])
+        numerator = generator.randrange(0, 10**digits)
+        return Fraction(numerator, generator.choice([1, generator.randrange(1, 10**digits) + 1]))
+
+    pairs = [(fraction(), fraction()) for _ in range(400)]
+    pairs += [(a, a) for a, _ in pairs[:50]]  # equal values: at most, not less
+    ledger = Ledger(fresh_postgres_url(postgres_server))
+    try:
+        with ledger._engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    f"SELECT {ledger_postgres.ADD}(a, b), {ledger_postgres.AT_MOST}(a, b)"
+                    " FROM unnest(CAST(:a AS text[]), CAST(:b AS text[])) AS t(a, b)"
+                ),
+                {"a": [str(a) for a, _ in pairs], "b": [str(b) for _, b in pairs]},
+            ).all()
+    finally:
+        ledger.close()
+    assert [row[0] for row in rows] == [str(a + b) for a, b in pairs]
+    assert [row[1] for row in rows] == [a <= b for a, b in pairs]
 
 
 class _CountingHasher(PasswordHasher):

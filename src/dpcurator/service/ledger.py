@@ -36,14 +36,15 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     BindParameter,
@@ -64,6 +65,7 @@ from sqlalchemy.orm import Session as OrmSession
 
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import BudgetExceededError, InternalInvariantError
+from dpcurator.service import ledger_postgres
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.models import (
     AuditEvent,
@@ -162,6 +164,29 @@ class Reservation:
     result: dict[str, Any] | None
     reused: bool
     budget: BudgetView | None = None
+
+
+def _after(
+    request: ChargeRequest, cap: Sequence[str], grant: Sequence[str | None]
+) -> tuple[BudgetView | None, ApproxDP]:
+    """Check ``request.cost`` against the dataset's cap and (if charged) the grant, given their
+    locked (total ε, total δ, spent ε, spent δ); the grant's budget and the dataset's spending
+    after the charge.
+
+    Raises:
+        BudgetExceededError: the cost does not fit the grant, or else the cap.
+    """
+    cost = request.cost
+    budget = None
+    if request.charge_grant:
+        grant_view = _view(*cast("Sequence[str]", grant))
+        if not (grant_view.spent + cost).fits_within(grant_view.total):
+            raise BudgetExceededError(cost, grant_view.remaining, what="analyst's privacy budget")
+        budget = BudgetView(grant_view.total, grant_view.spent + cost)
+    cap_view = _view(*cap)
+    if not (cap_view.spent + cost).fits_within(cap_view.total):
+        raise BudgetExceededError(cost, cap_view.remaining, what="dataset's global privacy budget")
+    return budget, cap_view.spent + cost
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -290,6 +315,8 @@ class Ledger:
             # database restart broke fails its request, and SQLAlchemy then discards the pool.
             self._engine = create_engine(url, pool_size=10, max_overflow=30, pool_recycle=1800)
         Base.metadata.create_all(self._engine)
+        if self._postgres:
+            ledger_postgres.install(self._engine)
         if url.startswith("sqlite"):
             self._checkpointer = _Checkpointer(self._engine, SQLITE_CHECKPOINT_SECONDS)
 
@@ -530,13 +557,16 @@ class Ledger:
 
         One write transaction of a few SQL statements (no ORM on this hot path): lock the dataset
         row, look up the request key, lock the grant row, check both budgets, update both running
-        totals and insert the charge.
+        totals and insert the charge. On PostgreSQL a request without a key does all of it in one
+        statement (see :mod:`dpcurator.service.ledger_postgres`).
 
         Raises:
             BudgetExceededError: the cost does not fit; nothing was changed.
             ConflictError: the request key was already used for a different request.
             NotFoundError: unknown dataset, or the analyst has no grant on it.
         """
+        if self._postgres and request.request_key is None:
+            return self._reserve_in_postgres(request)
         cost = request.cost
         who = {"p": request.principal_id, "d": request.dataset_id}
         with self._connection(write=True) as conn:
@@ -552,20 +582,7 @@ class Ledger:
                 earlier = conn.execute(_SQL.by_key, {**who, "k": request.request_key}).first()
                 if earlier is not None:
                     return self._reuse(conn, earlier, request)
-            cap_row, grant_row = locked[:4], locked[4:]
-            budget = None
-            if request.charge_grant:
-                grant_view = _view(*grant_row)
-                if not (grant_view.spent + cost).fits_within(grant_view.total):
-                    raise BudgetExceededError(
-                        cost, grant_view.remaining, what="analyst's privacy budget"
-                    )
-                budget = BudgetView(grant_view.total, grant_view.spent + cost)
-            cap_view = _view(*cap_row)
-            if not (cap_view.spent + cost).fits_within(cap_view.total):
-                raise BudgetExceededError(
-                    cost, cap_view.remaining, what="dataset's global privacy budget"
-                )
+            budget, dataset_spent = _after(request, locked[:4], locked[4:])
             charge = {
                 "principal_id": request.principal_id,
                 "dataset_id": request.dataset_id,
@@ -580,8 +597,41 @@ class Ledger:
                 "claimed_by": self.boot_id,
                 "created_at": utcnow(),
             }
-            charge_id = self._write_reservation(conn, who, charge, budget, cap_view.spent + cost)
+            charge_id = self._write_reservation(conn, who, charge, budget, dataset_spent)
         return Reservation(charge_id, cost, "reserved", None, False, budget)
+
+    def _reserve_in_postgres(self, request: ChargeRequest) -> Reservation:
+        """:meth:`reserve` without a request key on PostgreSQL: one call of the function of
+        :mod:`dpcurator.service.ledger_postgres`, in autocommit mode (one round trip)."""
+        params = {
+            "d": request.dataset_id,
+            "p": request.principal_id,
+            "charge_grant": request.charge_grant,
+            "epsilon": str(request.cost.epsilon),
+            "delta": str(request.cost.delta),
+            "kind": request.kind,
+            "fingerprint": request.fingerprint,
+            "query_text": request.query_text,
+            "events": json.dumps(request.events),
+            "claimed_by": self.boot_id,
+            "created_at": utcnow(),
+        }
+        with self._statement(write=True) as conn:
+            row = conn.execute(ledger_postgres.RESERVE_CALL, params).first()
+        if row is None:
+            raise NotFoundError(f"No dataset with id {request.dataset_id!r}.")
+        charge_id, *totals = row
+        try:  # the same check in Python: words a refusal, and guards the database's arithmetic
+            budget, _ = _after(request, totals[:4], totals[4:])
+        except BudgetExceededError:
+            if charge_id is None:
+                raise
+            raise InternalInvariantError(
+                f"The ledger database reserved charge {charge_id}, which does not fit."
+            ) from None
+        if charge_id is None:
+            raise InternalInvariantError("The ledger database refused a cost that fits.")
+        return Reservation(charge_id, request.cost, "reserved", None, False, budget)
 
     def _write_reservation(
         self,

@@ -1,0 +1,136 @@
+"""The ledger's reservation as ONE PostgreSQL statement: a PL/pgSQL function run in autocommit.
+
+:meth:`dpcurator.service.ledger.Ledger.reserve` locks the dataset row (the global cap) for every
+query on the dataset. Done from Python, the lock is held across several round trips to the
+database, and after each one the request's thread must win its process's GIL back; every other
+query on the dataset waits meanwhile. Inside this function the same steps run in the database
+(lock the dataset row, then the grant row; check both budgets; update both running totals; insert
+the charge) and the locks are held for microseconds: one round trip instead of five (BEGIN, lock,
+write, COMMIT and the setting below).
+
+Budgets stay exact: costs are fractions written as text (``"1/1000"``), added and compared here in
+``numeric``, PostgreSQL's arbitrary-precision type, on integer numerators and denominators (``a/b
+<= c/d`` iff ``a*d <= c*b``; sums reduced by their gcd and written as Python writes a Fraction).
+A test compares both functions with Python's :class:`fractions.Fraction` on random fractions.
+
+Like the rest of the reservation, its commit does not wait for the WAL flush (see Durability in
+:mod:`dpcurator.service.ledger`): the completion's flushed commit makes it durable before any
+value is sent.
+
+The functions' names carry a version: a changed definition gets a new name, so servers of two
+versions can share one database.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, text
+
+ADD = "dpcurator_fraction_add_v1"
+AT_MOST = "dpcurator_fraction_at_most_v1"
+RESERVE = "dpcurator_reserve_v1"
+
+_PARTS = """
+    split_part({x}, '/', 1)::numeric AS {x}n,
+    COALESCE(NULLIF(split_part({x}, '/', 2), ''), '1')::numeric AS {x}d"""
+
+_FUNCTIONS = [
+    f"""
+CREATE FUNCTION {ADD}(a text, b text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT AS $$
+    WITH parts AS (SELECT {_PARTS.format(x="a")}, {_PARTS.format(x="b")}),
+         total AS (SELECT an * bd + bn * ad AS n, ad * bd AS d FROM parts),
+         reduced AS (SELECT div(n, gcd(n, d)) AS n, div(d, gcd(n, d)) AS d FROM total)
+    SELECT CASE WHEN d = 1 THEN n::text ELSE n::text || '/' || d::text END FROM reduced
+$$""",
+    f"""
+CREATE FUNCTION {AT_MOST}(a text, b text) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT AS $$
+    SELECT an * bd <= bn * ad FROM (SELECT {_PARTS.format(x="a")}, {_PARTS.format(x="b")}) AS parts
+$$""",
+    f"""
+CREATE FUNCTION {RESERVE}(
+    p_dataset text, p_principal text, p_charge_grant boolean, p_epsilon text, p_delta text,
+    p_kind text, p_fingerprint text, p_query_text text, p_events json, p_claimed_by text,
+    p_created_at timestamp
+) RETURNS TABLE (
+    charge_id integer,
+    cap_epsilon text, cap_delta text, spent_epsilon text, spent_delta text,
+    grant_budget_epsilon text, grant_budget_delta text,
+    grant_spent_epsilon text, grant_spent_delta text
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    ds record;
+    gr record;
+    new_id integer;
+BEGIN
+    -- Locks in the order used everywhere: the dataset row, then the grant row.
+    SELECT d.cap_epsilon::text AS cap_epsilon, d.cap_delta::text AS cap_delta,
+           d.spent_epsilon::text AS spent_epsilon, d.spent_delta::text AS spent_delta INTO ds
+        FROM datasets AS d WHERE d.id = p_dataset FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;  -- no row: unknown dataset
+    END IF;
+    IF p_charge_grant THEN
+        SELECT g.budget_epsilon::text AS budget_epsilon, g.budget_delta::text AS budget_delta,
+               g.spent_epsilon::text AS spent_epsilon, g.spent_delta::text AS spent_delta INTO gr
+            FROM grants AS g
+            WHERE g.principal_id = p_principal AND g.dataset_id = p_dataset FOR UPDATE;
+        IF NOT FOUND THEN
+            RETURN;  -- no row: no grant
+        END IF;
+    ELSE
+        SELECT NULL::text AS budget_epsilon, NULL::text AS budget_delta,
+               NULL::text AS spent_epsilon, NULL::text AS spent_delta INTO gr;
+    END IF;
+    IF NOT ({AT_MOST}({ADD}(ds.spent_epsilon, p_epsilon), ds.cap_epsilon)
+            AND {AT_MOST}({ADD}(ds.spent_delta, p_delta), ds.cap_delta))
+       OR (p_charge_grant
+           AND NOT ({AT_MOST}({ADD}(gr.spent_epsilon, p_epsilon), gr.budget_epsilon)
+                    AND {AT_MOST}({ADD}(gr.spent_delta, p_delta), gr.budget_delta)))
+    THEN  -- refused: no charge id; the caller words the refusal from the totals
+        RETURN QUERY SELECT NULL::integer, ds.cap_epsilon, ds.cap_delta, ds.spent_epsilon,
+            ds.spent_delta, gr.budget_epsilon, gr.budget_delta, gr.spent_epsilon,
+            gr.spent_delta;
+        RETURN;
+    END IF;
+    PERFORM set_config('synchronous_commit', 'off', true);  -- this transaction only
+    IF p_charge_grant THEN
+        UPDATE grants AS g
+            SET spent_epsilon = {ADD}(gr.spent_epsilon, p_epsilon),
+                spent_delta = {ADD}(gr.spent_delta, p_delta)
+            WHERE g.principal_id = p_principal AND g.dataset_id = p_dataset;
+    END IF;
+    UPDATE datasets AS d
+        SET spent_epsilon = {ADD}(ds.spent_epsilon, p_epsilon),
+            spent_delta = {ADD}(ds.spent_delta, p_delta)
+        WHERE d.id = p_dataset;
+    INSERT INTO charges (principal_id, dataset_id, kind, request_key, fingerprint, query_text,
+                         epsilon, delta, events, status, claimed_by, created_at)
+        VALUES (p_principal, p_dataset, p_kind, NULL, p_fingerprint, p_query_text, p_epsilon,
+                p_delta, p_events, 'reserved', p_claimed_by, p_created_at)
+        RETURNING id INTO new_id;
+    RETURN QUERY SELECT new_id, ds.cap_epsilon, ds.cap_delta, ds.spent_epsilon, ds.spent_delta,
+        gr.budget_epsilon, gr.budget_delta, gr.spent_epsilon, gr.spent_delta;
+END
+$$""",
+]
+
+#: One reservation: the locked totals BEFORE it and the new charge's id (NULL if refused); no
+#: row if the dataset is unknown or the analyst has no grant on it.
+RESERVE_CALL = text(
+    f"SELECT * FROM {RESERVE}(:d, :p, :charge_grant, :epsilon, :delta, :kind, :fingerprint,"
+    " :query_text, CAST(:events AS json), :claimed_by, :created_at)"
+)
+
+
+def install(engine: Engine) -> None:
+    """Create the functions unless they exist; concurrent installers queue on an advisory lock."""
+    with engine.begin() as conn:
+        conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:name))"), {"name": RESERVE})
+        for name, definition in zip((ADD, AT_MOST, RESERVE), _FUNCTIONS, strict=True):
+            exists = conn.execute(
+                text("SELECT 1 FROM pg_proc WHERE proname = :name"), {"name": name}
+            ).first()
+            if exists is None:
+                conn.exec_driver_sql(definition)
