@@ -29,23 +29,36 @@ ADD = "dpcurator_fraction_add_v1"
 AT_MOST = "dpcurator_fraction_at_most_v1"
 RESERVE = "dpcurator_reserve_v1"
 
-_PARTS = """
-    split_part({x}, '/', 1)::numeric AS {x}n,
-    COALESCE(NULLIF(split_part({x}, '/', 2), ''), '1')::numeric AS {x}d"""
+_PARSE = """
+    {x}n numeric := split_part({x}, '/', 1);
+    {x}d numeric := COALESCE(NULLIF(split_part({x}, '/', 2), ''), '1');"""
 
+# PL/pgSQL rather than SQL functions: PL/pgSQL plans their statements once per session, while a
+# SQL function called from PL/pgSQL is planned again in every transaction.
 _FUNCTIONS = [
     f"""
 CREATE FUNCTION {ADD}(a text, b text) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT AS $$
-    WITH parts AS (SELECT {_PARTS.format(x="a")}, {_PARTS.format(x="b")}),
-         total AS (SELECT an * bd + bn * ad AS n, ad * bd AS d FROM parts),
-         reduced AS (SELECT div(n, gcd(n, d)) AS n, div(d, gcd(n, d)) AS d FROM total)
-    SELECT CASE WHEN d = 1 THEN n::text ELSE n::text || '/' || d::text END FROM reduced
+LANGUAGE plpgsql IMMUTABLE STRICT AS $$
+DECLARE {_PARSE.format(x="a")} {_PARSE.format(x="b")}
+    n numeric := an * bd + bn * ad;
+    d numeric := ad * bd;
+    common numeric := gcd(n, d);
+BEGIN
+    n := div(n, common);
+    d := div(d, common);
+    IF d = 1 THEN
+        RETURN n::text;
+    END IF;
+    RETURN n::text || '/' || d::text;
+END
 $$""",
     f"""
 CREATE FUNCTION {AT_MOST}(a text, b text) RETURNS boolean
-LANGUAGE sql IMMUTABLE STRICT AS $$
-    SELECT an * bd <= bn * ad FROM (SELECT {_PARTS.format(x="a")}, {_PARTS.format(x="b")}) AS parts
+LANGUAGE plpgsql IMMUTABLE STRICT AS $$
+DECLARE {_PARSE.format(x="a")} {_PARSE.format(x="b")}
+BEGIN
+    RETURN an * bd <= bn * ad;
+END
 $$""",
     f"""
 CREATE FUNCTION {RESERVE}(
@@ -63,6 +76,10 @@ DECLARE
     ds record;
     gr record;
     new_id integer;
+    ds_epsilon text;
+    ds_delta text;
+    gr_epsilon text;
+    gr_delta text;
 BEGIN
     -- Locks in the order used everywhere: the dataset row, then the grant row.
     SELECT d.cap_epsilon::text AS cap_epsilon, d.cap_delta::text AS cap_delta,
@@ -83,11 +100,13 @@ BEGIN
         SELECT NULL::text AS budget_epsilon, NULL::text AS budget_delta,
                NULL::text AS spent_epsilon, NULL::text AS spent_delta INTO gr;
     END IF;
-    IF NOT ({AT_MOST}({ADD}(ds.spent_epsilon, p_epsilon), ds.cap_epsilon)
-            AND {AT_MOST}({ADD}(ds.spent_delta, p_delta), ds.cap_delta))
-       OR (p_charge_grant
-           AND NOT ({AT_MOST}({ADD}(gr.spent_epsilon, p_epsilon), gr.budget_epsilon)
-                    AND {AT_MOST}({ADD}(gr.spent_delta, p_delta), gr.budget_delta)))
+    ds_epsilon := {ADD}(ds.spent_epsilon, p_epsilon);
+    ds_delta := {ADD}(ds.spent_delta, p_delta);
+    gr_epsilon := {ADD}(gr.spent_epsilon, p_epsilon);  -- NULL without a grant (STRICT)
+    gr_delta := {ADD}(gr.spent_delta, p_delta);
+    IF NOT ({AT_MOST}(ds_epsilon, ds.cap_epsilon) AND {AT_MOST}(ds_delta, ds.cap_delta))
+       OR (p_charge_grant AND NOT ({AT_MOST}(gr_epsilon, gr.budget_epsilon)
+                                   AND {AT_MOST}(gr_delta, gr.budget_delta)))
     THEN  -- refused: no charge id; the caller words the refusal from the totals
         RETURN QUERY SELECT NULL::integer, ds.cap_epsilon, ds.cap_delta, ds.spent_epsilon,
             ds.spent_delta, gr.budget_epsilon, gr.budget_delta, gr.spent_epsilon,
@@ -97,13 +116,11 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);  -- this transaction only
     IF p_charge_grant THEN
         UPDATE grants AS g
-            SET spent_epsilon = {ADD}(gr.spent_epsilon, p_epsilon),
-                spent_delta = {ADD}(gr.spent_delta, p_delta)
+            SET spent_epsilon = gr_epsilon, spent_delta = gr_delta
             WHERE g.principal_id = p_principal AND g.dataset_id = p_dataset;
     END IF;
     UPDATE datasets AS d
-        SET spent_epsilon = {ADD}(ds.spent_epsilon, p_epsilon),
-            spent_delta = {ADD}(ds.spent_delta, p_delta)
+        SET spent_epsilon = ds_epsilon, spent_delta = ds_delta
         WHERE d.id = p_dataset;
     INSERT INTO charges (principal_id, dataset_id, kind, request_key, fingerprint, query_text,
                          epsilon, delta, events, status, claimed_by, created_at)
