@@ -24,10 +24,11 @@ use PostgreSQL (with its default ``synchronous_commit=on``). Writers wait for th
 On PostgreSQL the reservation alone commits without waiting for its WAL flush
 (``SET LOCAL synchronous_commit = off``): it holds the dataset row's lock, which every query on
 the dataset needs, so a flush inside it would queue all of them behind the disk (measured, with
-the transaction of several statements: ~22% more queries/s without it). Nothing released is at risk: no value leaves the server before
-:meth:`Ledger.complete` (or :meth:`Ledger.fail`) commits with a flush, and a flush makes the
-whole WAL before it durable, the reservation included (the WAL is written in order). A database
-crash in between can lose only reservations whose answers were never sent.
+the transaction of several statements: ~22% more queries/s without it). Nothing released is at
+risk: no value leaves the server before :meth:`Ledger.complete` (or :meth:`Ledger.fail`) commits
+with a flush, and a flush makes the whole WAL before it durable, the reservation included (the
+WAL is written in order). A database crash in between can lose only reservations whose answers
+were never sent.
 
 Costs compose by basic sequential composition in (ε, δ): costs add exactly (Fractions stored as
 text). A charge, once reserved, is never refunded: if the engine fails afterwards the charge stays
