@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Literal
@@ -111,6 +112,29 @@ def test_global_cap_binds_across_analysts(make_ledger: Callable[[], Ledger]) -> 
     with pytest.raises(BudgetExceededError, match="global"):
         ledger.reserve(_request(b, ApproxDP(EPS, 0)))
     assert ledger.charged_total("d") == ApproxDP(Fraction(3, 2), 0)
+
+
+def test_an_owner_charges_only_the_global_cap(make_ledger: Callable[[], Ledger]) -> None:
+    """A charge without a grant (an owner's batch) counts against the cap alone, with δ too."""
+    ledger = make_ledger()
+    (analyst,) = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(2, Fraction(1, 10**6)))
+    batch = replace(
+        _request("own_1", ApproxDP(Fraction(3, 2), Fraction(1, 10**6))),
+        kind="batch",
+        events=[{"epsilon": "3/2"}],
+        charge_grant=False,
+    )
+    reservation = ledger.reserve(batch)
+    assert reservation.budget is None
+    assert ledger.charge(reservation.charge_id).events == [{"epsilon": "3/2"}]
+    with pytest.raises(BudgetExceededError, match="global"):
+        ledger.reserve(replace(batch, cost=ApproxDP(Fraction(1, 2), Fraction(1, 10**9))))
+    with pytest.raises(BudgetExceededError, match="global"):
+        ledger.reserve(_request(analyst, ApproxDP(Fraction(3, 4), 0)))
+    grant = ledger.grant(analyst, "d")
+    assert grant is not None
+    assert grant_budget(grant).spent == ApproxDP(0, 0)
+    assert dataset_budget(ledger.dataset("d")).spent == ApproxDP(Fraction(3, 2), Fraction(1, 10**6))
 
 
 def test_no_grant_is_not_found(make_ledger: Callable[[], Ledger]) -> None:
