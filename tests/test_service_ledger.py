@@ -7,6 +7,7 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
 from typing import Literal
@@ -21,6 +22,7 @@ from dpcurator.service import ledger_postgres
 from dpcurator.service.auth import TokenAuthority
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.ledger import ChargeRequest, Ledger, dataset_budget, grant_budget
+from dpcurator.service.models import Charge
 from tests.service_fixtures import fresh_postgres_url, postgres_server
 
 __all__ = ["postgres_server"]
@@ -320,6 +322,37 @@ def test_postgresql_fraction_arithmetic_equals_python_fractions(postgres_server:
         ledger.close()
     assert [row[0] for row in rows] == [str(a + b) for a, b in pairs]
     assert [row[1] for row in rows] == [a <= b for a, b in pairs]
+
+
+def _columns(charge: Charge) -> dict[str, object]:
+    return {column.name: getattr(charge, column.name) for column in Charge.__table__.columns}
+
+
+def test_sqlite_raw_statements_store_what_sqlalchemy_stores(tmp_path: Path) -> None:
+    """A reservation and completion run on the raw sqlite3 cursor (no request key) write the
+    same stored formats as SQLAlchemy's execution of the same statements (with a key), and the
+    completed entry reads back as the ORM reads it."""
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite3'}")
+    try:
+        (analyst,) = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
+        events = [{"epsilon": "1/8", "nested": [1, 2.5, None]}]
+        raw = ledger.reserve(replace(_request(analyst, ApproxDP(EPS, 0)), events=events))
+        core = ledger.reserve(replace(_request(analyst, ApproxDP(EPS, 0), key="k"), events=events))
+        completed = ledger.complete(raw.charge_id, {"rows": [[1, 0.5]]})
+        assert _columns(completed) == _columns(ledger.charge(raw.charge_id))
+        assert isinstance(completed.created_at, datetime)
+        assert isinstance(completed.completed_at, datetime)
+        with ledger._engine.connect() as conn:
+            stored = conn.exec_driver_sql(
+                "SELECT id, typeof(created_at), length(created_at), events, status FROM charges"
+            ).all()
+    finally:
+        ledger.close()
+    by_id = {row[0]: row[1:] for row in stored}
+    assert by_id[raw.charge_id][:3] == by_id[core.charge_id][:3]
+    assert by_id[raw.charge_id][3:] == ("released",)
+    assert by_id[core.charge_id][3:] == ("reserved",)
+    assert ledger.charge(raw.charge_id).events == events
 
 
 class _CountingHasher(PasswordHasher):

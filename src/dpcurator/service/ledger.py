@@ -41,6 +41,7 @@ import fcntl
 import functools
 import json
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -52,6 +53,7 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import (
     BindParameter,
     Connection,
+    Dialect,
     Row,
     Table,
     bindparam,
@@ -70,6 +72,7 @@ from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import BudgetExceededError, InternalInvariantError
 from dpcurator.service import ledger_postgres
 from dpcurator.service.errors import ConflictError, NotFoundError
+from dpcurator.service.ledger_sqlite import RawStatement
 from dpcurator.service.models import (
     AuditEvent,
     Base,
@@ -313,6 +316,7 @@ class Ledger:
             self._engine = create_engine(url, connect_args={"check_same_thread": False})
             _configure_sqlite(self._engine)
             self._write_lock = _WriterLock(self._engine.url.database)
+            self._raw = _RawStatements(self._engine.dialect)  # the SQLite hot path only
         else:
             # No ping before each use (a round trip per transaction): a connection that a
             # database restart broke fails its request, and SQLAlchemy then discards the pool.
@@ -365,6 +369,27 @@ class Ledger:
             conn.execution_options(dpcurator_write=write)
             with OrmSession(bind=conn, expire_on_commit=False) as session, session.begin():
                 yield session
+
+    @contextmanager
+    def _raw_write(self) -> Iterator[sqlite3.Cursor]:
+        """A ``BEGIN IMMEDIATE`` ... ``COMMIT`` on the raw ``sqlite3`` cursor of a pooled
+        connection, rolled back on any error. The write lock is taken before the connection, as
+        by every writer: a writer holding the lock may open a second connection, so a writer
+        holding a connection must never wait for the lock (the pool could run dry)."""
+        with self._writer(True), self._engine.connect() as conn:
+            dbapi = conn.connection.dbapi_connection
+            assert dbapi is not None
+            cursor = cast("sqlite3.Cursor", dbapi.cursor())
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+                try:
+                    yield cursor
+                except BaseException:
+                    cursor.execute("ROLLBACK")
+                    raise
+                cursor.execute("COMMIT")
+            finally:
+                cursor.close()
 
     # -- principals and tokens --------------------------------------------------------------
 
@@ -568,8 +593,10 @@ class Ledger:
             ConflictError: the request key was already used for a different request.
             NotFoundError: unknown dataset, or the analyst has no grant on it.
         """
-        if self._postgres and request.request_key is None:
-            return self._reserve_in_postgres(request)
+        if request.request_key is None:
+            if self._postgres:
+                return self._reserve_in_postgres(request)
+            return self._reserve_in_sqlite(request)
         cost = request.cost
         who = {"p": request.principal_id, "d": request.dataset_id}
         with self._connection(write=True) as conn:
@@ -586,22 +613,44 @@ class Ledger:
                 if earlier is not None:
                     return self._reuse(conn, earlier, request)
             budget, dataset_spent = _after(request, locked[:4], locked[4:])
-            charge = {
-                "principal_id": request.principal_id,
-                "dataset_id": request.dataset_id,
-                "kind": request.kind,
-                "request_key": request.request_key,
-                "fingerprint": request.fingerprint,
-                "query_text": request.query_text,
-                "epsilon": str(cost.epsilon),
-                "delta": str(cost.delta),
-                "events": request.events,
-                "status": "reserved",
-                "claimed_by": self.boot_id,
-                "created_at": utcnow(),
-            }
+            charge = self._charge_row(request)
             charge_id = self._write_reservation(conn, who, charge, budget, dataset_spent)
         return Reservation(charge_id, cost, "reserved", None, False, budget)
+
+    def _reserve_in_sqlite(self, request: ChargeRequest) -> Reservation:
+        """:meth:`reserve` without a request key on SQLite: the same statements, run on the raw
+        cursor (see :mod:`dpcurator.service.ledger_sqlite`)."""
+        who = {"p": request.principal_id, "d": request.dataset_id}
+        charge = self._charge_row(request)
+        lock = self._raw.lock_cap_and_grant if request.charge_grant else self._raw.lock_cap
+        with self._raw_write() as cursor:
+            locked = lock.first(cursor, who)
+            if locked is None:
+                raise NotFoundError(f"No dataset with id {request.dataset_id!r}.")
+            budget, dataset_spent = _after(request, locked[:4], locked[4:])
+            if budget is not None:
+                self._raw.grant_spent.run(cursor, {**who, **_spent_values(budget.spent)})
+            self._raw.dataset_spent.run(cursor, {**who, **_spent_values(dataset_spent)})
+            inserted = self._raw.insert_charge.first(cursor, charge)
+        assert inserted is not None
+        return Reservation(int(inserted[0]), request.cost, "reserved", None, False, budget)
+
+    def _charge_row(self, request: ChargeRequest) -> dict[str, Any]:
+        """The new charge row of a reservation."""
+        return {
+            "principal_id": request.principal_id,
+            "dataset_id": request.dataset_id,
+            "kind": request.kind,
+            "request_key": request.request_key,
+            "fingerprint": request.fingerprint,
+            "query_text": request.query_text,
+            "epsilon": str(request.cost.epsilon),
+            "delta": str(request.cost.delta),
+            "events": request.events,
+            "status": "reserved",
+            "claimed_by": self.boot_id,
+            "created_at": utcnow(),
+        }
 
     def _reserve_in_postgres(self, request: ChargeRequest) -> Reservation:
         """:meth:`reserve` without a request key on PostgreSQL: one call of the function of
@@ -710,13 +759,23 @@ class Ledger:
         One ``UPDATE ... RETURNING`` statement (every column but the result, which the caller
         holds: not decoded again); the returned entry is detached from any session.
         """
-        with self._statement(write=True) as conn:
-            row = conn.execute(
-                _SQL.complete, {"i": charge_id, "result": result, "completed_at": utcnow()}
-            ).first()
+        params = {"i": charge_id, "result": result, "completed_at": utcnow()}
+        row: dict[str, Any] | None
+        if self._postgres:
+            with self._statement(write=True) as conn:
+                found = conn.execute(_SQL.complete, params).first()
+            row = None if found is None else dict(found._mapping)
+        else:
+            with self._raw_write() as cursor:
+                values = self._raw.complete.first(cursor, params)
+            row = (
+                None
+                if values is None
+                else dict(zip(self._raw.complete.columns, values, strict=True))
+            )
         if row is None:
             raise NotFoundError(f"No charge with id {charge_id}.")
-        return Charge(**row._mapping, result=result)
+        return Charge(**row, result=result)
 
     def fail(self, charge_id: int, error: str) -> None:
         """Record that the engine failed after the reservation; the charge stands."""
@@ -989,6 +1048,20 @@ class _Statements:
 
 
 _SQL = _Statements()
+
+
+class _RawStatements:
+    """The SQLite hot path's statements of :data:`_SQL`, compiled for the raw cursor with the
+    parameters the ledger passes them."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        spent = ("spent_epsilon", "spent_delta")
+        self.lock_cap = RawStatement(_SQL.lock_cap, dialect, ())
+        self.lock_cap_and_grant = RawStatement(_SQL.lock_cap_and_grant, dialect, ())
+        self.grant_spent = RawStatement(_SQL.grant_spent, dialect, spent)
+        self.dataset_spent = RawStatement(_SQL.dataset_spent, dialect, spent)
+        self.insert_charge = RawStatement(_SQL.insert_charge, dialect, _RESERVED_CHARGE_COLUMNS)
+        self.complete = RawStatement(_SQL.complete, dialect, ("result", "completed_at"))
 
 
 def _cost_json(cost: ApproxDP) -> dict[str, str]:
