@@ -8,7 +8,9 @@ transaction is serialised by ``BEGIN IMMEDIATE`` on SQLite (one writer at a time
 concurrent requests can never both see the same remaining budget. A refused reservation rolls
 back and changes nothing. On PostgreSQL a reservation without a request key (every query but a
 retried one) runs the same steps as one statement, a function installed in the database (see
-:mod:`dpcurator.service.ledger_postgres`), so the locks are not held across round trips.
+:mod:`dpcurator.service.ledger_postgres`), so the locks are not held across round trips. On
+SQLite the same reservations and every completion run their statements on the raw ``sqlite3``
+cursor (see :mod:`dpcurator.service.ledger_sqlite`), so the write lock is held for less time.
 
 A query costs three short transactions: :meth:`Ledger.access` (read: the dataset row and the
 caller's grant, to check visibility before any planning), :meth:`Ledger.reserve` (write: check both
@@ -585,8 +587,9 @@ class Ledger:
 
         One write transaction of a few SQL statements (no ORM on this hot path): lock the dataset
         row, look up the request key, lock the grant row, check both budgets, update both running
-        totals and insert the charge. On PostgreSQL a request without a key does all of it in one
-        statement (see :mod:`dpcurator.service.ledger_postgres`).
+        totals and insert the charge. A request without a key does all of it in one statement on
+        PostgreSQL (see :mod:`dpcurator.service.ledger_postgres`), and on the raw cursor on SQLite
+        (see :mod:`dpcurator.service.ledger_sqlite`).
 
         Raises:
             BudgetExceededError: the cost does not fit; nothing was changed.
