@@ -141,13 +141,15 @@ RESERVE_CALL = text(
 )
 
 
+#: Whether a function of that name is on the connection's search path (where calls look).
+_EXISTS = "SELECT 1 FROM pg_proc WHERE proname = :name AND pg_function_is_visible(oid)"
+
+
 def install(engine: Engine) -> None:
     """Create the functions unless they exist; concurrent installers queue on an advisory lock."""
     with engine.begin() as conn:
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:name))"), {"name": RESERVE})
         for name, definition in zip((ADD, AT_MOST, RESERVE), _FUNCTIONS, strict=True):
-            exists = conn.execute(
-                text("SELECT 1 FROM pg_proc WHERE proname = :name"), {"name": name}
-            ).first()
+            exists = conn.execute(text(_EXISTS), {"name": name}).first()
             if exists is None:
                 conn.exec_driver_sql(definition)
