@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import socket
 import subprocess
 import threading
 import time
@@ -76,6 +77,25 @@ def test_serve_query_and_budget_commands(
         assert "exhausted" in capsys.readouterr().err
     finally:
         server.stop()
+
+
+def test_serve_refuses_a_port_in_use_before_making_anything(
+    people: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another server on the port: a clear error naming --port, no token, no ledger, and no URL
+    (the other server would have answered the start-up's health poll)."""
+    ledger = tmp_path / "l.sqlite3"
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        args = [*_serve_args(people, f"sqlite:///{ledger}"), "--port", str(port)]
+        assert main(["serve", *args]) == 1
+    said = capsys.readouterr()
+    assert f"--port {port}" in said.err
+    assert "in use" in said.err
+    assert said.out == ""
+    assert not ledger.exists()
 
 
 def test_format_release_aligns_values_and_intervals() -> None:

@@ -21,7 +21,7 @@ from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import DPError
 from dpcurator.service.client import CuratorClient
 from dpcurator.service.schemas import exact
-from dpcurator.service.server import bootstrap, build_service, serve
+from dpcurator.service.server import bootstrap, build_service, require_free_port, serve
 
 DEFAULT_LEDGER = "sqlite:///dpcurator-ledger.sqlite3"
 
@@ -79,6 +79,7 @@ def _serve(args: argparse.Namespace) -> int:
     if (args.data is None) != (args.metadata is None):
         print("error: --data and --metadata go together", file=sys.stderr)
         return 2
+    require_free_port(args.host, args.port)  # before a ledger or token is made
     ledger_url = args.ledger
     if ledger_url is None:
         ledger_url = (

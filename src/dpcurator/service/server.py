@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -25,7 +26,7 @@ from argon2 import PasswordHasher
 from fastapi import FastAPI
 
 from dpcurator.core.measures import ApproxDP
-from dpcurator.errors import DomainError
+from dpcurator.errors import DomainError, ParameterError
 from dpcurator.service.app import create_app
 from dpcurator.service.auth import Identity, TokenAuthority
 from dpcurator.service.curator import Catalog
@@ -142,6 +143,24 @@ def serve(
     config = uvicorn.Config(create_app(service, threads=threads), **options)
     _settle(switch_interval)
     uvicorn.Server(config).run()
+
+
+def require_free_port(host: str, port: int) -> None:
+    """Raise ParameterError unless ``host:port`` can be listened on (checked as uvicorn binds).
+
+    Checked before anything starts: otherwise a server already on the port would answer the
+    start-up's health poll and the user would be pointed at it.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ParameterError(
+                f"Cannot listen on --host {host} --port {port}: {exc.strerror}. Is another "
+                "server running there? Stop it or choose another --port."
+            ) from None
 
 
 def _call_when_serving(host: str, port: int, callback: Callable[[], None]) -> None:
