@@ -18,8 +18,11 @@ quarter of the machine at 200 queries/s) and ``--client stdlib`` (``http.client`
 server behind a typical Python client.
 
 Reports sustained answered queries/s and p50/p99 latency over the measured window (after a
-warm-up), and asserts zero overspend: the ledger total equals the exact sum of the costs of the
-answered queries, fits the dataset cap, and no analyst spent more than its grant.
+warm-up), the share of the machine's CPU time that was busy meanwhile (on Linux; server,
+database and clients together: far below 100% means requests queue on a lock, as they did on
+the ledgers' locks before the reservation became one statement), and asserts zero overspend:
+the ledger total equals the exact sum of the costs of the answered queries, fits the dataset
+cap, and no analyst spent more than its grant.
 
     .venv/bin/python benchmarks/service.py [--rows 1000000] [--seconds 20] [--clients 8]
         [--ledgers sqlite,postgresql] [--caches off,on]
@@ -179,9 +182,30 @@ def server(
 CLIENT_SCRIPT = Path(__file__).resolve().parent / "service_client.py"
 
 
-def _drive_clients(args: argparse.Namespace, url: str, tokens: list[str]) -> list[dict[str, Any]]:
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(busy, total) CPU ticks of the whole machine since boot (Linux ``/proc/stat``), or None."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            ticks = [int(x) for x in stat.readline().split()[1:]]
+    except OSError:
+        return None
+    idle = ticks[3] + ticks[4]  # idle and iowait
+    return sum(ticks) - idle, sum(ticks)
+
+
+def _busy_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    if before is None or after is None or after[1] == before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
+def _drive_clients(
+    args: argparse.Namespace, url: str, tokens: list[str]
+) -> tuple[list[dict[str, Any]], float | None]:
     """Start one client process per token; open the window once all have imported and said
-    ready (so no client is still starting up while others are measured); their results."""
+    ready (so no client is still starting up while others are measured); their results and the
+    share of the machine's CPU time that was busy during the window (server, database and
+    clients together: well below 100% means requests wait on a lock, not on the CPU)."""
     processes = [
         subprocess.Popen(
             [sys.executable, str(CLIENT_SCRIPT), args.client, url, token, str(i)],
@@ -202,7 +226,11 @@ def _drive_clients(args: argparse.Namespace, url: str, tokens: list[str]) -> lis
             assert process.stdin is not None
             process.stdin.write(window)
             process.stdin.flush()
-        return [json.loads(process.communicate()[0]) for process in processes]
+        time.sleep(max(0.0, start - time.time()))
+        before = _cpu_ticks()
+        time.sleep(max(0.0, start + args.seconds - time.time()))
+        busy = _busy_share(before, _cpu_ticks())
+        return [json.loads(process.communicate()[0]) for process in processes], busy
     finally:
         for process in processes:
             if process.poll() is None:
@@ -224,7 +252,7 @@ def run(ledger: str, data: Path, args: argparse.Namespace, *, result_cache: bool
             for sql in QUERIES:  # warm up: open the dataset, every plan (and result, if cached)
                 body = {"sql": sql, "epsilon": EPSILON}
                 http.post("/v1/datasets/people/queries", json=body).raise_for_status()
-        results = _drive_clients(args, url, tokens)
+        results, busy = _drive_clients(args, url, tokens)
     latencies = sorted(x for r in results for x in r["latencies"])
     answered = [Fraction(c) for r in results for c in r["costs"]] + [Fraction(str(EPSILON))] * len(
         QUERIES
@@ -244,6 +272,7 @@ def run(ledger: str, data: Path, args: argparse.Namespace, *, result_cache: bool
         "qps": len(latencies) / args.seconds,
         "p50_ms": 1000 * statistics.median(latencies),
         "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))],
+        "cpu_busy": busy,
     }
 
 
@@ -285,8 +314,11 @@ def main() -> None:
             f"rows={args.rows} clients={args.clients} seconds={args.seconds} "
             f"mix={len(QUERIES)} server workers={args.workers} client={args.client}"
         )
-        print("| ledger | result cache | q/s | p50 ms | p99 ms | answered | failed | overspend |")
-        print("|---|---|---|---|---|---|---|---|")
+        print(
+            "| ledger | result cache | q/s | p50 ms | p99 ms | answered | failed | overspend "
+            "| CPU busy |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
         for name in ledgers:
             for cache in args.caches.split(","):
                 if name == "sqlite":
@@ -297,9 +329,11 @@ def main() -> None:
                     print(f"| {name} | {cache} | skipped: PostgreSQL is not installed |")
                     continue
                 result = run(url, data, args, result_cache=cache == "on")
+                busy = result["cpu_busy"]
                 print(
                     f"| {name} | {cache} | {result['qps']:.0f} | {result['p50_ms']:.1f} | "
-                    f"{result['p99_ms']:.1f} | {result['queries']} | {result['failed']} | 0 |",
+                    f"{result['p99_ms']:.1f} | {result['queries']} | {result['failed']} | 0 | "
+                    f"{'–' if busy is None else f'{100 * busy:.0f}%'} |",
                     flush=True,
                 )
 
