@@ -33,6 +33,7 @@ from dpcurator.service import ledger as ledger_module  # noqa: E402
 from dpcurator.service.ledger import ChargeRequest, Ledger  # noqa: E402
 from tests.service_fixtures import (  # noqa: E402
     fresh_postgres_url,
+    ledger_with_analysts,
     postgres_available,
     throwaway_postgres,
 )
@@ -63,20 +64,9 @@ def timed_write_lock() -> Iterator[list[float]]:
 
 
 def prepared(url: str) -> Ledger:
-    """A ledger with one dataset and one analyst, both with room for every pair."""
+    """A ledger with one dataset and one analyst (``ana_0``), both with room for every pair."""
     ledger = Ledger(url)
-    ledger.create_principal("own", "owner", "owner")
-    ledger.add_dataset(
-        "d",
-        name="d",
-        source={},
-        metadata_doc={},
-        cap=ApproxDP(10**6, 0),
-        replay_enabled=False,
-        by="own",
-    )
-    ledger.create_principal("ana", "analyst", "analyst")
-    ledger.set_grant("ana", "d", ApproxDP(10**6, 0), by="own")
+    ledger_with_analysts(ledger, grant=ApproxDP(10**6, 0), cap=ApproxDP(10**6, 0))
     return ledger
 
 
@@ -87,7 +77,7 @@ def run(ledger: Ledger, pairs: int, threads: int, keyed: bool) -> float:
         for i in range(pairs // threads):
             key = f"{worker}-{i}" if keyed else None
             request = ChargeRequest(
-                principal_id="ana",
+                principal_id="ana_0",
                 dataset_id="d",
                 kind="query",
                 query_text="SELECT region, COUNT(*) FROM people GROUP BY region",

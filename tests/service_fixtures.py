@@ -21,12 +21,17 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import psycopg
 import pytest
 import uvicorn
 from argon2 import PasswordHasher
+
+if TYPE_CHECKING:
+    from dpcurator.core.measures import ApproxDP
+    from dpcurator.service.ledger import Ledger
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 REPO = Path(__file__).resolve().parent.parent
@@ -232,3 +237,20 @@ class ThreadServer:
         client = httpx.Client(base_url=self.url, headers=headers, timeout=60)
         self.clients.append(client)
         return client
+
+
+def ledger_with_analysts(
+    ledger: Ledger, *, grant: ApproxDP, cap: ApproxDP, analysts: int = 1
+) -> list[str]:
+    """Owner ``own_1``, dataset ``d`` with global ``cap``, and analysts ``ana_0``, ``ana_1``, ...
+    each granted ``grant`` on it (a ledger alone: no data source); the analysts' ids."""
+    ledger.create_principal("own_1", "owner", "owner")
+    ledger.add_dataset(
+        "d", name="d", source={}, metadata_doc={}, cap=cap, replay_enabled=False, by="own_1"
+    )
+    ids = []
+    for i in range(analysts):
+        ledger.create_principal(f"ana_{i}", f"analyst {i}", "analyst")
+        ledger.set_grant(f"ana_{i}", "d", grant, by="own_1")
+        ids.append(f"ana_{i}")
+    return ids

@@ -23,30 +23,11 @@ from dpcurator.service.auth import TokenAuthority
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.ledger import ChargeRequest, Ledger, dataset_budget, grant_budget
 from dpcurator.service.models import Charge
-from tests.service_fixtures import fresh_postgres_url, postgres_server
+from tests.service_fixtures import fresh_postgres_url, ledger_with_analysts, postgres_server
 
 __all__ = ["postgres_server"]
 
 EPS = Fraction(1, 8)
-
-
-def _setup(ledger: Ledger, *, grant: ApproxDP, cap: ApproxDP, analysts: int = 1) -> list[str]:
-    ledger.create_principal("own_1", "owner", "owner")
-    ledger.add_dataset(
-        "d",
-        name="d",
-        source={},
-        metadata_doc={},
-        cap=cap,
-        replay_enabled=False,
-        by="own_1",
-    )
-    ids = []
-    for i in range(analysts):
-        ledger.create_principal(f"ana_{i}", f"analyst {i}", "analyst")
-        ledger.set_grant(f"ana_{i}", "d", grant, by="own_1")
-        ids.append(f"ana_{i}")
-    return ids
 
 
 def _request(analyst: str, cost: ApproxDP, key: str | None = None, sql: str = "q") -> ChargeRequest:
@@ -82,7 +63,7 @@ def make_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], 
 
 def test_reserve_updates_running_totals_exactly(make_ledger: Callable[[], Ledger]) -> None:
     ledger = make_ledger()
-    (analyst,) = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(2, 0))
+    (analyst,) = ledger_with_analysts(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(2, 0))
     for _ in range(8):
         ledger.reserve(_request(analyst, ApproxDP(EPS, 0)))
     with pytest.raises(BudgetExceededError) as info:
@@ -98,7 +79,9 @@ def test_reserve_updates_running_totals_exactly(make_ledger: Callable[[], Ledger
 
 def test_refusal_changes_nothing(make_ledger: Callable[[], Ledger]) -> None:
     ledger = make_ledger()
-    (analyst,) = _setup(ledger, grant=ApproxDP(1, Fraction(1, 10**6)), cap=ApproxDP(5, 0))
+    (analyst,) = ledger_with_analysts(
+        ledger, grant=ApproxDP(1, Fraction(1, 10**6)), cap=ApproxDP(5, 0)
+    )
     ledger.reserve(_request(analyst, ApproxDP(Fraction(1, 2), 0)))
     with pytest.raises(BudgetExceededError):
         ledger.reserve(_request(analyst, ApproxDP(Fraction(1, 4), Fraction(1, 10**5))))
@@ -108,7 +91,9 @@ def test_refusal_changes_nothing(make_ledger: Callable[[], Ledger]) -> None:
 
 def test_global_cap_binds_across_analysts(make_ledger: Callable[[], Ledger]) -> None:
     ledger = make_ledger()
-    a, b = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(Fraction(3, 2), 0), analysts=2)
+    a, b = ledger_with_analysts(
+        ledger, grant=ApproxDP(1, 0), cap=ApproxDP(Fraction(3, 2), 0), analysts=2
+    )
     ledger.reserve(_request(a, ApproxDP(1, 0)))
     ledger.reserve(_request(b, ApproxDP(Fraction(1, 2), 0)))
     with pytest.raises(BudgetExceededError, match="global"):
@@ -119,7 +104,9 @@ def test_global_cap_binds_across_analysts(make_ledger: Callable[[], Ledger]) -> 
 def test_an_owner_charges_only_the_global_cap(make_ledger: Callable[[], Ledger]) -> None:
     """A charge without a grant (an owner's batch) counts against the cap alone, with δ too."""
     ledger = make_ledger()
-    (analyst,) = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(2, Fraction(1, 10**6)))
+    (analyst,) = ledger_with_analysts(
+        ledger, grant=ApproxDP(1, 0), cap=ApproxDP(2, Fraction(1, 10**6))
+    )
     batch = replace(
         _request("own_1", ApproxDP(Fraction(3, 2), Fraction(1, 10**6))),
         kind="batch",
@@ -141,7 +128,7 @@ def test_an_owner_charges_only_the_global_cap(make_ledger: Callable[[], Ledger])
 
 def test_no_grant_is_not_found(make_ledger: Callable[[], Ledger]) -> None:
     ledger = make_ledger()
-    _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
+    ledger_with_analysts(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
     ledger.create_principal("ana_x", "stranger", "analyst")
     with pytest.raises(NotFoundError):
         ledger.reserve(_request("ana_x", ApproxDP(EPS, 0)))
@@ -152,7 +139,7 @@ def test_request_key_charges_once_and_claims_after_a_crash(
     make_ledger: Callable[[], Ledger],
 ) -> None:
     ledger = make_ledger()
-    (analyst,) = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
+    (analyst,) = ledger_with_analysts(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
     first = ledger.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1"))
     # The same process is still running it: a concurrent duplicate is refused.
     with pytest.raises(ConflictError, match="still running"):
@@ -174,7 +161,7 @@ def test_request_key_charges_once_and_claims_after_a_crash(
 
 def test_cancel_refunds_only_reserved_charges(make_ledger: Callable[[], Ledger]) -> None:
     ledger = make_ledger()
-    (analyst,) = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
+    (analyst,) = ledger_with_analysts(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
     kept = ledger.reserve(_request(analyst, ApproxDP(EPS, 0)))
     refunded = ledger.reserve(_request(analyst, ApproxDP(EPS, 0)))
     ledger.cancel(refunded.charge_id)
@@ -189,7 +176,9 @@ def test_cancel_refunds_only_reserved_charges(make_ledger: Callable[[], Ledger])
 
 def test_concurrent_reservations_never_overspend(make_ledger: Callable[[], Ledger]) -> None:
     ledger = make_ledger()
-    analysts = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(Fraction(5, 4), 0), analysts=4)
+    analysts = ledger_with_analysts(
+        ledger, grant=ApproxDP(1, 0), cap=ApproxDP(Fraction(5, 4), 0), analysts=4
+    )
     outcomes: list[str] = []
     lock = threading.Lock()
     start = threading.Barrier(40)
@@ -225,7 +214,7 @@ def test_concurrent_retries_of_one_request_are_charged_once(
     once: a server finds the reservation already made for the key (by itself: "still running";
     by the other, which it cannot tell from a crashed one: taken over), never a second charge."""
     first, second = make_ledger(), make_ledger()
-    (analyst,) = _setup(first, grant=ApproxDP(100, 0), cap=ApproxDP(100, 0))
+    (analyst,) = ledger_with_analysts(first, grant=ApproxDP(100, 0), cap=ApproxDP(100, 0))
     charges: dict[str, set[int]] = {}
     lock = threading.Lock()
     start = threading.Barrier(24)
@@ -272,7 +261,7 @@ def test_on_postgresql_only_the_reservation_commits_without_a_flush(
 
     event.listen(ledger._engine, "commit", record)
     try:
-        (analyst,) = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
+        (analyst,) = ledger_with_analysts(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
         doing[0] = "reserve"  # with a request key: a transaction of several statements
         charge = ledger.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1"))
         doing[0] = "cancel"
@@ -334,7 +323,7 @@ def test_sqlite_raw_statements_store_what_sqlalchemy_stores(tmp_path: Path) -> N
     completed entry reads back as the ORM reads it."""
     ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite3'}")
     try:
-        (analyst,) = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
+        (analyst,) = ledger_with_analysts(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
         events = [{"epsilon": "1/8", "nested": [1, 2.5, None]}]
         raw = ledger.reserve(replace(_request(analyst, ApproxDP(EPS, 0)), events=events))
         core = ledger.reserve(replace(_request(analyst, ApproxDP(EPS, 0), key="k"), events=events))
@@ -374,7 +363,7 @@ def test_a_verified_token_is_rechecked_for_revocation_without_argon2(
     through another server process takes effect) but its secret is not hashed again; a
     different token is always verified with argon2."""
     ledger = make_ledger()
-    (analyst,) = _setup(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
+    (analyst,) = ledger_with_analysts(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
     hasher = _CountingHasher()
     authority = TokenAuthority(ledger, hasher=hasher, cache_seconds=0.0)
     issued = authority.issue(analyst)
