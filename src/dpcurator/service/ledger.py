@@ -658,18 +658,11 @@ class Ledger:
     def _reserve_in_postgres(self, request: ChargeRequest) -> Reservation:
         """:meth:`reserve` without a request key on PostgreSQL: one call of the function of
         :mod:`dpcurator.service.ledger_postgres`, in autocommit mode (one round trip)."""
+        charge = self._charge_row(request)
         params = {
-            "d": request.dataset_id,
-            "p": request.principal_id,
+            **charge,
+            "events": json.dumps(charge["events"]),
             "charge_grant": request.charge_grant,
-            "epsilon": str(request.cost.epsilon),
-            "delta": str(request.cost.delta),
-            "kind": request.kind,
-            "fingerprint": request.fingerprint,
-            "query_text": request.query_text,
-            "events": json.dumps(request.events),
-            "claimed_by": self.boot_id,
-            "created_at": utcnow(),
         }
         with self._statement(write=True) as conn:
             row = conn.execute(ledger_postgres.RESERVE_CALL, params).first()

@@ -133,11 +133,12 @@ END
 $$""",
 ]
 
-#: One reservation: the locked totals BEFORE it and the new charge's id (NULL if refused); no
-#: row if the dataset is unknown or the analyst has no grant on it.
+#: One reservation, given the new charge's row (``Ledger._charge_row``, events as JSON text) and
+#: ``charge_grant``: the locked totals BEFORE it and the new charge's id (NULL if refused); no row
+#: if the dataset is unknown or the analyst has no grant on it.
 RESERVE_CALL = text(
-    f"SELECT * FROM {RESERVE}(:d, :p, :charge_grant, :epsilon, :delta, :kind, :fingerprint,"
-    " :query_text, CAST(:events AS json), :claimed_by, :created_at)"
+    f"SELECT * FROM {RESERVE}(:dataset_id, :principal_id, :charge_grant, :epsilon, :delta, :kind,"
+    " :fingerprint, :query_text, CAST(:events AS json), :claimed_by, :created_at)"
 )
 
 
