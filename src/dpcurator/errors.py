@@ -55,6 +55,14 @@ class UnsupportedQueryError(DPError):
     """A query uses a construct the planner refuses (the construct is named in the message)."""
 
 
+#: The only text an analyst sees when an engine fails after a charge. Engine text can carry
+#: private values, so it goes to the owner's server log (logger ``dpcurator.engine``) only.
+ENGINE_FAILURE_MESSAGE = (
+    "The engine failed to compute this release; the charge stands. The data owner can find the "
+    "details in the server log."
+)
+
+
 class BackendError(DPError):
     """An engine failed to compute an exact aggregate."""
 
