@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from dpcurator._cache import LruCache
 from dpcurator.accounting import Budget
+from dpcurator.core.measures import PureDP
 from dpcurator.errors import ParameterError
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.ir import AggregatePlan, ExactResult
@@ -29,6 +30,7 @@ class CountingBackend:
 
     def __init__(self, inner: Backend) -> None:
         self.inner = inner
+        self.name = inner.name
         self.computed = 0
 
     def tables(self) -> list[str]:
@@ -88,7 +90,7 @@ def test_result_cache_skips_the_engine_but_charges_and_noises_every_release(
     cached = Session(backend, metadata, budget=Budget(10), result_cache=LruCache(8))
     releases = [cached.sql(GROUPED_SUM, epsilon=0.001) for _ in range(3)]
     assert backend.computed == 1
-    assert cached.spent().epsilon == 3 * Fraction(0.001)  # floats are read exactly
+    assert cached.spent() == PureDP(3 * Fraction(0.001))  # floats are read exactly
     values = [tuple(e.value for _, row in r.rows for e in row) for r in releases]
     # Fresh noise each time: sums are not floored (counts are, at 0, so equal noisy counts are
     # likely) and their noise has scale 1.6e9 grid steps, so a tie has probability < 1e-6.

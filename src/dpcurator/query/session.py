@@ -28,21 +28,38 @@ Caches (both bounded LRUs, thread-safe, shareable between sessions over the same
   the distribution of every release is unchanged. What changes is timing: a hit skips the engine,
   and whether a query hits depends only on the history of queries (public to the curator), not on
   the data. A result cache is only valid for ONE backend over data that does not change (one
-  dataset version): never share it between backends. Results of more than
-  :data:`MAX_CACHED_GROUPS` groups are not kept (the cache must not hold copies of the table).
-  The service gives every dataset loaded into a private DuckDB copy one.
+  dataset version): never share it between backends. Whether a result is kept is decided from
+  its PLAN alone (:func:`result_is_cacheable`): an ungrouped plan, or one grouped by public keys
+  of at most :data:`MAX_CACHED_GROUPS` groups. A plan whose groups are chosen by private
+  partition selection is never kept, whatever its result: how many groups the data has must not
+  decide whether the next release hits (a data-dependent size test made a 1,025-group answer
+  measurably slower than a 1,024-group one). The service gives every dataset loaded into a
+  private DuckDB copy one (:func:`new_result_cache`).
+
+Both caches are bounded by weight as well as by count, with weights computed from the public plan
+(:func:`plan_weight`, :func:`result_weight`): a histogram plan of a million bins is one entry
+but weighs a million, so a few such plans cannot make a cache hold gigabytes.
+
+After the charge, nothing an analyst sees may depend on how the engine failed: any exception
+while computing and releasing becomes ``BackendError(ENGINE_FAILURE_MESSAGE)`` (the one constant
+text of :mod:`dpcurator.errors`) and the original is logged on the ``dpcurator.engine`` logger,
+for the data owner only.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Callable
 from types import TracebackType
+from typing import TypeVar
 
 from dpcurator._cache import LruCache
 from dpcurator._validation import check_probability, fail
 from dpcurator.accounting import ApproxEvent, Budget, BudgetFilter, PrivacyFilter, PureEvent
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ApproxDP, Measure, PureDP
+from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError
 from dpcurator.estimators.bounds import bounds_from_noisy_counts
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.builder import Query
@@ -54,13 +71,69 @@ from dpcurator.query.sql import parse_sql
 from dpcurator.random import Rng
 
 DEFAULT_PLAN_CACHE_SIZE = 512
-
+#: The most weight (:func:`plan_weight`: roughly how many values the plans hold) a plan cache
+#: made by :func:`new_plan_cache` keeps, about 100 MB of Python objects at most.
+DEFAULT_PLAN_CACHE_WEIGHT = 2_000_000
+DEFAULT_RESULT_CACHE_SIZE = 1_024
+#: The most weight (:func:`result_weight`: exact values) a result cache made by
+#: :func:`new_result_cache` keeps.
+DEFAULT_RESULT_CACHE_WEIGHT = 2_000_000
 
 PlanKey = tuple[str | Query, object, object, object, Metadata]
 PlanCache = LruCache[PlanKey, Plan]
 ResultCache = LruCache[AggregatePlan, ExactResult]
-#: A result cache keeps exact results of at most this many groups.
+#: A result cache keeps the exact results of plans of at most this many groups (decided from
+#: the plan: see :func:`result_is_cacheable`).
 MAX_CACHED_GROUPS = 1_024
+
+_ENGINE_LOG = logging.getLogger("dpcurator.engine")
+_T = TypeVar("_T")
+
+
+def plan_weight(key: PlanKey, plan: Plan) -> int:
+    """The weight of a cached plan: about how many values it holds (query text in 8-character
+    words, public keys, histogram edges), from the plan alone."""
+    query = key[0]
+    text = len(query) // 8 if isinstance(query, str) else 0
+    keys = len(plan.keys or ()) * max(len(plan.group_columns), 1)
+    exact_keys = len(plan.exact.group_keys or ()) * max(len(plan.exact.group_by), 1)
+    edges = sum(len(output.edges) for output in plan.outputs)
+    return 1 + text + keys + exact_keys + edges
+
+
+def _planned_groups(exact: AggregatePlan) -> int | None:
+    """How many groups a plan can have at most, from the plan alone; None when private
+    partition selection decides (the data does, then)."""
+    if not exact.group_by:
+        return 1
+    if exact.group_keys is None:
+        return None
+    return len(exact.group_keys)
+
+
+def result_is_cacheable(exact: AggregatePlan) -> bool:
+    """Whether a result cache may keep this plan's exact result: the plan is ungrouped or
+    grouped by public keys of at most :data:`MAX_CACHED_GROUPS` groups. Decided from the plan,
+    which is public, never from the result (see the module docstring)."""
+    groups = _planned_groups(exact)
+    return groups is not None and groups <= MAX_CACHED_GROUPS
+
+
+def result_weight(exact: AggregatePlan, _result: ExactResult) -> int:
+    """The weight of a cached result: the most exact values its plan can produce (groups times
+    the values per group, a histogram counting its bins), from the plan alone."""
+    per_group = sum(max(aggregate.bins, 1) for aggregate in exact.aggregates)
+    return (_planned_groups(exact) or 1) * max(per_group, 1)
+
+
+def new_plan_cache(maxsize: int = DEFAULT_PLAN_CACHE_SIZE) -> PlanCache:
+    """A plan cache bounded by count and by :func:`plan_weight`."""
+    return LruCache(maxsize, maxweight=DEFAULT_PLAN_CACHE_WEIGHT, weigh=plan_weight)
+
+
+def new_result_cache(maxsize: int = DEFAULT_RESULT_CACHE_SIZE) -> ResultCache:
+    """A result cache bounded by count and by :func:`result_weight`."""
+    return LruCache(maxsize, maxweight=DEFAULT_RESULT_CACHE_WEIGHT, weigh=result_weight)
 
 
 def _event(cost: PureDP | ApproxDP) -> PrivacyEvent:
@@ -110,9 +183,7 @@ class Session:
         self._alpha = float(alpha)
         self._rng = rng
         self._lock = threading.Lock()
-        self._plans: PlanCache = (
-            LruCache(DEFAULT_PLAN_CACHE_SIZE) if plan_cache is None else plan_cache
-        )
+        self._plans: PlanCache = new_plan_cache() if plan_cache is None else plan_cache
         self._results = result_cache
 
     @classmethod
@@ -229,8 +300,9 @@ class Session:
         plan = self.plan(query, epsilon=epsilon, delta=delta, selection_weight=selection_weight)
         reservation = self._filter.reserve(_event(plan.cost), description=_describe(query))
         reservation.commit()
-        exact = self._compute(plan.exact)
-        return release_plan(plan, exact, alpha=level, rng=self._rng)
+        return _after_charge(
+            lambda: release_plan(plan, self._compute(plan.exact), alpha=level, rng=self._rng)
+        )
 
     def sql(
         self,
@@ -258,7 +330,7 @@ class Session:
         plan = plan_bounds(self._metadata, column, epsilon=epsilon, beta=beta)
         reservation = self._filter.reserve(_event(plan.cost), description=f"dp_bounds({column})")
         reservation.commit()
-        exact = self._compute(plan.exact)
+        exact = _after_charge(lambda: self._compute(plan.exact))
         counts = [
             int(exact.groups.get((i,), {}).get("n", 0))  # type: ignore[call-overload]
             for i in range(plan.bins.bins)
@@ -288,17 +360,32 @@ class Session:
         """The engine's exact aggregates (from the result cache when enabled and present)."""
         if self._results is None:
             return self._backend.compute(exact)
+        if not result_is_cacheable(exact):
+            return self._backend.compute(exact)
         result = self._results.get(exact)
         if result is None:
             result = self._backend.compute(exact)
-            if len(result.groups) <= MAX_CACHED_GROUPS:
-                self._results.put(exact, result)
+            self._results.put(exact, result)
         return result
 
     def _level(self, alpha: float | None) -> float:
         if alpha is None:
             return self._alpha
         return float(check_probability("Session", "alpha", alpha, open_low=True, open_high=True))
+
+
+def _after_charge(work: Callable[[], _T]) -> _T:
+    """Run the post-charge part of a release; any exception becomes
+    ``BackendError(ENGINE_FAILURE_MESSAGE)``, the original logged on ``dpcurator.engine``.
+
+    Once charged, the class and text of an error could depend on the data (an engine's message
+    may quote a value), so the analyst gets one constant answer and the owner the details.
+    """
+    try:
+        return work()
+    except Exception as exc:
+        _ENGINE_LOG.exception("the engine failed after the charge: %s", type(exc).__name__)
+        raise BackendError(ENGINE_FAILURE_MESSAGE) from None
 
 
 def _describe(query: str | Query) -> str:

@@ -20,7 +20,6 @@ from typing import Any, cast
 
 import duckdb
 
-from dpcurator._cache import LruCache
 from dpcurator.accounting.budget import Budget
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.accounting.filter import BudgetFilter, PrivacyFilter, Reservation
@@ -29,7 +28,13 @@ from dpcurator.errors import DomainError, InternalInvariantError, ParameterError
 from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
 from dpcurator.query.planner import precomputed_columns
 from dpcurator.query.schema import Metadata
-from dpcurator.query.session import DEFAULT_PLAN_CACHE_SIZE, PlanCache, ResultCache, Session
+from dpcurator.query.session import (
+    PlanCache,
+    ResultCache,
+    Session,
+    new_plan_cache,
+    new_result_cache,
+)
 from dpcurator.service.ledger import (
     BudgetView,
     ChargeRequest,
@@ -40,7 +45,6 @@ from dpcurator.service.ledger import (
 from dpcurator.service.models import Dataset
 
 _SOURCE_SUFFIXES = (".parquet", ".csv", ".duckdb")
-DEFAULT_RESULT_CACHE_SIZE = 1024
 
 
 class AlreadyCharged(Exception):  # noqa: N818  # a control-flow signal, not an error
@@ -247,8 +251,8 @@ class Catalog:
         return DatasetRuntime(
             metadata,
             backend,
-            LruCache(DEFAULT_PLAN_CACHE_SIZE),
-            LruCache(DEFAULT_RESULT_CACHE_SIZE) if self.result_cache or unchanging else None,
+            new_plan_cache(),
+            new_result_cache() if self.result_cache or unchanging else None,
         )
 
     def _open(self, source: dict[str, Any], metadata: Metadata) -> Backend:
