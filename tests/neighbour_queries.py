@@ -1,0 +1,564 @@
+"""The neighbour adversary: generated queries, neighbouring tables, and what an analyst observes.
+
+The privacy rule (``docs/PRIVACY.md``; Dwork & Roth 2014, Def. 2.4 applied to the whole output,
+not only the noisy numbers): everything an analyst can observe except the noisy numbers is a
+function of public inputs only (query, ε/δ, metadata). So for any table D and any neighbour D'
+(D minus one person, or D with one person's row changed), the :class:`Observation` of a query
+(exception class and text or HTTP status and problem body, the charge, released group columns
+and public keys, CI widths, which cache kept the result) must be equal on D and D'. A difference
+is a side channel that does not go through the noise: it can reveal one person exactly, however
+small ε is.
+
+This module holds the parts shared by ``tests/test_neighbours.py`` (bounded CI run) and
+``scripts/neighbour_search.py`` (long search): the SQL generator (:func:`queries`), biased toward
+adversarial expressions (CASE on the victim's person id, int64-edge and 1e300 literals, division
+by zero, string/number mixes, filters selecting one person, partition selection, tiny ε, many
+histogram bins), the neighbours (:class:`Neighbour`), the engines (:data:`ENGINES`), the
+observation of a :class:`~dpcurator.Session` release (:func:`observe_session`; the HTTP one is
+in ``tests/neighbour_service.py``), and the comparison (:func:`differences`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from unittest import mock
+
+import pandas as pd
+from hypothesis import strategies as st
+
+import dpcurator as dpc
+from dpcurator.errors import BackendError, DPError
+from dpcurator.query import session as session_module
+from dpcurator.query.backends import Backend, open_backend
+from dpcurator.query.ir import AggregatePlan, ExactResult
+from dpcurator.query.planner import Plan, plan_query, precomputed_columns
+from dpcurator.query.release import Estimate, Release, estimate_plan
+from dpcurator.query.session import new_result_cache
+from dpcurator.query.sql import parse_sql
+from dpcurator.random import SeededRng
+
+VICTIM = 4322
+INT64_MAX = 2**63 - 1
+#: Every session starts with this budget, so the charge of each query is observed alone.
+BUDGET = dpc.Budget(epsilon=1_000.0, delta=1e-3)
+RNG_SEED = 20240601
+
+_NUMBERS = ("age", "income", "hours", "pid")
+_KEYS = {
+    "sex": ("F", "M"),
+    "region": ("North", "East", "South", "West"),
+    "education": ("primary", "secondary", "bachelor", "master", "doctorate"),
+}
+_EXTREME_LITERALS = (
+    "0",
+    "1",
+    "-1",
+    "0.5",
+    "90",
+    str(VICTIM),
+    str(INT64_MAX),
+    f"-{INT64_MAX}",
+    "-9223372036854775808",
+    str(2**63),
+    str(2**64),
+    "1e300",
+    "-1e300",
+    "1e-300",
+    "1.5e308",
+)
+EPSILONS = (1e-12, 1e-10, 1e-9, 1e-6, 1e-3, 0.1, 1.0, 5.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# The demo table and its neighbours
+
+
+@functools.cache
+def demo_metadata() -> dpc.Metadata:
+    """The public metadata of the demo table."""
+    return dpc.Metadata.from_yaml(dpc.demo_path("people.yaml"))
+
+
+@functools.cache
+def _demo_frame() -> pd.DataFrame:
+    return pd.read_csv(dpc.demo_path("people.csv"))
+
+
+def demo_frame() -> pd.DataFrame:
+    """A fresh copy of the demo table D (one row per person ``pid``)."""
+    return _demo_frame().copy()
+
+
+#: Row changes a neighbour may apply to one person: extremes, NULL and NaN where types allow.
+CHANGES: dict[str, dict[str, object]] = {
+    "age=int64 max": {"age": INT64_MAX},
+    "age=int64 min": {"age": -(2**63)},
+    "age=NULL": {"age": None},
+    "income=inf": {"income": math.inf},
+    "income=-1e308": {"income": -1e308},
+    "income=NaN": {"income": math.nan},
+    "hours=NaN, employed=NULL": {"hours": math.nan, "employed": None},
+    "sex='X', region=NULL": {"sex": "X", "region": None},
+    "region='1', education=''": {"region": "1", "education": ""},
+}
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """D minus one person (``change`` None) or D with that person's row changed (a CHANGES key)."""
+
+    pid: int
+    change: str | None = None
+
+    def __str__(self) -> str:
+        what = "removed" if self.change is None else f"changed ({self.change})"
+        return f"D with person {self.pid} {what}"
+
+    def frame(self) -> pd.DataFrame:
+        """The neighbouring table."""
+        frame = demo_frame()
+        rows = frame["pid"] == self.pid
+        if self.change is None:
+            return frame[~rows].reset_index(drop=True)
+        for column, value in CHANGES[self.change].items():
+            values = frame[column].astype(object)
+            values[rows] = value
+            frame[column] = (
+                values if value is None or isinstance(value, str) else values.infer_objects()
+            )
+        return frame
+
+
+def neighbours() -> st.SearchStrategy[Neighbour]:
+    """Neighbours of D, mostly about the victim (the person the queries target)."""
+    pid = st.one_of(st.just(VICTIM), st.integers(1, 5000))
+    change = st.one_of(st.none(), st.sampled_from(sorted(CHANGES)))
+    return st.builds(Neighbour, pid, change)
+
+
+# ----------------------------------------------------------------------------------------------
+# Queries
+
+
+@dataclass(frozen=True)
+class NeighbourQuery:
+    """One SQL query with its requested ε and δ."""
+
+    sql: str
+    epsilon: float
+    delta: float = 0.0
+
+    def __str__(self) -> str:
+        return f"{self.sql}  [ε={self.epsilon:g}, δ={self.delta:g}]"
+
+
+def _literal() -> st.SearchStrategy[str]:
+    return st.one_of(st.sampled_from(_EXTREME_LITERALS), st.integers(-100, 100).map(str))
+
+
+def _string_column() -> st.SearchStrategy[str]:
+    return st.sampled_from(sorted(_KEYS))
+
+
+def _numbers() -> st.SearchStrategy[str]:
+    """Numeric row expressions: arithmetic, functions, CASE on the victim, mixes and x/0."""
+    base = st.one_of(st.sampled_from(_NUMBERS), _literal())
+
+    def extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+        op = st.sampled_from(("+", "-", "*", "/"))
+        function = st.sampled_from(("ABS", "ROUND", "FLOOR", "CEIL"))
+        return st.one_of(
+            st.builds("({} {} {})".format, inner, op, inner),
+            st.builds("({} / 0)".format, inner),
+            st.builds("{}({})".format, function, inner),
+            st.builds("COALESCE({}, {})".format, inner, inner),
+            st.builds(f"(CASE WHEN pid = {VICTIM} THEN {{}} ELSE {{}} END)".format, inner, inner),
+            st.builds("LENGTH({})".format, _string_column()),
+            st.builds("({} + {})".format, _string_column(), inner),  # a string/number mix
+        )
+
+    return st.recursive(base, extend, max_leaves=5)
+
+
+def _simple_predicates() -> st.SearchStrategy[str]:
+    comparison = st.sampled_from(("=", "<>", "<", "<=", ">", ">="))
+    strings = _string_column()
+    key = st.sampled_from(sorted({k for keys in _KEYS.values() for k in keys}))
+    width = st.integers(0, 3)
+    return st.one_of(
+        st.builds("{} {} {}".format, _numbers(), comparison, _numbers()),
+        st.just(f"pid = {VICTIM}"),
+        st.just(f"pid <> {VICTIM}"),
+        st.builds(lambda k: f"pid BETWEEN {VICTIM - k} AND {VICTIM + k}", width),
+        st.builds("{} = '{}'".format, strings, key),
+        st.builds("{} = {}".format, strings, _literal()),  # a string/number mix
+        st.builds("{} IN ('{}', '{}')".format, strings, key, key),
+        st.builds("UPPER({}) = 'SOUTH'".format, strings),
+        st.builds("{} IS NULL".format, _numbers()),
+        st.sampled_from(("employed", "NOT employed", "hours IS NOT NULL", "employed = 1")),
+        st.builds(f"{{}} IN (1, 2, {VICTIM})".format, _numbers()),
+        st.builds("{} BETWEEN {} AND {}".format, _numbers(), _literal(), _literal()),
+        st.builds(
+            f"(CASE WHEN pid = {VICTIM} THEN {{}} ELSE 0 END) = 0".format,
+            st.builds("age * {}".format, _literal()),
+        ),
+    )
+
+
+def _predicates() -> st.SearchStrategy[str]:
+    def extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+        return st.one_of(
+            st.builds("({} AND {})".format, inner, inner),
+            st.builds("({} OR {})".format, inner, inner),
+            st.builds("NOT ({})".format, inner),
+        )
+
+    return st.recursive(_simple_predicates(), extend, max_leaves=3)
+
+
+def _aggregates() -> st.SearchStrategy[str]:
+    value = _numbers()
+    moment = st.sampled_from(("SUM", "AVG", "VARIANCE", "STDDEV", "MEDIAN", "MIN", "MAX"))
+    p = st.sampled_from(("0", "0.01", "0.5", "0.99", "1"))
+    bins = st.sampled_from(("1", "2", "10", "1000", "4096"))
+    return st.one_of(
+        st.just("COUNT(*)"),
+        st.just("COUNT(DISTINCT pid)"),
+        st.builds("COUNT({})".format, value),
+        st.builds("{}({})".format, moment, value),
+        st.builds("QUANTILE({}, {})".format, value, p),
+        st.builds("PERCENTILE_CONT({}) WITHIN GROUP (ORDER BY {})".format, p, value),
+        st.builds("HISTOGRAM({}, {}, {}, {})".format, value, _literal(), _literal(), bins),
+    )
+
+
+#: GROUP BY choices: none, columns with public keys, and keys only partition selection releases.
+_GROUPINGS = (
+    (),
+    ("sex",),
+    ("region",),
+    ("education", "employed"),
+    ("age",),
+    ("pid",),
+    ("hours",),
+)
+
+
+@st.composite
+def queries(draw: st.DrawFn) -> NeighbourQuery:
+    """A query of the supported SQL subset over the demo table (see :mod:`dpcurator.query.sql`)."""
+    groups = draw(st.sampled_from(_GROUPINGS))
+    aggregates = draw(st.lists(_aggregates(), min_size=1, max_size=2))
+    items = [*groups, *(f"{a} AS a{i}" for i, a in enumerate(aggregates))]
+    sql = f"SELECT {', '.join(items)} FROM people"
+    if draw(st.booleans()):
+        sql += f" WHERE {draw(_predicates())}"
+    if groups:
+        sql += f" GROUP BY {', '.join(groups)}"
+    delta = draw(st.sampled_from((0.0, 1e-6)))
+    return NeighbourQuery(sql, draw(st.sampled_from(EPSILONS)), delta)
+
+
+# ----------------------------------------------------------------------------------------------
+# Engines
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How a session opens a table: the engine, precomputed columns, a result cache."""
+
+    name: str
+    engine: str
+    precompute: bool = False
+    result_cache: bool = False
+
+    def open(self, frame: pd.DataFrame) -> Backend:
+        """The table on this engine, opened as :meth:`dpcurator.Session.from_data` opens it."""
+        metadata = demo_metadata()
+        return open_backend(
+            frame,
+            table=metadata.table,
+            engine=self.engine,
+            column_types=metadata.column_types(),
+            precomputed=precomputed_columns(metadata) if self.precompute else None,
+        )
+
+
+#: The engines (the first mirrors the service: DuckDB, precomputed columns, result cache).
+ENGINES = {
+    config.name: config
+    for config in (
+        EngineConfig("duckdb", "duckdb", precompute=True, result_cache=True),
+        EngineConfig("duckdb-plain", "duckdb"),
+        EngineConfig("polars", "polars"),
+        EngineConfig("memory", "memory"),
+        EngineConfig("spark", "spark"),
+    )
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Observations
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything an analyst sees of one answer except the noisy numbers.
+
+    Attributes:
+        outcome: ``"release"``, the exception class, or ``"HTTP <status>"``.
+        detail: the exception text or the problem+json body ("" for a release).
+        charge: the budget spent (session) or the cost and remaining budget (service).
+        columns: group and value column names, and the types of released values.
+        keys: the released group keys when they are public (None under partition selection,
+            where they are noisy outputs).
+        ci: per value column, its public half-width and whether every interval has it, or
+            whether its intervals are absent (quantiles).
+        cached: whether the exact result went into the session's result cache (None: no cache).
+    """
+
+    outcome: str
+    detail: str = ""
+    charge: str = ""
+    columns: tuple[object, ...] = ()
+    keys: tuple[tuple[object, ...], ...] | None = None
+    ci: tuple[tuple[object, ...], ...] = ()
+    cached: bool | None = None
+
+
+def public_plan(query: NeighbourQuery) -> Plan | None:
+    """The plan of ``query`` from the metadata alone (None when the planner refuses it)."""
+    metadata = demo_metadata()
+    try:
+        return plan_query(
+            parse_sql(query.sql, metadata), metadata, epsilon=query.epsilon, delta=query.delta
+        )
+    except DPError:
+        return None
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def _interval_has_width(estimate: Estimate, width: float) -> bool:
+    """Whether ``value ± width`` (counts: each floored at 0) is the released interval."""
+    value, low, high = estimate.value, estimate.ci_low, estimate.ci_high
+    if low is None or high is None:
+        return False
+    if _close(low, value - width) and _close(high, value + width):
+        return True
+    floored_low = _close(low, max(value - width, 0.0))
+    if value > 0:
+        return floored_low and _close(high, value + width)
+    return floored_low and value == 0 and -1e-9 <= high <= width + 1e-9
+
+
+def ci_signature(
+    value_columns: Sequence[str],
+    rows: Sequence[Sequence[Estimate]],
+    halfwidths: dict[str, float | None],
+) -> tuple[tuple[object, ...], ...]:
+    """Per column: (name, public half-width, all intervals have it) or (name, intervals absent).
+
+    Counts, sums and histograms have a half-width fixed by the plan; means, variances and
+    quantiles have none (their intervals follow the noisy values), so only their presence is
+    observed.
+    """
+    signature: list[tuple[object, ...]] = []
+    for index, column in enumerate(value_columns):
+        cells = [row[index] for row in rows]
+        width = halfwidths.get(column)
+        if width is None:
+            absent = tuple(sorted({e.ci_low is None for e in cells}))
+            signature.append((column, "no public width", absent))
+        else:
+            signature.append((column, width, all(_interval_has_width(e, width) for e in cells)))
+    return tuple(signature)
+
+
+def release_shape(
+    plan: Plan | None,
+    group_columns: Sequence[str],
+    value_columns: Sequence[str],
+    rows: Sequence[tuple[tuple[object, ...], Sequence[Estimate]]],
+    alpha: float,
+) -> dict[str, Any]:
+    """The ``columns``, ``keys`` and ``ci`` fields of the observation of a release."""
+    types = tuple(sorted({type(e.value).__name__ for _, estimates in rows for e in estimates}))
+    public = plan is not None and plan.keys is not None
+    halfwidths = {} if plan is None else estimate_plan(plan, alpha).ci_halfwidths
+    return {
+        "columns": (tuple(group_columns), tuple(value_columns), types),
+        "keys": tuple(key for key, _ in rows) if public else None,
+        "ci": ci_signature(value_columns, [e for _, e in rows], halfwidths),
+    }
+
+
+def new_session(backend: Backend, result_cache: bool) -> dpc.Session:
+    """A session over ``backend`` with a fresh budget and the seeded RNG."""
+    return dpc.Session(
+        backend,
+        demo_metadata(),
+        budget=BUDGET,
+        rng=SeededRng(RNG_SEED),
+        result_cache=new_result_cache() if result_cache else None,
+    )
+
+
+def observe_session(session: dpc.Session, query: NeighbourQuery) -> Observation:
+    """Release ``query`` through ``session`` and observe everything but the noisy numbers."""
+    try:
+        release: Release = session.sql(query.sql, epsilon=query.epsilon, delta=query.delta)
+    except Exception as exc:  # every exception is an observable outcome
+        return Observation(type(exc).__name__, str(exc), repr(session.spent()))
+    plan = public_plan(query)
+    results = session._results  # cache eligibility is what is observed
+    cached = None if results is None or plan is None else results.get(plan.exact) is not None
+    return Observation(
+        "release",
+        charge=repr(session.spent()),
+        cached=cached,
+        **release_shape(
+            plan, release.group_columns, release.value_columns, release.rows, release.alpha
+        ),
+    )
+
+
+def differences(left: Observation, right: Observation) -> list[str]:
+    """The fields in which two observations differ, each as ``field: left != right``."""
+    found = []
+    for name in Observation.__dataclass_fields__:
+        a, b = getattr(left, name), getattr(right, name)
+        if a != b:
+            found.append(f"{name}: {str(a)[:300]!r} != {str(b)[:300]!r}")
+    return found
+
+
+# ----------------------------------------------------------------------------------------------
+# Properties
+
+
+@dataclass
+class PairRunner:
+    """Runs a query on D and on a neighbour through one engine, and compares observations.
+
+    D's backend is opened once; neighbours are opened per check (opening takes ~0.1 s).
+    ``open_table`` (default: the engine config's opener) is where the mutation check injects a
+    broken engine.
+    """
+
+    config: EngineConfig
+    open_table: Callable[[pd.DataFrame], Backend] | None = None
+    _base: Backend | None = field(default=None, repr=False)
+
+    def _open(self, frame: pd.DataFrame) -> Backend:
+        return (self.open_table or self.config.open)(frame)
+
+    def base(self) -> Backend:
+        """The backend of D (opened on first use)."""
+        if self._base is None:
+            self._base = self._open(demo_frame())
+        return self._base
+
+    def observe(self, backend: Backend, query: NeighbourQuery) -> Observation:
+        """The observation of ``query`` on ``backend`` in a fresh session."""
+        return observe_session(new_session(backend, self.config.result_cache), query)
+
+    def check(self, query: NeighbourQuery, neighbour: Neighbour | None) -> list[str]:
+        """Differences between D and ``neighbour`` (None: D itself, the harness sanity check)."""
+        left = self.observe(self.base(), query)
+        if neighbour is None:
+            return differences(left, self.observe(self.base(), query))
+        other = self._open(neighbour.frame())
+        try:
+            return differences(left, self.observe(other, query))
+        finally:
+            other.close()
+
+    def close(self) -> None:
+        """Close D's backend."""
+        if self._base is not None:
+            self._base.close()
+            self._base = None
+
+
+def failure_report(query: NeighbourQuery, neighbour: object, found: list[str]) -> str:
+    """An assertion message naming the query, the neighbour and the differing observations."""
+    lines = "\n  ".join(found)
+    return f"observation(D) != observation({neighbour}) for {query}:\n  {lines}"
+
+
+class LeakyBackend:
+    """A deliberately broken engine (mutation check): it fails, stating the table's row count.
+
+    With ``even_only`` it fails only when the row count is even (D has 5,000 rows) and answers
+    otherwise: the failure itself is decided by the data. Without, it always fails, and the
+    leak is in the text, which reaches the analyst only when :func:`engine_text_reaches_analyst`
+    reverts the session's constant engine-failure message.
+    """
+
+    def __init__(self, inner: Backend, rows: int, *, even_only: bool) -> None:
+        self._inner = inner
+        self._rows = rows
+        self._even_only = even_only
+        self.name = inner.name
+
+    def tables(self) -> list[str]:
+        """The inner engine's tables."""
+        return self._inner.tables()
+
+    def columns(self, table: str) -> dict[str, str]:
+        """The inner engine's columns."""
+        return self._inner.columns(table)
+
+    def compute(self, plan: AggregatePlan) -> ExactResult:
+        """Fail with the row count (the injected leak), or compute (odd counts, ``even_only``)."""
+        if self._even_only and self._rows % 2:
+            return self._inner.compute(plan)
+        raise BackendError(f"the engine gave up after scanning {self._rows} rows")
+
+    def close(self) -> None:
+        """Close the inner engine."""
+        self._inner.close()
+
+
+def leaky_opener(config: EngineConfig, *, even_only: bool) -> Callable[[pd.DataFrame], Backend]:
+    """An opener returning :class:`LeakyBackend` around ``config``'s engine."""
+
+    def open_table(frame: pd.DataFrame) -> Backend:
+        return LeakyBackend(config.open(frame), len(frame), even_only=even_only)
+
+    return open_table
+
+
+@contextlib.contextmanager
+def engine_text_reaches_analyst() -> Iterator[None]:
+    """Mutation: revert S6, so an engine's exception reaches the analyst unchanged."""
+    with mock.patch.object(session_module, "_after_charge", lambda work: work()):
+        yield
+
+
+def mutation_findings(config: EngineConfig) -> dict[str, list[str]]:
+    """Run the injected leaks of :class:`LeakyBackend` through the harness.
+
+    Returns, per mutant, the differences found between D and D minus the victim: every list
+    must be non-empty, else the harness is blind to that channel.
+    """
+    query = NeighbourQuery("SELECT COUNT(*) AS n FROM people", 1.0)
+    found = {}
+    for mutant, even_only in (("failure decided by the data", True), ("row count in text", False)):
+        runner = PairRunner(config, leaky_opener(config, even_only=even_only))
+        try:
+            with contextlib.ExitStack() as stack:
+                if not even_only:
+                    stack.enter_context(engine_text_reaches_analyst())
+                found[mutant] = runner.check(query, Neighbour(VICTIM))
+        finally:
+            runner.close()
+    return found

@@ -1,0 +1,112 @@
+"""The neighbour adversary against the HTTP service: one curator per table, observed over HTTP.
+
+Each :class:`ServedTable` is a full service (SQLite ledger, DuckDB with precomputed columns and
+the service's result cache, FastAPI app through Starlette's TestClient) serving one table as
+dataset ``people`` to one analyst with a large grant. Queries go to every served table in the
+same order, so ledger ids and budgets advance alike and are part of the observation.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from types import TracebackType
+
+import pandas as pd
+from fastapi.testclient import TestClient
+
+from dpcurator.query.release import Estimate
+from dpcurator.service.app import create_app
+from dpcurator.service.server import build_service
+from tests.neighbour_queries import (
+    NeighbourQuery,
+    Observation,
+    demo_metadata,
+    public_plan,
+    release_shape,
+)
+from tests.service_fixtures import cheap_hasher
+
+DATASET = "people"
+
+
+class ServedTable:
+    """A curator service serving ``frame`` (a context manager; :meth:`observe` queries it)."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="dpc-neighbour-")
+        root = Path(self._dir.name)
+        self._csv = root / "people.csv"
+        frame.to_csv(self._csv, index=False)
+        self._service = build_service(f"sqlite:///{root / 'ledger.sqlite3'}", hasher=cheap_hasher())
+        _, owner = self._service.create_principal("owner", "owner")
+        self._client = TestClient(create_app(self._service), raise_server_exceptions=False)
+        self._owner_token = owner.token
+
+    def __enter__(self) -> ServedTable:
+        self._client.__enter__()
+        owner = {"Authorization": f"Bearer {self._owner_token}"}
+        created = self._client.post(
+            "/v1/datasets",
+            headers=owner,
+            json={
+                "id": DATASET,
+                "source": {"path": str(self._csv)},
+                "metadata": demo_metadata().to_dict(),
+                "cap_epsilon": 1e6,
+                "cap_delta": 0.5,
+            },
+        )
+        assert created.status_code == 201, created.text
+        issued = self._client.post("/v1/analysts", headers=owner, json={"name": "adversary"})
+        analyst = issued.json()
+        granted = self._client.put(
+            f"/v1/analysts/{analyst['principal']['id']}/grants/{DATASET}",
+            headers=owner,
+            json={"epsilon": 1e6, "delta": 0.5},
+        )
+        assert granted.status_code == 200, granted.text
+        self._client.headers["Authorization"] = f"Bearer {analyst['token']}"
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._client.__exit__(exc_type, exc, traceback)
+        self._service.close()
+        self._dir.cleanup()
+
+    def observe(self, query: NeighbourQuery) -> Observation:
+        """POST ``query`` as the analyst and observe everything but the noisy numbers."""
+        response = self._client.post(
+            f"/v1/datasets/{DATASET}/queries",
+            json={"sql": query.sql, "epsilon": query.epsilon, "delta": query.delta},
+        )
+        budget = self._client.get(f"/v1/datasets/{DATASET}/budget").json()
+        body = response.json()
+        if response.status_code != 200:
+            detail = json.dumps(body, sort_keys=True)
+            return Observation(f"HTTP {response.status_code}", detail, json.dumps(budget))
+        release = body.pop("release")
+        rows = [
+            (
+                tuple(row["group"][c] for c in release["group_columns"]),
+                [Estimate(**row["values"][c]) for c in release["value_columns"]],
+            )
+            for row in release["rows"]
+        ]
+        return Observation(
+            "HTTP 200",
+            charge=json.dumps({"answer": body, "budget": budget}, sort_keys=True),
+            **release_shape(
+                public_plan(query),
+                release["group_columns"],
+                release["value_columns"],
+                rows,
+                release["alpha"],
+            ),
+        )
