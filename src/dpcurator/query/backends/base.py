@@ -4,7 +4,8 @@ A backend executes an :class:`~dpcurator.query.ir.AggregatePlan` and returns EXA
 (:class:`~dpcurator.query.ir.ExactResult`); it never adds noise and never imports
 :mod:`dpcurator.random`, :mod:`dpcurator.mechanisms` or :mod:`dpcurator.accounting`.
 
-Semantics fixed here for all backends (in addition to those of :mod:`dpcurator.query.ir`):
+Semantics fixed here for all backends (in addition to those of :mod:`dpcurator.query.ir`, whose
+docstring defines the total evaluation rules: integer overflow is NULL, floats are IEEE doubles):
 
 * Rows whose person id is NULL are dropped when the plan bounds contributions per person: they
   cannot be attributed to a person, so they cannot be bounded.
@@ -12,12 +13,21 @@ Semantics fixed here for all backends (in addition to those of :mod:`dpcurator.q
 * ``In`` with an empty value list is FALSE (even for a NULL argument); otherwise ``In`` follows SQL.
 * Public group keys match NULL-safely: a key ``None`` selects the rows whose group value is NULL.
 * ``Func("round", (x,))`` rounds half away from zero (SQL ``ROUND``); only one argument is accepted.
-* Sums are exact integers; a sum that could exceed int64 (``max |grid value| * rows``) is refused
-  with :class:`~dpcurator.errors.BackendError` instead of wrapping or losing precision.
+* Sums accumulate exactly (wider than int64) and each group's total is then clamped to
+  ``[-(2**63-1), 2**63-1]`` grid units (:func:`clamp_total`). Clamping the exact total is
+  1-Lipschitz, so a sum's sensitivity is unchanged, and no sum is refused after the charge. A plan
+  whose ONE row could already exceed int64 on its grid is refused by :func:`check_plan` (a public
+  fact of the bounds and grid: the planner refuses it first, before any charge).
+* Evaluation is total: once :func:`check_plan` has accepted a plan, no data value makes
+  ``compute`` raise. Whatever an engine raises anyway becomes
+  ``BackendError(ENGINE_FAILURE_MESSAGE)`` (:func:`engine_failure`), the same text for every
+  failure; the engine's own text, which can quote data values, goes to the logger
+  ``dpcurator.engine`` only.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import operator
 import os
@@ -33,7 +43,13 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pa_parquet
 
 from dpcurator._validation import fail
-from dpcurator.errors import BackendError, ParameterError, UnsupportedQueryError
+from dpcurator.errors import (
+    ENGINE_FAILURE_MESSAGE,
+    BackendError,
+    ParameterError,
+    UnsupportedQueryError,
+)
+from dpcurator.query.backends.types import is_fractional, type_class
 from dpcurator.query.ir import (
     AggregatePlan,
     And,
@@ -55,6 +71,11 @@ from dpcurator.query.ir import (
 )
 
 INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+#: The most negative and positive grid values a group total is clamped to (see :func:`clamp_total`).
+TOTAL_LIMIT = INT64_MAX
+#: The grid exponents a plan may use: 2**-k is then a product of at most two finite powers of two.
+GRID_EXPONENTS = range(-2046, 2047)
 HIDDEN_PREFIX = "__dp_"
 VALUE_KINDS = frozenset({"sum", "sum_squares", "histogram"})
 UNARY_FUNCTIONS = frozenset({"abs", "round", "floor", "ceil", "lower", "upper", "length"})
@@ -74,6 +95,77 @@ COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
 }
 OPERATORS = {**ARITHMETIC, **COMPARISONS}
 """Python operators for the IR's binary operators, for engines that overload them."""
+
+ENGINE_LOG = logging.getLogger("dpcurator.engine")
+"""Where engine failures are logged in full (the data owner's log; never shown to an analyst)."""
+
+
+def engine_failure(engine: str, plan: AggregatePlan) -> BackendError:
+    """Log the exception being handled on :data:`ENGINE_LOG` and return the one analyst-facing
+    error, ``BackendError(ENGINE_FAILURE_MESSAGE)`` (raise it ``from None``).
+
+    Call it in an ``except`` block: the traceback and the engine's text (which can quote data
+    values) go to the log only.
+    """
+    ENGINE_LOG.error(
+        "The %s engine failed to compute a plan on %r.", engine, plan.table, exc_info=True
+    )
+    return BackendError(ENGINE_FAILURE_MESSAGE)
+
+
+# ----------------------------------------------------------------------------------------------
+# Static types (see the evaluation rules of :mod:`dpcurator.query.ir`)
+
+
+def expr_type(expr: Expr, columns: Mapping[str, str]) -> str:
+    """The static type of ``expr``: ``"int"`` (int64), ``"float"`` (double), ``"string"``,
+    ``"bool"``, ``"null"`` (the NULL literal) or ``"other"`` (anything else, e.g. a column of an
+    undeclared engine type, or a type mismatch the planner refuses).
+
+    ``columns`` maps column names to engine type names; a missing column is ``"other"``.
+    """
+    match expr:
+        case Col(name=name):
+            engine_type = columns.get(name, "")
+            return type_class(engine_type) or ("float" if is_fractional(engine_type) else "other")
+        case Lit(value=value):
+            return _literal_type(value)
+        case BinOp(op="/"):
+            return "float"
+        case BinOp(left=left, right=right):
+            common = _common_type([expr_type(left, columns), expr_type(right, columns)])
+            return common if common in ("int", "float", "null") else "other"
+        case Compare() | And() | Or() | Not() | IsNull() | In() | Between():
+            return "bool"
+        case Case(whens=whens, default=default):
+            results = [value for _, value in whens] + [Lit(None) if default is None else default]
+            return _common_type([expr_type(value, columns) for value in results])
+        case Func(name="coalesce", args=args):
+            return _common_type([expr_type(arg, columns) for arg in args])
+        case Func(name="length"):
+            return "int"
+        case Func(name="lower" | "upper"):
+            return "string"
+        case Func(args=(arg,)):  # abs, round, floor, ceil keep their argument's type
+            return expr_type(arg, columns)
+    return "other"
+
+
+def _literal_type(value: ScalarValue) -> str:
+    if value is None:
+        return "null"
+    return {bool: "bool", int: "int", float: "float", str: "string"}.get(type(value), "other")
+
+
+def _common_type(types: Iterable[str]) -> str:
+    """The type of a value taken from one of several expressions (CASE, coalesce, arithmetic):
+    NULL takes the others' type; int and float make float."""
+    present = set(types) - {"null"}
+    if not present:
+        return "null"
+    if len(present) == 1:
+        return present.pop()
+    return "float" if present == {"int", "float"} else "other"
 
 
 @runtime_checkable
@@ -257,6 +349,10 @@ def _check_aggregate(agg: ExactAggregate) -> None:
             raise fail(owner, "bins", "an integer >= 1", agg.bins)
         if not agg.lower < agg.upper:
             raise fail(owner, "upper", f"> lower ({agg.lower}) for a histogram", agg.upper)
+        if not math.isfinite(agg.upper - agg.lower):
+            raise fail(
+                owner, "upper", f"within a finite distance of lower ({agg.lower})", agg.upper
+            )
     else:
         _check_offset(owner, agg)
         max_grid_value(agg)
@@ -265,6 +361,15 @@ def _check_aggregate(agg: ExactAggregate) -> None:
 def _check_offset(owner: str, agg: ExactAggregate) -> None:
     if isinstance(agg.offset, bool) or not isinstance(agg.offset, int):
         raise fail(owner, "offset", "an integer", agg.offset)
+    if not INT64_MIN <= agg.offset <= INT64_MAX:
+        raise fail(owner, "offset", "an integer that fits in int64", agg.offset)
+    exponent = agg.grid_exponent
+    if (
+        isinstance(exponent, bool)
+        or not isinstance(exponent, int)
+        or exponent not in GRID_EXPONENTS
+    ):
+        raise fail(owner, "grid_exponent", "an integer in [-2046, 2046]", exponent)
     if agg.offset and agg.kind != "sum":
         raise fail(owner, "offset", f"0 for a {agg.kind}", agg.offset)
 
@@ -273,11 +378,33 @@ def _check_offset(owner: str, agg: ExactAggregate) -> None:
 # Grid values and int64 overflow
 
 
+def grid_scales(grid_exponent: int) -> tuple[float, ...]:
+    """The powers of two whose product is ``2**-grid_exponent``, each a finite double.
+
+    Scaling a value by them in turn is exact (or correctly rounded once, for tiny results), so
+    every engine multiplying by the same factors gets the same double, for every exponent in
+    :data:`GRID_EXPONENTS`.
+    """
+    if grid_exponent == 0:
+        return ()
+    if grid_exponent >= -1023:
+        return (2.0**-grid_exponent,)
+    return (2.0**1023, 2.0 ** (-grid_exponent - 1023))
+
+
 def grid_value(agg: ExactAggregate, value: float) -> int:
     """Return the grid integer of a clamped ``value`` for a sum or sum_squares aggregate (minus
     the aggregate's offset)."""
+    return grid_units(agg, value) - agg.offset
+
+
+def grid_units(agg: ExactAggregate, value: float) -> int:
+    """round_half_even(``value`` (squared for a sum_squares) scaled by 2**-grid_exponent), before
+    the offset; OverflowError if the scaled value is infinite."""
     scaled = value * value if agg.kind == "sum_squares" else value
-    return round(scaled / 2.0**agg.grid_exponent) - agg.offset  # round(float): half-to-even
+    for factor in grid_scales(agg.grid_exponent):
+        scaled *= factor
+    return round(scaled)  # round(float): half-to-even
 
 
 def bin_index(agg: ExactAggregate, value: float) -> int:
@@ -291,37 +418,40 @@ def bin_index(agg: ExactAggregate, value: float) -> int:
 def max_grid_value(agg: ExactAggregate) -> int:
     """Return the largest |grid value| one row can add to ``agg``; refuse values beyond int64.
 
-    Rounding is monotone and values are clamped, so the extremes come from the bounds and the fill.
+    Rounding is monotone and values are clamped, so the extremes come from the bounds and the fill;
+    both the value before the offset and the value after it must fit in int64 (engines compute
+    the first in int64). A refusal depends on the plan only.
+
+    Raises:
+        ParameterError: one row's grid value could exceed int64.
     """
     assert agg.lower is not None
     assert agg.upper is not None
     candidates = [agg.lower, agg.upper] + ([] if agg.fill is None else [agg.fill])
     try:
-        largest = max(abs(grid_value(agg, float(value))) for value in candidates)
+        units = [grid_units(agg, float(value)) for value in candidates]
     except OverflowError as exc:
-        largest_text = "infinite"
-        raise _overflow(agg, largest_text, "one row") from exc
+        raise _overflow(agg, "infinite") from exc
+    largest = max(max(abs(unit), abs(unit - agg.offset)) for unit in units)
     if largest > INT64_MAX:
-        raise _overflow(agg, str(largest), "one row")
-    return largest
+        raise _overflow(agg, str(largest))
+    return max(abs(unit - agg.offset) for unit in units)
 
 
-def check_sum_overflow(plan: AggregatePlan, rows: int) -> None:
-    """Raise BackendError if a sum over ``rows`` rows of some aggregate could exceed int64."""
-    for agg in plan.aggregates:
-        if agg.kind in ("sum", "sum_squares"):
-            largest = max_grid_value(agg)
-            if largest * rows > INT64_MAX:
-                raise _overflow(agg, str(largest), "the rows of a group")
-
-
-def _overflow(agg: ExactAggregate, largest: str, rows: str) -> BackendError:
-    # The message never states a row count: that would release an exact, private number.
-    return BackendError(
-        f"The {agg.kind} {agg.name!r} could exceed int64: up to {largest} per row on the grid "
-        f"2**{agg.grid_exponent}, summed over {rows}. Use a coarser grid (larger grid_exponent) "
-        "or tighter bounds."
+def _overflow(agg: ExactAggregate, largest: str) -> ParameterError:
+    return ParameterError(
+        f"The {agg.kind} {agg.name!r} could exceed int64 on one row: up to {largest} on the grid "
+        f"2**{agg.grid_exponent}. Use a coarser grid (larger grid_exponent) or tighter bounds."
     )
+
+
+def clamp_total(total: int) -> int:
+    """A group's exact sum clamped to [-TOTAL_LIMIT, TOTAL_LIMIT] grid units.
+
+    Clamping is 1-Lipschitz, so the clamped total of neighbouring tables differs by at most what
+    the exact totals differ by: the sum's sensitivity is unchanged, and no total is refused.
+    """
+    return max(-TOTAL_LIMIT, min(TOTAL_LIMIT, total))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -389,19 +519,17 @@ def merge_histograms(
 def collect_rows(plan: AggregatePlan, rows: Iterable[Sequence[object]]) -> ExactResult:
     """Build the ExactResult from engine rows ``(group key..., row count, aggregate...)``.
 
-    Histogram aggregates arrive as mappings bin -> count; the others as integers (None for a sum
-    over no values). Each group's row count is checked against int64 overflow of its sums.
+    Histogram aggregates arrive as mappings bin -> count; the others as exact integers (None for
+    a sum over no values); sums are clamped by :func:`clamp_total`.
     """
     width = len(plan.group_by)
     rows = list(rows)
-    if rows:  # the largest group decides whether any sum could have overflowed
-        check_sum_overflow(plan, max(int(row[width]) for row in rows))  # type: ignore[call-overload]
     columns = list(zip(*rows, strict=True))  # column-wise: one loop per column, not per cell
     keys = list(zip(*(map(python_scalar, column) for column in columns[:width]), strict=True))
     values = [
         [histogram_array(agg.bins, value) for value in column]
         if agg.kind == "histogram"
-        else [0 if value is None else int(value) for value in column]
+        else [0 if value is None else clamp_total(int(value)) for value in column]
         for agg, column in zip(plan.aggregates, columns[width + 1 :], strict=False)
     ]
     names = [agg.name for agg in plan.aggregates]

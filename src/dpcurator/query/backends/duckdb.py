@@ -42,7 +42,6 @@ row-level) is its size, recorded when it was created, without a query.
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -62,7 +61,10 @@ from dpcurator.query.backends.base import (
     check_plan,
     check_table,
     collect_rows,
+    engine_failure,
+    expr_type,
     file_format,
+    grid_scales,
     grid_value,
     is_path,
     max_grid_value,
@@ -175,10 +177,17 @@ def quote(identifier: str) -> str:
 
 
 class _Sql:
-    """Accumulates named parameters (``$p0``, ``$p1``...) while translating IR to DuckDB SQL."""
+    """Accumulates named parameters (``$p0``, ``$p1``...) while translating IR to DuckDB SQL.
 
-    def __init__(self) -> None:
+    ``columns`` (column -> DuckDB type) gives expressions their static types
+    (:func:`~.base.expr_type`): integer arithmetic is computed in HUGEINT, where no product or sum
+    of two int64 overflows, and ``TRY_CAST`` back to BIGINT makes a result outside int64 NULL;
+    float arithmetic is on DOUBLE, where DuckDB 2 gives ±inf and NaN instead of errors.
+    """
+
+    def __init__(self, columns: Mapping[str, str] | None = None) -> None:
         self.params: dict[str, object] = {}
+        self.columns: Mapping[str, str] = columns or {}
 
     def literal(self, value: ScalarValue) -> str:
         """A typed, bound parameter for ``value`` (NULL is the keyword, not a parameter)."""
@@ -212,8 +221,11 @@ class _Sql:
             case Lit(value=literal):
                 return self.literal(literal)
             case BinOp(op="/", left=left, right=right):
-                return f"({self.expr(left)} / NULLIF({self.expr(right)}, 0))"
-            case BinOp(op=op, left=left, right=right) | Compare(op=op, left=left, right=right):
+                divisor = f"NULLIF({self.double(right)}, 0)"
+                return f"({self.double(left)} / {divisor})"
+            case BinOp(op=op, left=left, right=right):
+                return self.arithmetic(expr, op, left, right)
+            case Compare(op=op, left=left, right=right):
                 return f"({self.expr(left)} {_OPERATORS.get(op, op)} {self.expr(right)})"
             case And(args=args):
                 return "(" + " AND ".join(self.expr(arg) for arg in args) + ")"
@@ -235,9 +247,32 @@ class _Sql:
                 parts = " ".join(f"WHEN {self.expr(c)} THEN {self.expr(v)}" for c, v in whens)
                 otherwise = "NULL" if default is None else self.expr(default)
                 return f"(CASE {parts} ELSE {otherwise} END)"
+            case Func(name="abs", args=(arg,)) if self.type(arg) == "int":
+                return f"TRY_CAST(abs(CAST({self.expr(arg)} AS HUGEINT)) AS BIGINT)"
+            case Func(name="round" | "floor" | "ceil", args=(arg,)) if self.type(arg) == "int":
+                return self.expr(arg)  # an integer is its own (DuckDB's floor would make a DOUBLE)
             case Func(name=name, args=args):
                 return f"{name}(" + ", ".join(self.expr(arg) for arg in args) + ")"
         raise AssertionError(f"unknown expression {expr!r}")  # pragma: no cover
+
+    def type(self, expr: Expr) -> str:
+        """The static type of ``expr`` (see :func:`~.base.expr_type`)."""
+        return expr_type(expr, self.columns)
+
+    def double(self, expr: Expr) -> str:
+        """``expr`` as a DOUBLE (NULL where it cannot be one)."""
+        return f"TRY_CAST({self.expr(expr)} AS DOUBLE)"
+
+    def arithmetic(self, node: BinOp, op: str, left: Expr, right: Expr) -> str:
+        """``left op right`` for ``+ - *``: int64 (NULL on overflow), double, or the engine's own
+        operator wrapped in TRY for other types."""
+        kind = self.type(node)
+        if kind in ("int", "null"):
+            wide = f"CAST({self.expr(left)} AS HUGEINT) {op} CAST({self.expr(right)} AS HUGEINT)"
+            return f"TRY_CAST({wide} AS BIGINT)"
+        if kind == "float":
+            return f"({self.double(left)} {op} {self.double(right)})"
+        return f"TRY({self.expr(left)} {op} {self.expr(right)})"
 
     def clamped(
         self,
@@ -254,7 +289,7 @@ class _Sql:
         """
         assert agg.lower is not None  # checked by check_plan
         assert agg.upper is not None
-        value = f"CAST({column} AS DOUBLE)"
+        value = f"TRY_CAST({column} AS DOUBLE)"
         lower, upper = self.literal(float(agg.lower)), self.literal(float(agg.upper))
         missing = "NULL" if agg.fill is None else at(float(agg.fill))
         return (
@@ -272,16 +307,10 @@ class _Sql:
         (``nearbyint``), exactly like ``round_even`` at a fraction of its cost; the conformance
         tests pin both facts against the oracle.
         """
-        if agg.kind == "sum_squares":
-            value = f"({value} * {value})"
-        scale = 2.0**-agg.grid_exponent if agg.grid_exponent >= -1023 else math.inf
-        if agg.grid_exponent == 0:
-            scaled = value
-        elif math.isfinite(scale):
-            scaled = f"({value} * {self.literal(scale)})"
-        else:
-            scaled = f"({value} / {self.literal(2.0**agg.grid_exponent)})"
-        grid = f"CAST({scaled} AS BIGINT)"
+        scaled = f"({value} * {value})" if agg.kind == "sum_squares" else value
+        for factor in grid_scales(agg.grid_exponent):
+            scaled = f"({scaled} * {self.literal(factor)})"
+        grid = f"TRY_CAST({scaled} AS BIGINT)"
         return f"({grid} - {self.literal(agg.offset)})" if agg.offset else grid
 
     def fixed_point(self, spec: FixedPointColumn, column: str) -> str:
@@ -290,7 +319,7 @@ class _Sql:
         agg = _fixed_point_sum(spec)
         value = self.clamped(agg, column, lambda v: self.grid(agg, v), self._grid_literal(agg))
         narrow = max_grid_value(agg) < 2**31
-        return f"CAST({value} AS {'INTEGER' if narrow else 'BIGINT'})"
+        return f"TRY_CAST({value} AS {'INTEGER' if narrow else 'BIGINT'})"
 
     def key_code(self, spec: KeyCodeColumn, column: str) -> str:
         """The SQL of a key-code column (see :class:`~dpcurator.query.ir.KeyCodeColumn`)."""
@@ -329,15 +358,15 @@ class _Sql:
                 _cube_sum(_CUBE_ROWS),
             )
             if cube
-            else (f"sum_no_overflow({column})", f"COUNT({column})", "COUNT(*)")
+            else (f"SUM({column})", f"COUNT({column})", "COUNT(*)")
         )
-        total = f"COALESCE({values}, 0)"
+        total = f"CAST(COALESCE({values}, 0) AS HUGEINT)"  # exact: clamped by collect_rows
         if agg.offset:
-            total += f" - {self.literal(agg.offset)} * {present}"
+            total += f" - CAST({self.literal(agg.offset)} AS HUGEINT) * {present}"
         if agg.fill is not None:
             missing = grid_value(agg, float(agg.fill))  # already minus the offset
-            total += f" + {self.literal(missing)} * ({rows} - {present})"
-        return f"CAST({total} AS HUGEINT)"
+            total += f" + CAST({self.literal(missing)} AS HUGEINT) * ({rows} - {present})"
+        return total
 
     def _grid_literal(self, agg: ExactAggregate) -> Callable[[float], str]:
         return lambda x: self.literal(grid_value(agg, float(x)))
@@ -350,7 +379,7 @@ class _Sql:
             f"({value} - {self.literal(float(agg.lower))}) / "
             f"{self.literal(float(agg.upper - agg.lower))} * {self.literal(agg.bins)}"
         )
-        return f"least(CAST(floor({scaled}) AS BIGINT), {self.literal(agg.bins - 1)})"
+        return f"least(TRY_CAST(floor({scaled}) AS BIGINT), {self.literal(agg.bins - 1)})"
 
     def histogram_bin(self, agg: ExactAggregate, column: str) -> str:
         """The bin of each row of a histogram over ``column`` (NULL, which no bin counts, for a
@@ -368,21 +397,23 @@ class _Sql:
         if agg.kind == "histogram":
             return f"histogram({self.histogram_bin(agg, column)})"
         grid = self.clamped(agg, column, lambda v: self.grid(agg, v), self._grid_literal(agg))
-        # Without DuckDB's per-row overflow check: collect_rows refuses any group whose row count
-        # times the largest |grid value| exceeds int64, so a sum it accepts cannot have wrapped.
-        return f"sum_no_overflow({grid})"
+        return f"SUM({grid})"  # HUGEINT: exact (collect_rows clamps the total)
 
 
 def build_query(
-    plan: AggregatePlan, relation: str | None = None, hidden: Hidden | None = None
+    plan: AggregatePlan,
+    relation: str | None = None,
+    hidden: Hidden | None = None,
+    columns: Mapping[str, str] | None = None,
 ) -> tuple[str, dict[str, object]]:
     """Translate a checked plan into one DuckDB query and its bound parameters.
 
     ``relation`` is the table or view read (default: ``plan.table``); ``hidden`` names the
-    precomputed columns of that relation. Groups listed by :func:`coded_groups` come back as
-    codes (see :func:`decode_groups`).
+    precomputed columns of that relation; ``columns`` are its column types (for the static types
+    of expressions: without them every column is of an unknown type). Groups listed by
+    :func:`coded_groups` come back as codes (see :func:`decode_groups`).
     """
-    sql = _Sql()
+    sql = _Sql(columns)
     groups = [quote(f"__dp_g{i}") for i in range(len(plan.group_by))]
     values = {
         agg.name: quote(f"__dp_v{i}")
@@ -442,10 +473,10 @@ def build_query(
             + f" AS {quote(agg.name)}"
             for agg in plan.aggregates
         ]
-        columns = [*groups, "COUNT(*) AS __dp_rows", *aggregates]
+        outputs = [*groups, "COUNT(*) AS __dp_rows", *aggregates]
         if paced(plan, hidden):
-            columns.append(f"any_value({groups[0]}) AS __dp_pace")
-        aggregated = f"SELECT {', '.join(columns)} FROM {source}"
+            outputs.append(f"any_value({groups[0]}) AS __dp_pace")
+        aggregated = f"SELECT {', '.join(outputs)} FROM {source}"
         aggregated += f" GROUP BY {', '.join(groups)}" if groups else ""
     query = f"WITH {', '.join(ctes)} {aggregated}" if ctes else aggregated
     return query, sql.params
@@ -1002,12 +1033,25 @@ class DuckDBBackend:
         return table in self._sizes
 
     def compute(self, plan: AggregatePlan) -> ExactResult:
-        """Run ``plan`` as one DuckDB query (checked and translated once per distinct plan)."""
+        """Run ``plan`` as one DuckDB query (checked and translated once per distinct plan).
+
+        Raises:
+            BackendError: the plan names an unknown table or column (checked first), or
+                ``ENGINE_FAILURE_MESSAGE`` if anything fails afterwards (details logged).
+        """
         built = self._queries.get(plan)
         if built is None:
             check_plan(plan, self.columns(plan.table))
+        try:
+            return self._compute(plan, built)
+        except Exception:
+            raise engine_failure(self.name, plan) from None
+
+    def _compute(self, plan: AggregatePlan, built: _Built | None) -> ExactResult:
+        if built is None:
             hidden = self._hidden.get(plan.table, Hidden())
-            query, params = build_query(plan, self._relations.get(plan.table), hidden)
+            relation = self._relations.get(plan.table)
+            query, params = build_query(plan, relation, hidden, self.columns(plan.table))
             built = _Built(
                 query,
                 params,
@@ -1021,13 +1065,8 @@ class DuckDBBackend:
         size = self._sizes.get(plan.table) if built.whole_table_count else None
         if size is not None:  # COUNT(*) of a table that cannot change: its known size
             return collect_rows(plan, [(size,) * (1 + len(plan.aggregates))])
-        try:
-            with self._lock:
-                rows = self._connection.execute(built.query, built.params).fetchall()
-        except duckdb.Error as exc:
-            raise BackendError(
-                f"DuckDB failed to compute the plan on {plan.table!r}: {exc}"
-            ) from exc
+        with self._lock:
+            rows = self._connection.execute(built.query, built.params).fetchall()
         if built.paced:
             rows = [row[:-1] for row in rows]
         if built.binned:

@@ -26,11 +26,15 @@ import pyarrow.compute as pa_compute
 from dpcurator.query.backends.base import (
     ARITHMETIC,
     COMPARISONS,
+    INT64_MAX,
+    INT64_MIN,
     bin_index,
     check_plan,
-    check_sum_overflow,
     check_table,
+    clamp_total,
     empty_values,
+    engine_failure,
+    expr_type,
     grid_value,
     to_arrow,
 )
@@ -114,23 +118,31 @@ class MemoryBackend:
         """Nothing to release."""
 
     def compute(self, plan: AggregatePlan) -> ExactResult:
-        """Evaluate ``plan`` row by row."""
+        """Evaluate ``plan`` row by row (any failure: ``BackendError(ENGINE_FAILURE_MESSAGE)``)."""
         check_plan(plan, self.columns(plan.table))
+        try:
+            return self._compute(plan)
+        except Exception:
+            raise engine_failure(self.name, plan) from None
+
+    def _compute(self, plan: AggregatePlan) -> ExactResult:
+        types = self._columns[plan.table]
         person = plan.bound.person_column
         key_set = None if plan.group_keys is None else set(plan.group_keys)
         # (group key, person or row number, aggregated values) of each selected row
         selected: list[tuple[Key, object, tuple[object, ...]]] = []
         for index, row in enumerate(self._rows[plan.table]):
-            if plan.where is not None and evaluate(plan.where, row) is not True:
+            if plan.where is not None and evaluate(plan.where, row, types) is not True:
                 continue
-            key = tuple(evaluate(group.expr, row) for group in plan.group_by)
+            key = tuple(_canonical(evaluate(group.expr, row, types)) for group in plan.group_by)
             if key_set is not None and key not in key_set:
                 continue
             unit = index if person is None else row[person]
             if unit is None:
                 continue
             values = tuple(
-                None if agg.expr is None else evaluate(agg.expr, row) for agg in plan.aggregates
+                None if agg.expr is None else evaluate(agg.expr, row, types)
+                for agg in plan.aggregates
             )
             selected.append((key, unit, values))  # type: ignore[arg-type]
         if person is not None:
@@ -140,7 +152,6 @@ class MemoryBackend:
             by_group[key].append((unit, values))
         groups: dict[Key, dict[str, object]] = {}
         for key, rows in by_group.items():
-            check_sum_overflow(plan, len(rows))
             groups[key] = {
                 agg.name: _aggregate(agg, [(unit, values[i]) for unit, values in rows])
                 for i, agg in enumerate(plan.aggregates)
@@ -148,6 +159,14 @@ class MemoryBackend:
         if not plan.group_by and () not in groups:
             groups[()] = empty_values(plan)
         return ExactResult(groups=groups)
+
+
+_NAN = math.nan
+
+
+def _canonical(value: object) -> object:
+    """One NaN object for every NaN group key, so NaN keys form one group (as in the engines)."""
+    return _NAN if isinstance(value, float) and math.isnan(value) else value
 
 
 def _digest(*parts: object) -> str:
@@ -186,7 +205,7 @@ def _aggregate(agg: ExactAggregate, rows: list[tuple[object, object]]) -> object
         for value in values:
             counts[bin_index(agg, value)] += 1
         return counts
-    return sum(grid_value(agg, value) for value in values)
+    return clamp_total(sum(grid_value(agg, value) for value in values))
 
 
 def _clamped(agg: ExactAggregate, value: object) -> float | None:
@@ -198,48 +217,94 @@ def _clamped(agg: ExactAggregate, value: object) -> float | None:
     return min(max(float(value), float(agg.lower)), float(agg.upper))  # type: ignore[arg-type]
 
 
-def evaluate(expr: Expr, row: Row) -> object:  # noqa: PLR0912 (one branch per IR node)
-    """Evaluate an expression on one row with SQL NULL semantics (``None`` is NULL)."""
+def evaluate(expr: Expr, row: Row, types: Mapping[str, str]) -> object:  # noqa: PLR0912
+    """Evaluate an expression on one row by the rules of :mod:`dpcurator.query.ir` (``None`` is
+    NULL); ``types`` maps the table's columns to their engine types (see
+    :func:`~dpcurator.query.backends.base.expr_type`)."""
     match expr:
         case Col(name=name):
             return row[name]
         case Lit(value=literal):
             return literal
         case BinOp(op=op, left=left, right=right):
-            return _arithmetic(op, evaluate(left, row), evaluate(right, row))
+            return _arithmetic(op, evaluate(left, row, types), evaluate(right, row, types))
         case Compare(op=op, left=left, right=right):
-            a, b = evaluate(left, row), evaluate(right, row)
-            return None if a is None or b is None else COMPARISONS[op](a, b)
+            return _compare(op, evaluate(left, row, types), evaluate(right, row, types))
         case And(args=args):
-            return _kleene([evaluate(arg, row) for arg in args], absorbing=False)
+            return _kleene([evaluate(arg, row, types) for arg in args], absorbing=False)
         case Or(args=args):
-            return _kleene([evaluate(arg, row) for arg in args], absorbing=True)
+            return _kleene([evaluate(arg, row, types) for arg in args], absorbing=True)
         case Not(arg=arg):
-            truth = evaluate(arg, row)
+            truth = evaluate(arg, row, types)
             return None if truth is None else not truth
         case IsNull(arg=arg):
-            return evaluate(arg, row) is None
+            return evaluate(arg, row, types) is None
         case In(arg=arg, values=listed):
-            return _in(evaluate(arg, row), listed)
+            return _in(evaluate(arg, row, types), listed)
         case Between(arg=arg, low=low, high=high):
             between = And((Compare("<=", low, arg), Compare("<=", arg, high)))
-            return evaluate(between, row)
+            return evaluate(between, row, types)
         case Case(whens=whens, default=default):
-            for condition, result in whens:
-                if evaluate(condition, row) is True:
-                    return evaluate(result, row)
-            return None if default is None else evaluate(default, row)
+            chosen = next(
+                (value for condition, value in whens if evaluate(condition, row, types) is True),
+                default,
+            )
+            result = None if chosen is None else evaluate(chosen, row, types)
+            return _as_type(result, expr_type(expr, types))
+        case Func(name="coalesce", args=args):
+            found = next(
+                (v for v in (evaluate(a, row, types) for a in args) if v is not None), None
+            )
+            return _as_type(found, expr_type(expr, types))
         case Func(name=name, args=args):
-            return _function(name, [evaluate(arg, row) for arg in args])
+            return _function(name, [evaluate(arg, row, types) for arg in args])
     raise AssertionError(f"unknown expression {expr!r}")  # pragma: no cover
 
 
+def _as_type(value: object, static: str) -> object:
+    """An int taken by an expression of static type float (CASE, coalesce) becomes a float."""
+    if static == "float" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int64(value: int) -> int | None:
+    """``value`` if it fits in int64, else NULL (integer overflow is NULL)."""
+    return value if INT64_MIN <= value <= INT64_MAX else None
+
+
 def _arithmetic(op: str, a: object, b: object) -> object:
+    """Two ints: exact, NULL outside int64. Otherwise IEEE doubles (±inf, NaN). ``/`` is the
+    double quotient, NULL for a zero divisor."""
     if a is None or b is None:
         return None
     if op == "/":
-        return None if b == 0 else a / b  # type: ignore[operator]
+        divisor = float(b)  # type: ignore[arg-type]
+        return None if divisor == 0 else float(a) / divisor  # type: ignore[arg-type]
+    if _is_int(a) and _is_int(b):
+        return _int64(ARITHMETIC[op](a, b))
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return ARITHMETIC[op](float(a), float(b))
     return ARITHMETIC[op](a, b)
+
+
+def _compare(op: str, a: object, b: object) -> bool | None:
+    """SQL comparison: NULL if either side is NULL; an int and a float compare as doubles, and
+    NaN equals NaN and is above every other double (the engines' total order)."""
+    if a is None or b is None:
+        return None
+    if isinstance(a, float) or isinstance(b, float):
+        return COMPARISONS[op](_double_order(a), _double_order(b))  # type: ignore[no-any-return]
+    return COMPARISONS[op](a, b)  # type: ignore[no-any-return]
+
+
+def _double_order(value: object) -> tuple[bool, float]:
+    number = float(value)  # type: ignore[arg-type]
+    return (True, 0.0) if math.isnan(number) else (False, number)
 
 
 def _kleene(values: list[object], *, absorbing: bool) -> bool | None:
@@ -256,14 +321,12 @@ def _in(value: object, values: tuple[ScalarValue, ...]) -> bool | None:
         return False
     if value is None:
         return None
-    if any(candidate is not None and value == candidate for candidate in values):
+    if any(candidate is not None and _compare("=", value, candidate) for candidate in values):
         return True
     return None if None in values else False
 
 
 def _function(name: str, args: list[object]) -> object:
-    if name == "coalesce":
-        return next((arg for arg in args if arg is not None), None)
     (value,) = args
     if value is None:
         return None
@@ -274,9 +337,9 @@ def _function(name: str, args: list[object]) -> object:
     if name == "length":
         return len(str(value))
     if name == "abs":
-        return abs(value)  # type: ignore[arg-type]
-    if isinstance(value, int) or not math.isfinite(value):  # type: ignore[arg-type]
-        return value
+        return _int64(abs(value)) if _is_int(value) else abs(value)  # type: ignore[arg-type]
+    if _is_int(value) or not math.isfinite(value):  # type: ignore[arg-type]
+        return value  # integers, infinities and NaN are their own round, floor and ceil
     if name == "round":
         return float(Decimal(value).to_integral_value(ROUND_HALF_UP))  # type: ignore[arg-type]
     return float(math.floor(value) if name == "floor" else math.ceil(value))  # type: ignore[call-overload]

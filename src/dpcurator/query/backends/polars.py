@@ -24,7 +24,10 @@ from dpcurator.query.backends.base import (
     check_plan,
     check_table,
     collect_rows,
+    engine_failure,
+    expr_type,
     file_format,
+    grid_scales,
     hidden_columns,
     is_path,
     merge_histograms,
@@ -61,42 +64,66 @@ _DECLARED_DTYPES = {"int": pl.Int64, "float": pl.Float64, "string": pl.String, "
 _NULL = pl.lit(None, dtype=pl.Boolean)
 
 
-def to_polars(expr: Expr) -> pl.Expr:  # noqa: PLR0912 (one branch per IR node)
-    """Translate an IR expression into a Polars expression (SQL NULL semantics)."""
+def to_polars(expr: Expr, columns: Mapping[str, str]) -> pl.Expr:  # noqa: PLR0912
+    """Translate an IR expression into a Polars expression (the rules of :mod:`dpcurator.query.ir`).
+
+    ``columns`` (column -> Polars dtype name) gives expressions their static types
+    (:func:`~.base.expr_type`): integer ``+ - *`` and ``abs`` are computed in Int128, where no
+    result of int64 operands overflows, and cast back to Int64 non-strictly (NULL outside int64);
+    float arithmetic is on Float64 (±inf, NaN). Polars' own Int64 arithmetic would wrap.
+    """
+
+    def to(node: Expr) -> pl.Expr:
+        return to_polars(node, columns)
+
     match expr:
         case Col(name=name):
             return pl.col(name)
         case Lit(value=literal):
             return pl.lit(literal)
         case BinOp(op="/", left=left, right=right):
-            divisor = to_polars(right)
-            return pl.when(divisor != 0).then(to_polars(left) / divisor)
+            divisor = to(right).cast(pl.Float64, strict=False)
+            return pl.when(divisor != 0).then(to(left).cast(pl.Float64, strict=False) / divisor)
         case Compare(left=Lit(value=None)) | Compare(right=Lit(value=None)):
             return _NULL  # Polars would turn "== None" into a null test
-        case BinOp(op=op, left=left, right=right) | Compare(op=op, left=left, right=right):
-            return OPERATORS[op](to_polars(left), to_polars(right))  # type: ignore[no-any-return]
+        case BinOp(op=op, left=left, right=right):
+            operator_ = OPERATORS[op]
+            kind = expr_type(expr, columns)
+            if kind in ("int", "null"):
+                wide = operator_(to(left).cast(pl.Int128), to(right).cast(pl.Int128))
+                return wide.cast(pl.Int64, strict=False)  # type: ignore[no-any-return]
+            if kind == "float":
+                a, b = (to(side).cast(pl.Float64, strict=False) for side in (left, right))
+                return operator_(a, b)  # type: ignore[no-any-return]
+            return operator_(to(left), to(right))  # type: ignore[no-any-return]
+        case Compare(op=op, left=left, right=right):
+            return OPERATORS[op](to(left), to(right))  # type: ignore[no-any-return]
         case And(args=args):
-            return functools.reduce(operator.and_, map(to_polars, args))
+            return functools.reduce(operator.and_, map(to, args))
         case Or(args=args):
-            return functools.reduce(operator.or_, map(to_polars, args))
+            return functools.reduce(operator.or_, map(to, args))
         case Not(arg=arg):
-            return ~to_polars(arg)
+            return ~to(arg)
         case IsNull(arg=arg):
-            return to_polars(arg).is_null()
+            return to(arg).is_null()
         case In(values=()):
             return pl.lit(False)
         case In(arg=arg, values=listed):  # an OR of equalities is exactly SQL IN
-            return _in(to_polars(arg), listed)
+            return _in(to(arg), listed)
         case Between(arg=arg, low=low, high=high):
-            middle = to_polars(arg)
-            return (to_polars(low) <= middle) & (middle <= to_polars(high))
+            middle = to(arg)
+            return (to(low) <= middle) & (middle <= to(high))
         case Case(whens=whens, default=default):
-            chain = pl.lit(None) if default is None else to_polars(default)
+            chain = pl.lit(None) if default is None else to(default)
             for condition, result in reversed(whens):
-                chain = pl.when(to_polars(condition)).then(to_polars(result)).otherwise(chain)
+                chain = pl.when(to(condition)).then(to(result)).otherwise(chain)
             return chain
+        case Func(name="abs", args=(arg,)) if expr_type(arg, columns) == "int":
+            return to(arg).cast(pl.Int128).abs().cast(pl.Int64, strict=False)
+        case Func(name="round" | "floor" | "ceil", args=(arg,)) if expr_type(arg, columns) == "int":
+            return to(arg)
         case Func(name=name, args=args):
-            return _function(name, [to_polars(arg) for arg in args])
+            return _function(name, [to(arg) for arg in args])
     raise AssertionError(f"unknown expression {expr!r}")  # pragma: no cover
 
 
@@ -120,7 +147,7 @@ def _function(name: str, args: list[pl.Expr]) -> pl.Expr:
 
 
 def _clamped(agg: ExactAggregate, column: str) -> pl.Expr:
-    value = pl.col(column).cast(pl.Float64)
+    value = pl.col(column).cast(pl.Float64, strict=False)
     fill = pl.lit(None if agg.fill is None else float(agg.fill), dtype=pl.Float64)
     return (
         pl.when(value.is_null() | value.is_nan())
@@ -137,7 +164,10 @@ def _aggregate(agg: ExactAggregate, column: str, *, bounded: bool) -> pl.Expr:
     value = _clamped(agg, column)
     if agg.kind == "sum_squares":
         value = value * value
-    grid = (value / 2.0**agg.grid_exponent).round(0, mode="half_to_even").cast(pl.Int64)
+    for factor in grid_scales(agg.grid_exponent):
+        value = value * factor
+    # Int128: the exact total (collect_rows clamps it)
+    grid = value.round(0, mode="half_to_even").cast(pl.Int128, strict=False)
     return (grid - agg.offset).sum() if agg.offset else grid.sum()
 
 
@@ -145,7 +175,7 @@ def _bin(agg: ExactAggregate, column: str) -> pl.Expr:
     assert agg.lower is not None
     assert agg.upper is not None
     scaled = (_clamped(agg, column) - float(agg.lower)) / float(agg.upper - agg.lower) * agg.bins
-    return scaled.floor().cast(pl.Int64).clip(upper_bound=agg.bins - 1)
+    return scaled.floor().cast(pl.Int64, strict=False).clip(upper_bound=agg.bins - 1)
 
 
 def _typed(
@@ -243,54 +273,66 @@ class PolarsBackend:
         """Nothing to release (frames are dropped with the backend)."""
 
     def compute(self, plan: AggregatePlan) -> ExactResult:
-        """Run ``plan`` as lazy frames collected together."""
-        check_plan(plan, self.columns(plan.table))
-        groups, values = hidden_columns(plan)
+        """Run ``plan`` as lazy frames collected together.
+
+        Raises:
+            BackendError: the plan names an unknown table or column (checked first), or
+                ``ENGINE_FAILURE_MESSAGE`` if anything fails afterwards (details logged).
+        """
+        columns = self.columns(plan.table)
+        check_plan(plan, columns)
         try:
-            frame = self._rows(plan, groups, values)
-            bounded = plan.bound.person_column is not None
-            main = [
-                _aggregate(agg, values.get(agg.name, ""), bounded=bounded).alias(agg.name)
-                for agg in plan.aggregates
-                if agg.kind != "histogram"
-            ]
-            frames = [
-                frame.group_by(groups).agg(pl.len(), *main)
-                if groups
-                else frame.select(pl.len(), *main)
-            ]
-            histograms = [agg for agg in plan.aggregates if agg.kind == "histogram"]
-            frames += [
-                frame.select(*groups, _bin(agg, values[agg.name]).alias("__dp_bin"))
-                .drop_nulls("__dp_bin")
-                .group_by([*groups, "__dp_bin"])
-                .len()
-                for agg in histograms
-            ]
-            main_frame, *histogram_frames = pl.collect_all(frames)
-        except pl.exceptions.PolarsError as exc:
-            raise BackendError(
-                f"Polars failed to compute the plan on {plan.table!r}: {exc}"
-            ) from exc
+            return self._compute(plan, columns)
+        except Exception:
+            raise engine_failure(self.name, plan) from None
+
+    def _compute(self, plan: AggregatePlan, columns: Mapping[str, str]) -> ExactResult:
+        groups, values = hidden_columns(plan)
+        frame = self._rows(plan, groups, values, columns)
+        bounded = plan.bound.person_column is not None
+        main = [
+            _aggregate(agg, values.get(agg.name, ""), bounded=bounded).alias(agg.name)
+            for agg in plan.aggregates
+            if agg.kind != "histogram"
+        ]
+        frames = [
+            frame.group_by(groups).agg(pl.len(), *main) if groups else frame.select(pl.len(), *main)
+        ]
+        histograms = [agg for agg in plan.aggregates if agg.kind == "histogram"]
+        frames += [
+            frame.select(*groups, _bin(agg, values[agg.name]).alias("__dp_bin"))
+            .drop_nulls("__dp_bin")
+            .group_by([*groups, "__dp_bin"])
+            .len()
+            for agg in histograms
+        ]
+        main_frame, *histogram_frames = pl.collect_all(frames)
         counts = {
             agg.name: bin_counts(result.iter_rows())
             for agg, result in zip(histograms, histogram_frames, strict=True)
         }
         return collect_rows(plan, merge_histograms(plan, main_frame.iter_rows(), counts))
 
-    def _rows(self, plan: AggregatePlan, groups: list[str], values: dict[str, str]) -> pl.LazyFrame:
+    def _rows(
+        self,
+        plan: AggregatePlan,
+        groups: list[str],
+        values: dict[str, str],
+        columns: Mapping[str, str],
+    ) -> pl.LazyFrame:
         """Filter, evaluate keys and values, apply public keys and contribution bounds."""
         frame = self._frames[plan.table]
         if plan.where is not None:
-            frame = frame.filter(to_polars(plan.where))
+            frame = frame.filter(to_polars(plan.where, columns))
         person = plan.bound.person_column
         selected = [
-            to_polars(g.expr).alias(name) for g, name in zip(plan.group_by, groups, strict=True)
+            to_polars(g.expr, columns).alias(name)
+            for g, name in zip(plan.group_by, groups, strict=True)
         ]
         if person is not None:
             selected.append(pl.col(person).alias(_PID))
         selected += [
-            to_polars(agg.expr).alias(values[agg.name])
+            to_polars(agg.expr, columns).alias(values[agg.name])
             for agg in plan.aggregates
             if agg.expr is not None
         ]
