@@ -247,8 +247,8 @@ def test_failed_sign_ins_are_rate_limited(kit: Kit) -> None:
     limited = intruder.get("/v1/me")
     _assert_problem(limited, 429, "rate-limited")
     assert int(limited.headers["retry-after"]) >= 1
-    # The limit is per client address: the same address is refused even with a valid token.
-    _assert_problem(kit.alice.get("/v1/me"), 429, "rate-limited")
+    # A valid token from the same address is still answered: failures never lock anyone out.
+    assert kit.alice.get("/v1/me").status_code == 200
 
 
 def test_replay_answers_from_history_at_no_cost(kit: Kit) -> None:

@@ -56,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
         help="worker processes serving the port (default 1; each opens the datasets itself)",
     )
     serve.add_argument(
+        "--forwarded-allow-ips",
+        metavar="ADDRESSES",
+        help="comma-separated addresses of reverse proxies whose X-Forwarded-For header names "
+        "the client (default: none; the client is the TCP peer)",
+    )
+    serve.add_argument(
         "--no-precompute",
         dest="precompute",
         action="store_false",
@@ -107,6 +113,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         workers=args.workers,
+        forwarded_allow_ips=args.forwarded_allow_ips,
         on_ready=lambda: print(url, flush=True),  # once it answers (datasets opened)
     )
     return 0

@@ -46,7 +46,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from fractions import Fraction
@@ -68,6 +68,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session as OrmSession
 
 from dpcurator.core.measures import ApproxDP
@@ -83,6 +84,7 @@ from dpcurator.service.models import (
     Grant,
     Principal,
     PublishedRelease,
+    ServerSecret,
     Token,
     utcnow,
 )
@@ -456,6 +458,22 @@ class Ledger:
                     .order_by(Token.created_at, Token.token_id)
                 )
             )
+
+    def rehash_token(self, token_id: str, old_hash: str, new_hash: str) -> None:
+        """Replace a token's stored hash, if it is still ``old_hash`` (a hash upgrade)."""
+        with self._transaction(write=True) as s:
+            token = s.get(Token, token_id)
+            if token is not None and token.secret_hash == old_hash:
+                token.secret_hash = new_hash
+
+    def server_secret(self, name: str, make: Callable[[], str]) -> str:
+        """The server secret ``name``, stored as ``make()`` on first use (the first writer wins
+        when processes race)."""
+        with suppress(IntegrityError), self._transaction(write=True) as s:
+            if s.get(ServerSecret, name) is None:
+                s.add(ServerSecret(name=name, value=make()))
+        with self._transaction(write=False) as s:
+            return _found(s.get(ServerSecret, name), "server secret", name).value
 
     def revoke_token(self, token_id: str, *, by: str) -> Token:
         """Mark a token revoked (idempotent); :class:`NotFoundError` if unknown."""

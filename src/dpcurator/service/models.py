@@ -9,7 +9,8 @@ locked; the sum of the charges always equals them (a test checks this invariant)
 Tables:
 
 * ``principals`` — owners and analysts.
-* ``tokens`` — API tokens: a public id (the lookup key) and the argon2 hash of the secret.
+* ``tokens`` — API tokens: a public id (the lookup key) and the keyed hash of the secret.
+* ``server_secrets`` — secrets shared by the server processes (the token HMAC key).
 * ``datasets`` — registered data sources with their public metadata and global cap.
 * ``grants`` — per-analyst, per-dataset budgets.
 * ``charges`` — the ledger proper: every reservation, its cost, the query text and, once
@@ -52,7 +53,7 @@ class Principal(Base):
 
 
 class Token(Base):
-    """An API token: ``dpc_<token_id>_<secret>``; only the argon2 hash of the secret is stored."""
+    """An API token: ``dpc_<token_id>_<secret>``; only a hash of the secret is stored."""
 
     __tablename__ = "tokens"
 
@@ -62,6 +63,15 @@ class Token(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column(default=None)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class ServerSecret(Base):
+    """A secret shared by every process serving this ledger, e.g. the key of the token HMAC."""
+
+    __tablename__ = "server_secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(200))
 
 
 class Dataset(Base):

@@ -94,9 +94,14 @@ def serve(
     threads: int = DEFAULT_THREADS,
     switch_interval: float | None = None,
     workers: int = 1,
+    forwarded_allow_ips: str | None = None,
     on_ready: Callable[[], None] | None = None,
 ) -> None:
     """Serve the API with uvicorn (uvloop event loop, httptools parser) until interrupted.
+
+    The client address of a request (which failed sign-ins are counted against) is the TCP
+    peer: ``X-Forwarded-For`` is believed only from the comma-separated proxy addresses in
+    ``forwarded_allow_ips`` (uvicorn's own default would believe any local process).
 
     ``on_ready`` is called (from another thread) once the server answers ``/v1/health``, i.e.
     after its start-up, which opens the registered datasets.
@@ -121,7 +126,10 @@ def serve(
         "http": "httptools",
         "log_level": log_level,
         "access_log": access_log,
+        "proxy_headers": forwarded_allow_ips is not None,
     }
+    if forwarded_allow_ips is not None:
+        options["forwarded_allow_ips"] = forwarded_allow_ips
     if on_ready is not None:
         _call_when_serving("127.0.0.1" if host in ("0.0.0.0", "::") else host, port, on_ready)
     if workers > 1:
