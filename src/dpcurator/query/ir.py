@@ -10,7 +10,28 @@ Two levels:
   group, aggregate — and nothing random that matters for privacy. Backends return the EXACT
   aggregates (:class:`ExactResult`); noise is added afterwards by :mod:`dpcurator.mechanisms`.
 
-Semantics that every backend must reproduce bit-for-bit (the in-memory backend is the oracle):
+Semantics that every backend must reproduce bit-for-bit (the in-memory backend is the oracle).
+
+Expression evaluation is TOTAL: no data value makes an engine raise, because whether a release
+answers must not depend on private data. Each expression has a static type decided from the
+column types and literals alone (:func:`~dpcurator.query.backends.base.expr_type`): int (int64),
+float (IEEE double), string, bool. Type mismatches (arithmetic on strings, string compared with
+number, ...) are refused by the planner before any charge; a backend that meets one anyway fails
+with the one constant ``ENGINE_FAILURE_MESSAGE``.
+
+* S1 ``+ - *`` of two ints is the exact integer result, or NULL when it leaves int64;
+  ``abs(-2**63)`` is NULL. ``round``, ``floor`` and ``ceil`` of an int are the int itself.
+* S2 ``+ - *`` with a float operand converts the int operand to the nearest double and follows
+  IEEE 754 (overflow is ±inf, inf - inf is NaN). ``/`` always divides the two operands converted to
+  doubles, and is NULL when the divisor is zero (±0.0). ``round`` (half away from zero),
+  ``floor`` and ``ceil`` of a double are doubles; ±inf and NaN are their own round, floor and ceil.
+  ``abs`` of a double is its magnitude.
+* CASE and ``coalesce`` whose results mix int and float are float (an int result is converted).
+  ``length``, ``lower`` and ``upper`` apply to strings (length in code points).
+* Comparisons of an int with a float compare the int converted to a double; NaN equals NaN and is
+  above every other double (+inf included); -0.0 equals 0.0. Any side NULL makes NULL.
+* Casts inside engines never raise (``TRY_CAST``, non-strict casts): a value that has no image
+  is NULL.
 
 * ``where`` keeps rows for which the predicate is TRUE (NULL counts as false).
 * Group keys: when ``group_keys`` is given (public key sets), rows whose key is not in the set are
@@ -22,11 +43,15 @@ Semantics that every backend must reproduce bit-for-bit (the in-memory backend i
   (utility only: privacy never depends on which rows are kept, only on how many). Row-level privacy
   (no person column) applies no bounding: each row is its own person.
 * Aggregate values: ``value = fill`` if the expression is NULL or NaN, else
-  clamp(expr, lower, upper).
+  clamp(expr, lower, upper) (±inf clamp to the bounds).
   ``sum`` returns sum(round_half_even(value / 2**grid_exponent) - offset) as an exact integer
   (fixed-point sum: the defence against float-sum sensitivity attacks, Casacuberta et al. 2022;
   ``offset`` is an integer number of grid steps, 0 unless the planner centres the values);
   ``sum_squares`` the same for value**2 on the grid of ``grid_exponent``: round(value**2 / 2**k);
+  the division by 2**k is the multiplication by the factors of
+  :func:`~dpcurator.query.backends.base.grid_scales`, in double. Sums accumulate exactly (wider
+  than int64) and each group's total is then clamped to [-(2**63-1), 2**63-1] grid units: a
+  1-Lipschitz map, so the sensitivity is unchanged, and no sum is refused after the charge;
   ``count`` counts the rows of the group; ``count_persons`` counts distinct persons of the group;
   ``histogram`` counts rows per bin: bin = min(floor((value - lower) / (upper - lower) * bins),
   bins - 1), returned as an int64 array of length ``bins``.
@@ -142,6 +167,23 @@ class Func:
 
 
 Expr = Col | Lit | BinOp | Compare | And | Or | Not | IsNull | In | Between | Case | Func
+
+
+def children(node: Expr) -> tuple[Expr, ...]:
+    """The direct sub-expressions of ``node``, in evaluation order (CASE: each condition, then
+    its value, then the default)."""
+    if isinstance(node, BinOp | Compare):
+        return (node.left, node.right)
+    if isinstance(node, And | Or | Func):
+        return node.args
+    if isinstance(node, Not | IsNull | In):
+        return (node.arg,)
+    if isinstance(node, Between):
+        return (node.arg, node.low, node.high)
+    if isinstance(node, Case):
+        parts = tuple(x for pair in node.whens for x in pair)
+        return parts if node.default is None else (*parts, node.default)
+    return ()
 
 
 def map_columns(node: Expr, column: Callable[[Col], Expr]) -> Expr:

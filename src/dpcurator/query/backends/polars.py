@@ -62,6 +62,7 @@ from dpcurator.query.ir import (
 _PID = "__dp_pid"
 _DECLARED_DTYPES = {"int": pl.Int64, "float": pl.Float64, "string": pl.String, "bool": pl.Boolean}
 _NULL = pl.lit(None, dtype=pl.Boolean)
+_LITERAL_DTYPES = {bool: pl.Boolean, int: pl.Int64, float: pl.Float64, str: pl.String}
 
 
 def to_polars(expr: Expr, columns: Mapping[str, str]) -> pl.Expr:  # noqa: PLR0912
@@ -79,8 +80,8 @@ def to_polars(expr: Expr, columns: Mapping[str, str]) -> pl.Expr:  # noqa: PLR09
     match expr:
         case Col(name=name):
             return pl.col(name)
-        case Lit(value=literal):
-            return pl.lit(literal)
+        case Lit(value=literal):  # typed: Polars' "dynamic" int literals can panic in windows
+            return pl.lit(literal, dtype=_LITERAL_DTYPES.get(type(literal)))
         case BinOp(op="/", left=left, right=right):
             divisor = to(right).cast(pl.Float64, strict=False)
             return pl.when(divisor != 0).then(to(left).cast(pl.Float64, strict=False) / divisor)
@@ -283,7 +284,7 @@ class PolarsBackend:
         check_plan(plan, columns)
         try:
             return self._compute(plan, columns)
-        except Exception:
+        except (Exception, pl.exceptions.PanicException):  # a Rust panic is a BaseException
             raise engine_failure(self.name, plan) from None
 
     def _compute(self, plan: AggregatePlan, columns: Mapping[str, str]) -> ExactResult:
