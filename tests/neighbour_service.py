@@ -1,7 +1,7 @@
 """The neighbour adversary against the HTTP service: one curator per table, observed over HTTP.
 
 Each :class:`ServedTable` is a full service (SQLite ledger, DuckDB with precomputed columns and
-the service's result cache, FastAPI app through Starlette's TestClient) serving one table as
+the service's result cache, the app on a real uvicorn server in a thread) serving one table as
 dataset ``people`` to one analyst with a large grant. Queries go to every served table in the
 same order, so ledger ids and budgets advance alike and are part of the observation.
 """
@@ -14,7 +14,6 @@ from pathlib import Path
 from types import TracebackType
 
 import pandas as pd
-from fastapi.testclient import TestClient
 
 from dpcurator.query.release import Estimate
 from dpcurator.service.app import create_app
@@ -26,7 +25,7 @@ from tests.neighbour_queries import (
     public_plan,
     release_shape,
 )
-from tests.service_fixtures import cheap_hasher
+from tests.service_fixtures import ThreadServer, cheap_hasher
 
 DATASET = "people"
 
@@ -39,17 +38,18 @@ class ServedTable:
         root = Path(self._dir.name)
         self._csv = root / "people.csv"
         frame.to_csv(self._csv, index=False)
-        self._service = build_service(f"sqlite:///{root / 'ledger.sqlite3'}", hasher=cheap_hasher())
+        self._service = build_service(
+            f"sqlite:///{root / 'ledger.sqlite3'}", hasher=cheap_hasher(), data_root=root
+        )
         _, owner = self._service.create_principal("owner", "owner")
-        self._client = TestClient(create_app(self._service), raise_server_exceptions=False)
+        self._server = ThreadServer(create_app(self._service))
         self._owner_token = owner.token
 
     def __enter__(self) -> ServedTable:
-        self._client.__enter__()
-        owner = {"Authorization": f"Bearer {self._owner_token}"}
-        created = self._client.post(
+        self._server.__enter__()
+        owner = self._server.client(self._owner_token)
+        created = owner.post(
             "/v1/datasets",
-            headers=owner,
             json={
                 "id": DATASET,
                 "source": {"path": str(self._csv)},
@@ -59,15 +59,13 @@ class ServedTable:
             },
         )
         assert created.status_code == 201, created.text
-        issued = self._client.post("/v1/analysts", headers=owner, json={"name": "adversary"})
-        analyst = issued.json()
-        granted = self._client.put(
+        analyst = owner.post("/v1/analysts", json={"name": "adversary"}).json()
+        granted = owner.put(
             f"/v1/analysts/{analyst['principal']['id']}/grants/{DATASET}",
-            headers=owner,
             json={"epsilon": 1e6, "delta": 0.5},
         )
         assert granted.status_code == 200, granted.text
-        self._client.headers["Authorization"] = f"Bearer {analyst['token']}"
+        self._client = self._server.client(analyst["token"])
         return self
 
     def __exit__(
@@ -76,7 +74,7 @@ class ServedTable:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._client.__exit__(exc_type, exc, traceback)
+        self._server.__exit__(exc_type, exc, traceback)
         self._service.close()
         self._dir.cleanup()
 
