@@ -1,0 +1,151 @@
+"""The release object of the statistical estimators, and the input and noise helpers they share.
+
+A release is either a reply (a value, its (1-α) confidence interval and what that interval
+covers) or "NR", the *no reply* of Dwork & Lei (2009) used by propose-test-release: the decision
+to answer is itself a differentially private test, so an NR leaks nothing beyond the cost. Either
+way the release states its privacy cost as a :mod:`dpcurator.core.measures` value.
+
+The helpers here make evaluation *total* after the point where the cost is incurred: inputs are
+converted once (numpy, pandas or Polars), values are clamped to public bounds, and a noisy release
+clamps its statistic to the range its public noise grid can represent instead of raising.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from fractions import Fraction
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from dpcurator._validation import check_real, fail
+from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
+from dpcurator.mechanisms._grid import grid_exponent
+from dpcurator.random import Rng
+
+FloatArray = npt.NDArray[np.float64]
+Cost = PureDP | ApproxDP | ZCDP
+
+
+class Covers(Enum):
+    """What a confidence interval accounts for."""
+
+    #: Only the privacy noise: the interval covers the (clamped) statistic of THIS data set.
+    NOISE = "noise"
+    #: Privacy noise and sampling: the interval covers the population parameter.
+    NOISE_AND_SAMPLING = "noise+sampling"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A DP release: a value with its confidence interval, or NR ("no reply").
+
+    Attributes:
+        value: the released estimate (a float array; shape () for a scalar), or None for NR.
+        ci_low, ci_high: the (1-α) interval, coordinate-wise; None for NR or when none is given.
+        covers: what the interval accounts for (:class:`Covers`).
+        alpha: the interval's nominal miscoverage.
+        cost: the privacy cost of the whole release (NR included: the test was paid for).
+        method: a short name of the algorithm and paper.
+    """
+
+    value: FloatArray | None
+    ci_low: FloatArray | None
+    ci_high: FloatArray | None
+    covers: Covers | None
+    alpha: float
+    cost: Cost
+    method: str
+
+    @property
+    def replied(self) -> bool:
+        """False for NR ("no reply")."""
+        return self.value is not None
+
+    def __str__(self) -> str:
+        if self.value is None:
+            return f"NR (no reply) by {self.method}, cost {self.cost}"
+        interval = ""
+        if self.ci_low is not None and self.ci_high is not None and self.covers is not None:
+            level = round(100 * (1 - self.alpha), 6)
+            interval = f", {level}% CI [{self.ci_low}, {self.ci_high}] ({self.covers.value})"
+        return f"{self.value}{interval} by {self.method}, cost {self.cost}"
+
+
+def no_reply(cost: Cost, method: str, alpha: float) -> Estimate:
+    """The NR release (decided by a DP test; the cost stands)."""
+    return Estimate(None, None, None, None, alpha, cost, method)
+
+
+def as_float_array(owner: str, name: str, data: object, *, ndim: int) -> FloatArray:
+    """numpy / pandas / Polars data (or nested sequences) as a float64 array of ``ndim`` dims.
+
+    A 1-dimensional input is accepted where 2 dimensions are expected (one column). The shape is
+    public (checked before any cost); NaN values are allowed and handled by each estimator.
+    """
+    raw = data.to_numpy() if hasattr(data, "to_numpy") else data
+    try:
+        array = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise fail(owner, name, "numeric data (numpy, pandas or Polars)", type(data)) from exc
+    if ndim == 2 and array.ndim == 1:
+        array = array[:, None]
+    if array.ndim != ndim:
+        raise fail(owner, name, f"{ndim}-dimensional", array.shape)
+    return array
+
+
+def check_bounds(owner: str, lower: object, upper: object) -> tuple[float, float]:
+    """Public finite bounds with lower < upper."""
+    low = float(check_real(owner, "lower", lower))
+    high = float(check_real(owner, "upper", upper))
+    if not low < high:
+        raise fail(owner, "upper", f"> lower ({low})", upper)
+    return low, high
+
+
+def clamp_fill(values: FloatArray, lower: float, upper: float, fill: float) -> FloatArray:
+    """The shared value semantics: NaN -> fill, else clamp to [lower, upper] (±inf -> a bound)."""
+    return np.where(np.isnan(values), fill, np.clip(values, lower, upper))
+
+
+class FloatMechanism(Protocol):
+    """The public API of :class:`~dpcurator.mechanisms.Laplace` and ``Gaussian`` used here."""
+
+    def release_floats(self, values: npt.ArrayLike, rng: Rng | None = None) -> FloatArray: ...
+
+    def ci_halfwidth_floats(self, alpha: object = 0.05) -> float: ...
+
+
+def representable(values: FloatArray, scale: Fraction) -> FloatArray:
+    """Clamp values into the range the public noise grid of ``scale`` represents exactly.
+
+    Clamping is 1-Lipschitz per coordinate, so it never increases a sensitivity; it turns the
+    grid's overflow refusal (which would depend on the data) into saturation.
+    """
+    limit = math.ldexp(1.0, grid_exponent(scale) + 51)  # 2^51 grid steps: well inside 2^52
+    return np.clip(np.nan_to_num(values, nan=0.0), -limit, limit)
+
+
+def noisy(
+    mechanism: FloatMechanism, scale: Fraction, values: npt.ArrayLike, rng: Rng
+) -> FloatArray:
+    """``mechanism.release_floats`` of the values made representable (total: never raises)."""
+    return mechanism.release_floats(representable(np.asarray(values, np.float64), scale), rng)
+
+
+__all__ = [
+    "Cost",
+    "Covers",
+    "Estimate",
+    "FloatArray",
+    "as_float_array",
+    "check_bounds",
+    "clamp_fill",
+    "no_reply",
+    "noisy",
+    "representable",
+]

@@ -1,0 +1,242 @@
+"""Smooth sensitivity (Nissim, Raskhodnikova & Smith 2007, "NRS07"): noise scaled to the data.
+
+A function S is a *β-smooth upper bound* on the local sensitivity LS_f if S(x) >= LS_f(x) and
+S(x) <= e^β S(x') for all neighbours x, x'. The smooth sensitivity S*(x) = max_k e^{-kβ} A_k(x),
+with A_k the largest local sensitivity within distance k of x, is the smallest one; any A'_k with
+A'_k(x) >= A_k(x) and A'_k(x) <= A'_{k+1}(x') also gives one (NRS07, Lemma 3.x / Claim 3.2).
+
+**Privacy guarantee** of :func:`smooth_sensitivity_release` (f clamped to public [lower, upper],
+S floored at a public S_min, released on a PUBLIC grid g = 2^k chosen from (ε, lower, upper,
+S_min), with integer noise of data-dependent scale t = S(x) / (a·g)):
+
+* For neighbours x, x' with noise Z at x, the output round(f(x)/g) + Z has, at each point, the
+  ratio P_t(z)/P_t'(z + m) = [P_t(z)/P_t'(z)]·[P_t'(z)/P_t'(z + m)] ("dilate, then slide"), with
+  |m| <= (|f(x) - f(x')| + g)/g and |f(x) - f(x')| <= LS(x') <= S(x').
+* Pure ε (:mod:`dpcurator.mechanisms.heavy_tailed`, P ∝ 1/(1 + (z/t)^4)): the slide costs
+  4|m|/t' <= 4a(1 + g/S_min) = ε/2 and the dilation 8|ln(t/t')| <= 8β = ε/2.
+* (ε, δ) (discrete Laplace, :class:`~dpcurator.mechanisms.Laplace`): the slide costs
+  |m|/t' <= a(1 + g/S_min) = ε/2; the dilation costs |λ| + (|z|/t)|λ|e^{|λ|} with |λ| <= β, which
+  is <= ε/2 except when |z| > t·ln(2/δ), an event of probability < δ under x.
+* β and a are reduced by 2^-40 and 2^-61 relative slack to absorb the float evaluation of S and
+  the dyadic rounding of t. Total: ε-DP, or (ε, δ)-DP.
+
+The confidence interval must not reveal S(x) (a CI width is observable): ln S has global
+sensitivity β, so a share of ε releases ln S with Laplace noise, and its (1 - α/2) upper bound
+sets the noise half-width at level α/2 — a (1-α) interval for the clamped f(x) (noise only).
+
+:func:`smooth_median` instantiates it for the median, with the O(n log n) smooth sensitivity of
+NRS07 Section 3.1 for replace-one neighbours (n public) and, for add/remove neighbours, the bound
+A'_k = x_(m+k+1) - x_(m-k-1) (the median of any data set within k+1 add/removes lies between
+those order statistics).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Literal
+
+import numpy as np
+
+from dpcurator._validation import check_nonnegative, check_positive, check_probability, fail
+from dpcurator.core.measures import ApproxDP, PureDP
+from dpcurator.core.numbers import dyadic_up, float_down, to_fraction
+from dpcurator.estimators.release import (
+    Covers,
+    Estimate,
+    FloatArray,
+    as_float_array,
+    check_bounds,
+    clamp_fill,
+    noisy,
+)
+from dpcurator.mechanisms import Laplace
+from dpcurator.mechanisms._grid import GRID_BITS
+from dpcurator.mechanisms.heavy_tailed import heavy_tailed_halfwidth, heavy_tailed_integers
+from dpcurator.random import Rng, default_rng
+
+#: Absolute slack subtracted from β for the float evaluation of S (relative error << 2^-40).
+_BETA_SLACK = 2.0**-40
+
+#: Default floor of S as a fraction of the public range (upper - lower).
+DEFAULT_FLOOR_SHARE = 2.0**-20
+
+
+def smoothing_parameters(epsilon: float, delta: float) -> tuple[float, float]:
+    """(a, β): the noise is S/a and S must be β-smooth (see the module docstring)."""
+    if delta == 0:
+        return epsilon / 8, epsilon / 16 - _BETA_SLACK
+    tail = math.log(2 / delta)
+    return epsilon / 2, min(1.0, epsilon / (2 * (1 + math.e * tail))) - _BETA_SLACK
+
+
+def smooth_sensitivity_release(
+    value: float,
+    smooth_bound: Callable[[float], float],
+    *,
+    epsilon: float,
+    lower: float,
+    upper: float,
+    delta: float = 0.0,
+    floor: float | None = None,
+    alpha: float = 0.05,
+    ci_share: float = 0.25,
+    method: str = "smooth sensitivity (NRS07)",
+    rng: Rng | None = None,
+) -> Estimate:
+    """Release a statistic ``value`` in [lower, upper] with noise scaled to ``smooth_bound(β)``.
+
+    ``smooth_bound(beta)`` must return a β-smooth upper bound on the local sensitivity of the
+    statistic at the data (the caller's obligation; :func:`smooth_median` gives one). Every
+    parameter is public and checked first; after that the release is total. ``epsilon`` is the
+    total cost, of which ``ci_share`` pays for the confidence interval (0: no interval).
+    """
+    owner = "smooth_sensitivity_release"
+    low, high = check_bounds(owner, lower, upper)
+    eps = float(check_positive(owner, "epsilon", epsilon))
+    dlt = float(check_probability(owner, "delta", delta, open_high=True))
+    share = float(check_probability(owner, "ci_share", ci_share, open_high=True))
+    level = float(check_probability(owner, "alpha", alpha, open_low=True, open_high=True))
+    s_max = high - low
+    s_min = float(check_positive(owner, "floor", floor)) if floor else s_max * DEFAULT_FLOOR_SHARE
+    eps_ci = eps * share
+    eps_value = float_down(Fraction(eps) - Fraction(eps_ci))
+    a0, beta = smoothing_parameters(eps_value, dlt)
+    if beta <= _BETA_SLACK:
+        raise fail(owner, "epsilon", "large enough for a positive smoothing β", epsilon)
+    # Public grid: fine relative to S_min, coarse enough that t = S/(a g) <= 2^52 for S <= S_max.
+    k = max(math.floor(math.log2(s_min)) - GRID_BITS, math.ceil(math.log2(4 * s_max / a0)) - 52)
+    g = math.ldexp(1.0, k)
+    if g > s_min:
+        raise fail(owner, "floor", f">= {g} (the noise grid) for this epsilon and range", s_min)
+    a = a0 / (1 + g / s_min) * (1 - 2.0**-52)  # the slide pays for rounding f to the grid
+    source = rng or default_rng()
+    s = max(s_min, float(smooth_bound(beta)))
+    if not math.isfinite(s):
+        s = s_max  # a bound on every local sensitivity of a statistic clamped to the range
+    t = dyadic_up(Fraction(s) / (to_fraction(a) * Fraction(g)), bits=62)
+    centre = round((float(np.clip(value, low, high)) - low) / g) if math.isfinite(value) else 0
+    if dlt == 0:
+        draw = int(heavy_tailed_integers(source, t, 1)[0])
+        cost: PureDP | ApproxDP = PureDP(to_fraction(eps))
+    else:
+        draw = int(Laplace(t).release_integers(np.zeros(1, np.int64), source)[0])
+        cost = ApproxDP(to_fraction(eps), to_fraction(dlt))
+    top = round(s_max / g)
+    units = min(max(centre + draw, 0), top)
+    released = min(high, low + units * g)
+    if share == 0:
+        return Estimate(np.asarray(released), None, None, None, level, cost, method)
+    scale_mech = Laplace.for_epsilon_floats(eps_ci, beta + _BETA_SLACK)
+    log_s = float(noisy(scale_mech, scale_mech.scale, [math.log(s)], source)[0])
+    s_up = math.exp(min(log_s + scale_mech.ci_halfwidth_floats(level / 2), math.log(s_max)))
+    t_up = max(s_up, s_min) / (a * g)
+    if dlt == 0:
+        half_units = heavy_tailed_halfwidth(dyadic_up(Fraction(t_up), bits=62), level / 2)
+    else:
+        half_units = Laplace(dyadic_up(Fraction(t_up), bits=62)).ci_halfwidth(level / 2)
+    half = (half_units + 1) * g  # + one grid step for rounding f(x)
+    return Estimate(
+        np.asarray(released),
+        np.asarray(max(low, released - half)),
+        np.asarray(min(high, released + half)),
+        Covers.NOISE,
+        level,
+        cost,
+        method,
+    )
+
+
+def median_smooth_sensitivity(
+    sorted_values: FloatArray,
+    beta: float,
+    lower: float,
+    upper: float,
+    neighbours: Literal["add_remove", "replace"] = "add_remove",
+) -> float:
+    """A β-smooth upper bound on the local sensitivity of the median x_(m), m = floor(n/2) + 1.
+
+    ``sorted_values`` must be sorted and clamped to [lower, upper]; x_(i) is ``lower`` for i < 1
+    and ``upper`` for i > n. For ``"replace"`` this is NRS07's smooth sensitivity
+    max_{i <= m <= j, i < j} e^{-β(j-i-1)} (x_(j) - x_(i)), found in O(n log n) by divide and
+    conquer over the monotone best j for each i; for ``"add_remove"``, max_k e^{-kβ}
+    (x_(m+k+1) - x_(m-k-1)) in O(n).
+    """
+    n = sorted_values.size
+    padded = np.concatenate(([lower], sorted_values, [upper]))
+    m = n // 2 + 1
+    if neighbours == "add_remove":
+        k = np.arange(n + 1)
+        gaps = padded[np.minimum(m + k + 1, n + 1)] - padded[np.maximum(m - k - 1, 0)]
+        return float(np.max(np.exp(-beta * k) * gaps))
+    if n == 0:
+        return upper - lower
+    # Divide and conquer, one recursion level at a time for all nodes (vectorised): a node
+    # (i_lo, i_hi, j_lo, j_hi) scans j for i = its midpoint and splits at the best j.
+    nodes = np.array([[0, m, m, n + 1]], dtype=np.int64)
+    best = 0.0
+    while nodes.size:
+        i = (nodes[:, 0] + nodes[:, 1]) // 2
+        start = np.maximum(nodes[:, 2], i + 1)
+        lengths = nodes[:, 3] - start + 1
+        owner = np.repeat(np.arange(len(nodes)), lengths)
+        first = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        js = np.arange(int(lengths.sum())) - first[owner] + start[owner]
+        scores = np.exp(-beta * (js - i[owner] - 1)) * (padded[js] - padded[i[owner]])
+        top = np.maximum.reduceat(scores, first)
+        best = max(best, float(top.max()))
+        hits = np.flatnonzero(scores == top[owner])
+        _, where = np.unique(owner[hits], return_index=True)
+        j_star = js[hits[where]]
+        left = np.stack([nodes[:, 0], i - 1, nodes[:, 2], j_star], axis=1)
+        right = np.stack([i + 1, nodes[:, 1], j_star, nodes[:, 3]], axis=1)
+        nodes = np.concatenate([left, right])
+        nodes = nodes[nodes[:, 0] <= nodes[:, 1]]
+    return best
+
+
+def smooth_median(
+    values: object,
+    *,
+    epsilon: float,
+    lower: float,
+    upper: float,
+    delta: float = 0.0,
+    neighbours: Literal["add_remove", "replace"] = "add_remove",
+    floor: float | None = None,
+    alpha: float = 0.05,
+    ci_share: float = 0.25,
+    rng: Rng | None = None,
+) -> Estimate:
+    """The median of ``values`` (one per person, clamped to [lower, upper]; NaN -> the midpoint)
+    with smooth-sensitivity noise: ε-DP (heavy-tailed noise) when ``delta`` is 0, else (ε, δ)-DP
+    (Laplace), for the chosen ``neighbours`` (``"replace"`` treats n as public).
+
+    >>> from dpcurator.random import SeededRng
+    >>> data = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    >>> release = smooth_median(data, epsilon=1e6, lower=0, upper=10, rng=SeededRng(1))
+    >>> round(float(release.value), 3)
+    4.0
+    """
+    owner = "smooth_median"
+    low, high = check_bounds(owner, lower, upper)
+    if neighbours not in ("add_remove", "replace"):
+        raise fail(owner, "neighbours", "'add_remove' or 'replace'", neighbours)
+    check_nonnegative(owner, "epsilon", epsilon)
+    raw = as_float_array(owner, "values", values, ndim=1)
+    data = np.sort(clamp_fill(raw, low, high, (low + high) / 2))
+    centre = float(data[data.size // 2]) if data.size else (low + high) / 2
+    return smooth_sensitivity_release(
+        centre,
+        lambda beta: median_smooth_sensitivity(data, beta, low, high, neighbours),
+        epsilon=epsilon,
+        lower=low,
+        upper=high,
+        delta=delta,
+        floor=floor,
+        alpha=alpha,
+        ci_share=ci_share,
+        method=f"smooth-sensitivity median ({neighbours}; NRS07)",
+        rng=rng,
+    )

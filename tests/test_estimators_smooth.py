@@ -1,0 +1,131 @@
+"""Smooth sensitivity (NRS07): the median bound, the heavy-tailed noise, releases and CIs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpcurator.estimators.smooth import median_smooth_sensitivity, smooth_median
+from dpcurator.mechanisms.heavy_tailed import heavy_tailed_halfwidth, heavy_tailed_integers
+from dpcurator.random import SeededRng
+from tests.stat_tools import ALPHA, chi_square_pvalue
+
+LOW, HIGH = 0.0, 10.0
+
+
+def brute_replace(x: np.ndarray, beta: float) -> float:
+    """NRS07's smooth sensitivity of x_(m) by the O(n^2) double maximum."""
+    n = x.size
+    padded = np.concatenate(([LOW], x, [HIGH]))
+    m = n // 2 + 1
+    return max(
+        math.exp(-beta * (j - i - 1)) * (padded[j] - padded[i])
+        for i in range(m + 1)
+        for j in range(max(m, i + 1), n + 2)
+    )
+
+
+def median_of(x: np.ndarray) -> float:
+    return float(np.sort(x)[x.size // 2]) if x.size else (LOW + HIGH) / 2
+
+
+def test_replace_bound_equals_brute_force() -> None:
+    gen = np.random.default_rng(1)
+    for _ in range(400):
+        x = np.sort(np.round(gen.uniform(LOW, HIGH, int(gen.integers(0, 25))), 1))
+        beta = float(gen.choice([0.01, 0.3, 2.0]))
+        fast = median_smooth_sensitivity(x, beta, LOW, HIGH, "replace")
+        assert fast == pytest.approx(brute_replace(x, beta), rel=1e-12)
+
+
+def test_add_remove_bound_is_smooth_and_above_local_sensitivity() -> None:
+    gen = np.random.default_rng(2)
+    beta = 0.2
+    for _ in range(200):
+        x = np.round(gen.uniform(LOW, HIGH, int(gen.integers(1, 15))), 1)
+        s = median_smooth_sensitivity(np.sort(x), beta, LOW, HIGH)
+        removals = [np.delete(x, i) for i in range(x.size)]
+        additions = [np.append(x, v) for v in [LOW, HIGH, *x, *(x + 0.05)]]
+        for y in removals + additions:
+            assert abs(median_of(y) - median_of(x)) <= s + 1e-12  # S >= local sensitivity
+            s_y = median_smooth_sensitivity(np.sort(y), beta, LOW, HIGH)
+            assert s <= math.exp(beta) * s_y * (1 + 1e-12)  # β-smooth
+
+
+def heavy_pmf(scale: float, support: np.ndarray) -> np.ndarray:
+    far = np.arange(-200_000, 200_001, dtype=np.float64)
+    total = np.sum(1 / (1 + (far / scale) ** 4))
+    return 1 / (1 + (support / scale) ** 4) / total
+
+
+@pytest.mark.statistical
+def test_heavy_tailed_sampler_matches_its_pmf() -> None:
+    """Chi-square at ALPHA; the same sample must reject a 20% wider scale (power)."""
+    draws = np.array(heavy_tailed_integers(SeededRng(3), 3, 12_000).tolist())
+    cells = np.arange(-12, 13)
+    observed = np.array([np.sum(np.clip(draws, -12, 12) == c) for c in cells])
+
+    def folded(scale: float) -> np.ndarray:
+        p = heavy_pmf(scale, cells.astype(np.float64))
+        tail = (1 - p.sum()) / 2
+        p[0] += tail
+        p[-1] += tail
+        return p
+
+    assert chi_square_pvalue(observed, folded(3)) > ALPHA
+    assert chi_square_pvalue(observed, folded(3.6)) < ALPHA
+
+
+@pytest.mark.parametrize("scale", [0.5, 2.0, 40.0])
+def test_heavy_tailed_halfwidth_bounds_the_exact_tail(scale: float) -> None:
+    for alpha in (0.2, 0.05, 0.01):
+        u = heavy_tailed_halfwidth(scale, alpha)
+        support = np.arange(-200_000, 200_001, dtype=np.float64)
+        pmf = heavy_pmf(scale, support)
+        assert pmf[np.abs(support) > u].sum() <= alpha
+        if scale >= 1:  # the bound is within a factor 3 of the exact quantile
+            assert pmf[np.abs(support) > u / 3].sum() > alpha
+
+
+@pytest.mark.parametrize("delta", [0.0, 1e-6])
+def test_large_epsilon_gives_the_median(delta: float) -> None:
+    x = np.array([3.0, 1.5, 8.25, 4.0, 9.5, 2.0, 7.0])
+    out = smooth_median(x, epsilon=1e6, lower=LOW, upper=HIGH, delta=delta, rng=SeededRng(4))
+    assert float(out.value) == pytest.approx(np.median(x), abs=1e-3)
+    assert out.ci_low <= out.value <= out.ci_high
+
+
+def test_nan_and_out_of_range_are_clamped_and_filled() -> None:
+    x = [np.nan, -50.0, 50.0, np.inf, 6.0]  # -> 5, 0, 10, 10, 6: median 6
+    out = smooth_median(x, epsilon=1e6, lower=LOW, upper=HIGH, delta=1e-6, rng=SeededRng(5))
+    assert float(out.value) == pytest.approx(6.0, abs=1e-3)
+
+
+def coverage(delta: float, shrink: float, reps: int = 300) -> int:
+    gen = np.random.default_rng(6)
+    x = gen.normal(5, 1, 201)
+    truth = median_of(np.clip(x, LOW, HIGH))
+    rng = SeededRng(7)
+    hits = 0
+    for _ in range(reps):
+        out = smooth_median(x, epsilon=1.0, lower=LOW, upper=HIGH, delta=delta, rng=rng)
+        low, high = float(out.ci_low), float(out.ci_high)
+        if shrink != 1:  # the power check: the same interval, narrowed around the value
+            centre = float(out.value)
+            low, high = centre - (centre - low) * shrink, centre + (high - centre) * shrink
+        hits += low <= truth <= high
+    return hits
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("delta", [0.0, 1e-6])
+def test_noise_ci_covers(delta: float) -> None:
+    """Binomial test (alpha ALPHA) that coverage >= 0.95 - 0.03; a CI 20x too narrow is caught."""
+    reps = 300
+    ok = coverage(delta, 1.0, reps)
+    assert stats.binomtest(ok, reps, 0.92, alternative="less").pvalue > ALPHA
+    narrow = coverage(delta, 0.05, reps)
+    assert stats.binomtest(narrow, reps, 0.92, alternative="less").pvalue < ALPHA
