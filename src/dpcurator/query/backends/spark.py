@@ -7,6 +7,17 @@ Spark; the row limit is written ``rn <= k`` so Spark plans a WindowGroupLimit. T
 ``xxhash64(person, group key..., seed)`` for groups and ``xxhash64(person, values..., seed)`` for
 rows.
 
+Evaluation is total, whatever ``spark.sql.ansi.enabled`` says (the session may be the owner's):
+narrow integer and float columns are widened to BIGINT and DOUBLE and integer literals are
+BIGINT, so the int64 rules apply; ``+ - *`` are ``try_add``/``try_subtract``/``try_multiply`` (NULL
+when the exact integer leaves int64; IEEE on doubles); ``abs`` is ``0 - x`` for ``x <= 0`` by
+``try_subtract`` (NULL for -2**63); ``floor``/``ceil`` apply only where ``|x| < 2**52`` (beyond,
+a double is already an integer, and Spark's BIGINT result would overflow); sums add the grid
+values exactly in DECIMAL(38,0) (:func:`~dpcurator.query.backends.base.collect_rows` clamps each
+total to ``[-(2**63-1), 2**63-1]``). Whatever Spark raises anyway during
+:meth:`SparkBackend.compute` becomes ``BackendError(ENGINE_FAILURE_MESSAGE)``; Spark's own text,
+which can quote data values, goes to the logger ``dpcurator.engine`` only.
+
 Local mode is what the tests use; to run on a cluster, build the session first and pass a
 DataFrame (or a path the cluster can read)::
 
@@ -22,7 +33,7 @@ from __future__ import annotations
 import functools
 import operator
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
@@ -30,14 +41,16 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as sf
 from pyspark.sql import types as st
 
-from dpcurator.errors import BackendError
+from dpcurator.errors import BackendError, DPError
 from dpcurator.query.backends.base import (
-    OPERATORS,
+    COMPARISONS,
     bin_counts,
     check_plan,
     check_table,
     collect_rows,
+    engine_failure,
     file_format,
+    grid_scales,
     hidden_columns,
     is_path,
     is_spark_dataframe,
@@ -70,18 +83,50 @@ from dpcurator.query.ir import (
     Or,
 )
 
-_FUNCTIONS = {
-    "abs": sf.abs,
-    "round": lambda value: sf.round(value, 0),  # HALF_UP: half away from zero
-    "floor": sf.floor,
-    "ceil": sf.ceil,
-    "lower": sf.lower,
-    "upper": sf.upper,
-    "length": sf.length,
-}
 _ENGINE_ERRORS = (PySparkException, Py4JError)
 _PID = "__dp_pid"
 _DECLARED_TYPES = {"int": "long", "float": "double", "string": "string", "bool": "boolean"}
+_WIDENED = {"tinyint": "long", "smallint": "long", "int": "long", "float": "double"}
+_EXACT = "decimal(38,0)"  # sums of grid values: exact up to 10**38 (rows * 2**63 stays below)
+_ARITHMETIC = {"+": sf.try_add, "-": sf.try_subtract, "*": sf.try_multiply, "/": sf.try_divide}
+_INTEGRAL_DOUBLE = 2.0**52  # every double at least this large in magnitude is an integer
+
+
+def _abs(value: Column) -> Column:
+    """``|x|``: NULL for -2**63, whose absolute value leaves int64 (``0 - x`` for ``x <= 0``)."""
+    return sf.when(value <= 0, sf.try_subtract(_literal(0), value)).otherwise(value)
+
+
+def _integral(rounding: Callable[[Column], Column]) -> Callable[[Column], Column]:
+    """``floor``/``ceil`` keeping the argument's type. Spark's returns BIGINT for a DOUBLE, which
+    raises (ANSI) or saturates beyond int64 and maps NaN to 0; a double with ``|x| >= 2**52``,
+    NaN or an infinity is its own floor and ceiling (as in the in-memory oracle), and so is every
+    integer."""
+
+    def apply(value: Column) -> Column:
+        inside = (value > sf.lit(-_INTEGRAL_DOUBLE)) & (value < sf.lit(_INTEGRAL_DOUBLE))
+        return sf.when(inside, rounding(value)).otherwise(value)
+
+    return apply
+
+
+_FUNCTIONS: dict[str, Callable[[Column], Column]] = {
+    "abs": _abs,
+    "round": lambda value: sf.round(value, 0),  # HALF_UP: half away from zero; never raises
+    "floor": _integral(sf.floor),
+    "ceil": _integral(sf.ceil),
+    "lower": sf.lower,
+    "upper": sf.upper,
+    "length": lambda value: sf.length(value).cast("long"),  # INT: int32 arithmetic would overflow
+}
+
+
+def _literal(value: object) -> Column:
+    """An engine literal; integers are BIGINT (Spark types small ones INT, whose arithmetic
+    overflows at 2**31)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return sf.lit(value).cast("long")
+    return sf.lit(value)
 
 
 def column(name: str) -> Column:
@@ -90,16 +135,17 @@ def column(name: str) -> Column:
 
 
 def to_spark(expr: Expr) -> Column:  # noqa: PLR0912 (one branch per IR node)
-    """Translate an IR expression into a Spark Column (SQL NULL semantics)."""
+    """Translate an IR expression into a Spark Column (SQL NULL semantics, total: see the module
+    docstring; the columns must have been widened by :func:`_widened`)."""
     match expr:
         case Col(name=name):
             return column(name)
         case Lit(value=literal):
-            return sf.lit(literal)
-        case BinOp(op="/", left=left, right=right):
-            return sf.try_divide(to_spark(left), to_spark(right))
-        case BinOp(op=op, left=left, right=right) | Compare(op=op, left=left, right=right):
-            return OPERATORS[op](to_spark(left), to_spark(right))  # type: ignore[no-any-return]
+            return _literal(literal)
+        case BinOp(op=op, left=left, right=right):
+            return _ARITHMETIC[op](to_spark(left), to_spark(right))
+        case Compare(op=op, left=left, right=right):
+            return COMPARISONS[op](to_spark(left), to_spark(right))  # type: ignore[no-any-return]
         case And(args=args):
             return functools.reduce(operator.and_, map(to_spark, args))
         case Or(args=args):
@@ -112,7 +158,7 @@ def to_spark(expr: Expr) -> Column:  # noqa: PLR0912 (one branch per IR node)
             return sf.lit(False)
         case In(arg=arg, values=listed):  # an OR of equalities is exactly SQL IN
             element = to_spark(arg)
-            return functools.reduce(operator.or_, (element == sf.lit(v) for v in listed))
+            return functools.reduce(operator.or_, (element == _literal(v) for v in listed))
         case Between(arg=arg, low=low, high=high):
             middle = to_spark(arg)
             return (to_spark(low) <= middle) & (middle <= to_spark(high))
@@ -143,8 +189,14 @@ def _aggregate(agg: ExactAggregate, name: str, *, bounded: bool) -> Column:
     value = _clamped(agg, name)
     if agg.kind == "sum_squares":
         value = value * value
-    grid = sf.bround(value / sf.lit(2.0**agg.grid_exponent), 0).cast("long")
-    return sf.sum(grid - sf.lit(agg.offset) if agg.offset else grid)
+    for factor in grid_scales(agg.grid_exponent):  # the oracle's exact scaling by 2**-k
+        value = value * sf.lit(factor)
+    # check_plan keeps the rounded value within int64, so BIGINT holds it exactly (a DOUBLE would
+    # become a DECIMAL through its shortest decimal text); collect_rows clamps the exact total
+    grid = sf.bround(value, 0).cast("long").cast(_EXACT)
+    if agg.offset:
+        grid = grid - sf.lit(agg.offset).cast(_EXACT)
+    return sf.sum(grid)
 
 
 def _bin(agg: ExactAggregate, name: str) -> Column:
@@ -154,6 +206,15 @@ def _bin(agg: ExactAggregate, name: str) -> Column:
     index = sf.floor(scaled * sf.lit(agg.bins))
     last = sf.lit(agg.bins - 1)
     return sf.when(index > last, last).otherwise(index).cast("long")  # least() would skip NULL
+
+
+def _widened(frame: DataFrame) -> DataFrame:
+    """The frame with its TINYINT/SMALLINT/INT columns as BIGINT and FLOAT columns as DOUBLE,
+    so that arithmetic follows the int64 and double rules of every backend."""
+    wider = {
+        name: column(name).cast(_WIDENED[kind]) for name, kind in frame.dtypes if kind in _WIDENED
+    }
+    return frame.withColumns(wider) if wider else frame
 
 
 def _read(source: object, table: str, declared: Mapping[str, str]) -> DataFrame:
@@ -251,7 +312,13 @@ class SparkBackend:
         self._frames.clear()
 
     def compute(self, plan: AggregatePlan) -> ExactResult:
-        """Run ``plan`` as Spark jobs (one, plus one per histogram)."""
+        """Run ``plan`` as Spark jobs (one, plus one per histogram).
+
+        Raises:
+            BackendError: before any engine work, for a plan refused from public inputs (its
+                columns, bounds, group keys); after it, ``ENGINE_FAILURE_MESSAGE`` and nothing
+                else for whatever the engine raised (details on the logger ``dpcurator.engine``).
+        """
         check_plan(plan, self.columns(plan.table))
         groups, values = hidden_columns(plan)
         bounded = plan.bound.person_column is not None
@@ -270,15 +337,15 @@ class SparkBackend:
                 binned = frame.select(*groups, _bin(agg, values[agg.name]).alias("__dp_bin"))
                 result = binned.dropna(subset=["__dp_bin"]).groupBy(*groups, "__dp_bin").count()
                 counts[agg.name] = bin_counts(result.collect())
-        except _ENGINE_ERRORS as exc:
-            raise BackendError(
-                f"Spark failed to compute the plan on {plan.table!r}: {exc}"
-            ) from exc
-        return collect_rows(plan, merge_histograms(plan, rows, counts))
+            return collect_rows(plan, merge_histograms(plan, rows, counts))
+        except DPError:  # the public group keys' types (see _key_filter)
+            raise
+        except Exception:
+            raise engine_failure(self.name, plan) from None
 
     def _rows(self, plan: AggregatePlan, groups: list[str], values: dict[str, str]) -> DataFrame:
         """Filter, evaluate keys and values, apply public keys and contribution bounds."""
-        frame = self._frames[plan.table]
+        frame = _widened(self._frames[plan.table])
         if plan.where is not None:
             frame = frame.where(to_spark(plan.where))
         person = plan.bound.person_column
