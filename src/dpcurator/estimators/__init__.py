@@ -6,6 +6,7 @@ from dpcurator.estimators.bounds import LogBins, bounds_from_noisy_counts, detec
 from dpcurator.estimators.quantiles import (
     QuantileBins,
     dp_quantile,
+    quantile_mechanism,
     quantile_scores,
     rank_error,
     select_quantile_bin,
@@ -17,6 +18,7 @@ __all__ = [
     "bounds_from_noisy_counts",
     "detection_threshold",
     "dp_quantile",
+    "quantile_mechanism",
     "quantile_scores",
     "rank_error",
     "select_quantile_bin",

@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from dpcurator._validation import check_int, check_positive, check_probability, check_real, fail
 from dpcurator.core.numbers import to_fraction
-from dpcurator.mechanisms import permute_and_flip
+from dpcurator.mechanisms import PermuteAndFlip
 from dpcurator.random import Rng
 
 #: Candidate bins used when integer data does not fit unit bins, and for float data.
@@ -39,6 +39,9 @@ DEFAULT_MAX_BINS = 1024
 
 #: Largest denominator used for the rational approximation of p.
 MAX_P_DENOMINATOR = 10_000
+
+#: Scores are clamped to [-_MAX_DISTANCE, 0] (far beyond any gap cap of permute-and-flip).
+_MAX_DISTANCE = 2**62
 
 
 @dataclass(frozen=True)
@@ -95,16 +98,34 @@ def rational_level(p: object) -> Fraction:
 def quantile_scores(
     counts: npt.ArrayLike, p: Fraction, rows_per_person: int = 1
 ) -> tuple[npt.NDArray[np.int64], int]:
-    """Integer scores of each bin and their sensitivity (see the module docstring)."""
-    array = np.asarray(counts, dtype=np.int64)
+    """Integer scores of each bin and their sensitivity (see the module docstring).
+
+    Computed in exact integers whatever the counts (no int64 wrap-around), then clamped to
+    [-2^62, 0]: clamping is 1-Lipschitz, so the sensitivity holds for the clamped scores.
+    """
     check_int("quantile_scores", "rows_per_person", rows_per_person, minimum=1)
+    exact = [int(c) for c in np.asarray(counts, dtype=np.int64).reshape(-1)]
     num, den = p.numerator, p.denominator
-    total = int(array.sum())
-    left = np.concatenate(([0], np.cumsum(array)[:-1])).astype(np.int64)
-    right = left + array
-    target = num * (total - 1)  # den * ρ
-    distance = np.maximum(np.maximum(den * left - target, target - den * (right - 1)), 0)
-    return -distance.astype(np.int64), rows_per_person * max(num, den - num)
+    target = num * (sum(exact) - 1)  # den * ρ
+    scores = []
+    left = 0
+    for count in exact:
+        right = left + count
+        distance = max(den * left - target, target - den * (right - 1), 0)
+        scores.append(-min(distance, _MAX_DISTANCE))
+        left = right
+    return np.array(scores, dtype=np.int64), rows_per_person * max(num, den - num)
+
+
+def quantile_mechanism(
+    p: object, epsilon: object, candidates: int, rows_per_person: int = 1
+) -> PermuteAndFlip:
+    """The permute-and-flip selection of a p-quantile among ``candidates`` bins (public inputs
+    only: a plan can build it, and be refused, before anything is charged)."""
+    level = rational_level(p)
+    check_int("quantile_mechanism", "rows_per_person", rows_per_person, minimum=1)
+    sensitivity = rows_per_person * max(level.numerator, level.denominator - level.numerator)
+    return PermuteAndFlip(epsilon, sensitivity, candidates)
 
 
 def select_quantile_bin(
@@ -116,9 +137,10 @@ def select_quantile_bin(
     rng: Rng | None = None,
 ) -> int:
     """The index of the bin chosen for the p-quantile (ε-DP for the stated contribution)."""
-    check_positive("select_quantile_bin", "epsilon", epsilon)
-    scores, sensitivity = quantile_scores(counts, rational_level(p), rows_per_person)
-    return permute_and_flip(scores, epsilon, sensitivity, rng)
+    array = np.asarray(counts)
+    mechanism = quantile_mechanism(p, epsilon, array.size, rows_per_person)
+    scores, _ = quantile_scores(array, rational_level(p), rows_per_person)
+    return mechanism.select(scores, rng)
 
 
 def rank_error(

@@ -7,7 +7,11 @@ statement (the half-width of a (1-α) interval for its noise).
 
 from __future__ import annotations
 
-from dpcurator.mechanisms.exponential import exponential_mechanism, permute_and_flip
+from dpcurator.mechanisms.exponential import (
+    PermuteAndFlip,
+    exponential_mechanism,
+    permute_and_flip,
+)
 from dpcurator.mechanisms.gaussian import Gaussian
 from dpcurator.mechanisms.laplace import Laplace
 from dpcurator.mechanisms.randomized_response import KaryRandomizedResponse, RandomizedResponse
@@ -20,6 +24,7 @@ __all__ = [
     "KaryRandomizedResponse",
     "Laplace",
     "PartitionSelection",
+    "PermuteAndFlip",
     "RandomizedResponse",
     "exponential_mechanism",
     "partition_selection_threshold",

@@ -3,10 +3,16 @@
 Adding textbook float noise to a float leaves holes in the output distribution that reveal the
 input. Instead a float statistic is rounded to the nearest multiple of 2^k (k chosen from the
 NOISE SCALE, never from the data, so the grid is public), exact integer noise is added in grid
-units, and the result is scaled back by 2^k, which is exact in binary floating point.
+units, and the result is scaled back by 2^k.
 
 Rounding two neighbouring values moves each by at most 2^(k-1), so an L1 sensitivity Δ over d
 coordinates becomes at most floor(Δ / 2^k) + d grid units (see :func:`grid_sensitivity`).
+
+Every conversion here is total: no value raises. NaN becomes :data:`NAN_FILL` (0), and values are
+clamped to the public range of ±:data:`MAX_UNITS` grid units (±inf to its ends). Clamping is
+1-Lipschitz, so sensitivities computed for the unclamped values still hold. Rounding a float to
+the grid is exact (scaling by 2^-k and rounding to an integer lose nothing in binary floating
+point), and noise is added in saturating int64 arithmetic.
 """
 
 from __future__ import annotations
@@ -17,19 +23,38 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from dpcurator.errors import DomainError
-
 #: The grid is 2^GRID_BITS times finer than the noise scale: rounding costs a negligible relative
 #: privacy inflation of about d·2^-GRID_BITS.
 GRID_BITS = 30
 
-#: Largest magnitude in grid units for which float <-> integer conversions are exact.
-_MAX_EXACT = 2**52
+#: Values are clamped to ±MAX_UNITS grid units, inside int64 with room for the noise
+#: (:func:`add_noise` saturates in the rare case that is not enough).
+MAX_UNITS = 2**62
+
+#: The grid value a NaN is released as (before noise).
+NAN_FILL = 0.0
+
+_I64_MAX = 2**63 - 1
 
 
 def grid_exponent(scale: Fraction) -> int:
-    """The exponent k of the grid 2^k used for noise of the given (public) scale."""
-    return math.floor(math.log2(scale)) - GRID_BITS
+    """The exponent k of the grid 2^k used for noise of the given (public) scale > 0.
+
+    floor(log2(scale)) is computed exactly from the integer bit lengths (no float, which would
+    overflow for scales beyond 2^1024 or round near powers of two).
+    """
+    exact = Fraction(scale)
+    exponent = exact.numerator.bit_length() - exact.denominator.bit_length()
+    if Fraction(2) ** exponent > exact:
+        exponent -= 1
+    return exponent - GRID_BITS
+
+
+def magnitude_text(value: Fraction) -> str:
+    """A short text for a (possibly astronomically large) positive scale, for error messages."""
+    if value < 2**1000:
+        return f"{float(value):.6g}"
+    return f"about 2**{value.numerator.bit_length() - value.denominator.bit_length()}"
 
 
 def grid_sensitivity(sensitivity: Fraction, exponent: int, dimension: int) -> Fraction:
@@ -38,19 +63,39 @@ def grid_sensitivity(sensitivity: Fraction, exponent: int, dimension: int) -> Fr
 
 
 def to_grid(values: npt.ArrayLike, exponent: int) -> npt.NDArray[np.int64]:
-    """Round float values to the nearest multiple of 2^exponent (ties to even), in grid units."""
+    """Round float values to the nearest multiple of 2^exponent (ties to even), in grid units.
+
+    Total: NaN -> :data:`NAN_FILL`; values beyond ±MAX_UNITS grid units (and ±inf) are clamped.
+    """
     array = np.asarray(values, dtype=np.float64)
-    if not np.all(np.isfinite(array)):
-        raise DomainError("Values released with float noise must be finite (no NaN or infinity).")
-    units = np.rint(np.ldexp(array, -exponent))
-    if units.size and np.max(np.abs(units)) >= _MAX_EXACT:
-        raise DomainError(
-            "A value is too large for its noise grid: |value| / 2^k must stay below 2^52 "
-            f"(grid 2^{exponent}). Rescale the statistic or use a larger noise scale."
-        )
-    return units.astype(np.int64)
+    filled = np.where(np.isnan(array), NAN_FILL, array)
+    with np.errstate(over="ignore"):  # overflow gives ±inf, clamped below
+        units = np.rint(np.ldexp(filled, -exponent))
+    return np.clip(units, -float(MAX_UNITS), float(MAX_UNITS)).astype(np.int64)
+
+
+def add_noise(
+    values: npt.NDArray[np.integer], noise: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """values + noise in int64, saturating at ±(2^63 - 1) instead of wrapping around.
+
+    The exact noisy sum is computed first and only then saturated, so this is post-processing of
+    the noisy value. Unsigned values above 2^63 - 1 are clamped to it first (1-Lipschitz).
+    """
+    wide = (
+        np.minimum(values, np.uint64(_I64_MAX)).astype(np.int64)
+        if values.dtype.kind == "u"
+        else values.astype(np.int64)
+    )
+    total = wide + noise  # wraps silently on overflow; repaired below
+    over = (wide > 0) & (noise > 0) & (total < 0)
+    under = (wide < 0) & (noise < 0) & (total >= 0)
+    total[over] = _I64_MAX
+    total[under | (total < -_I64_MAX)] = -_I64_MAX
+    return total
 
 
 def from_grid(units: npt.NDArray[np.int64], exponent: int) -> npt.NDArray[np.float64]:
-    """Scale integers in grid units back to floats (exact for |units| < 2^52)."""
+    """Scale integers in grid units back to floats (exact for |units| <= 2^53, else the nearest
+    float: post-processing of the exact noisy integer)."""
     return np.ldexp(units.astype(np.float64), exponent)

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtri
 
-from dpcurator._validation import check_int, check_positive, check_probability
+from dpcurator._validation import check_int, check_positive, check_probability, fail
 from dpcurator.accounting.calibration import (
     DISCRETE_GAUSSIAN_EXACT_MAX_SIGMA,
     discrete_gaussian_delta,
@@ -34,14 +34,23 @@ from dpcurator.accounting.calibration import (
 from dpcurator.accounting.events import GaussianEvent
 from dpcurator.core.measures import ZCDP
 from dpcurator.core.numbers import fraction_up, to_fraction
-from dpcurator.mechanisms._grid import from_grid, grid_exponent, to_grid
+from dpcurator.mechanisms._grid import (
+    add_noise,
+    from_grid,
+    grid_exponent,
+    magnitude_text,
+    to_grid,
+)
 from dpcurator.random import Rng, default_rng
-from dpcurator.random.samplers import discrete_gaussian
+from dpcurator.random.samplers import MAX_SIGMA, discrete_gaussian
 
 #: Below this σ the CI half-width is found by summing the discrete pmf; above it the discrete and
 #: continuous tails agree to within exp(-2π²σ²) relative error (Poisson summation) and the normal
 #: quantile plus one integer step is used.
 _EXACT_TAIL_MAX_SIGMA = 1000.0
+#: At or below this σ, P[Z != 0] < 3·exp(-2048) is below every positive float α (>= 2^-1074 >
+#: exp(-745)), so the half-width is 0 (no float arithmetic on σ², which would underflow).
+_POINT_MASS_SIGMA = 1 / 64
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,16 @@ class Gaussian:
 
     def __init__(self, sigma: object) -> None:
         check_positive("Gaussian", "sigma", sigma)
-        object.__setattr__(self, "sigma", to_fraction(sigma, owner="Gaussian", name="sigma"))
+        exact = to_fraction(sigma, owner="Gaussian", name="sigma")
+        if exact > MAX_SIGMA:
+            raise fail(
+                "Gaussian",
+                "sigma",
+                "<= 2**31 (the exact sampler's range)",
+                magnitude_text(exact),
+                "Ask for a larger privacy budget or a smaller sensitivity.",
+            )
+        object.__setattr__(self, "sigma", exact)
 
     @classmethod
     def for_rho(cls, rho: object, l2_sensitivity: object) -> Gaussian:
@@ -137,7 +155,7 @@ class Gaussian:
                 "Gaussian.release_integers needs integer values; use release_floats for floats."
             )
         noise = discrete_gaussian(rng or default_rng(), self.sigma, array.size)
-        return array.astype(np.int64) + noise.reshape(array.shape)
+        return add_noise(array, noise.reshape(array.shape))
 
     def release_floats(
         self, values: npt.ArrayLike, rng: Rng | None = None
@@ -146,7 +164,7 @@ class Gaussian:
         k = grid_exponent(self.sigma)
         units = to_grid(values, k)
         noise = discrete_gaussian(rng or default_rng(), self.sigma / Fraction(2) ** k, units.size)
-        return from_grid(units + noise.reshape(units.shape), k)
+        return from_grid(add_noise(units, noise.reshape(units.shape)), k)
 
     def ci_halfwidth(self, alpha: object = 0.05) -> float:
         """Smallest integer t with P[|Z| > t] <= α for one coordinate of integer noise."""
@@ -178,8 +196,10 @@ def _discrete_gaussian_halfwidth(sigma: float, alpha: object) -> float:
     a = float(check_probability("ci_halfwidth", "alpha", alpha, open_low=True, open_high=True))
     if sigma > _EXACT_TAIL_MAX_SIGMA:
         return float(math.ceil(float(ndtri(1 - a / 2)) * sigma) + 1)
+    if sigma <= _POINT_MASS_SIGMA:
+        return 0.0
     support = np.arange(0, math.ceil(40 * sigma) + 2, dtype=np.float64)
-    weights = np.exp(-(support**2) / (2 * sigma**2))
+    weights = np.exp(-0.5 * (support / sigma) ** 2)
     total = weights[0] + 2 * weights[1:].sum()
     # P[|Z| > t] = 2 * sum_{z > t} w(z) / total, for each t in the support.
     tail_above = 2 * (weights[::-1].cumsum()[::-1] - weights) / total

@@ -14,18 +14,29 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Context, Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
 
-from dpcurator._validation import check_int, check_positive, check_probability
+from dpcurator._validation import check_int, check_positive, check_probability, fail
 from dpcurator.accounting.calibration import laplace_epsilon, laplace_scale
 from dpcurator.accounting.events import LaplaceEvent
-from dpcurator.core.numbers import to_fraction
-from dpcurator.mechanisms._grid import from_grid, grid_exponent, grid_sensitivity, to_grid
+from dpcurator.core.numbers import float_up, to_fraction
+from dpcurator.mechanisms._grid import (
+    add_noise,
+    from_grid,
+    grid_exponent,
+    grid_sensitivity,
+    magnitude_text,
+    to_grid,
+)
 from dpcurator.random import Rng, default_rng
-from dpcurator.random.samplers import discrete_laplace
+from dpcurator.random.samplers import MAX_LAPLACE_SCALE, discrete_laplace
+
+#: Decimal digits of the closed-form tail computations.
+_DIGITS = 60
 
 
 @dataclass(frozen=True)
@@ -44,7 +55,16 @@ class Laplace:
 
     def __init__(self, scale: object) -> None:
         check_positive("Laplace", "scale", scale)
-        object.__setattr__(self, "scale", to_fraction(scale, owner="Laplace", name="scale"))
+        exact = to_fraction(scale, owner="Laplace", name="scale")
+        if exact > MAX_LAPLACE_SCALE:
+            raise fail(
+                "Laplace",
+                "scale",
+                "<= 2**52 (the exact sampler's range)",
+                magnitude_text(exact),
+                "Ask for a larger epsilon or a smaller sensitivity.",
+            )
+        object.__setattr__(self, "scale", exact)
 
     @classmethod
     def for_epsilon(cls, epsilon: object, l1_sensitivity: object) -> Laplace:
@@ -90,7 +110,7 @@ class Laplace:
                 "Laplace.release_integers needs integer values; use release_floats for floats."
             )
         noise = discrete_laplace(rng or default_rng(), self.scale, array.size)
-        return array.astype(np.int64) + noise.reshape(array.shape)
+        return add_noise(array, noise.reshape(array.shape))
 
     def release_floats(
         self, values: npt.ArrayLike, rng: Rng | None = None
@@ -99,7 +119,7 @@ class Laplace:
         k = grid_exponent(self.scale)
         units = to_grid(values, k)
         noise = discrete_laplace(rng or default_rng(), self.scale / Fraction(2) ** k, units.size)
-        return from_grid(units + noise.reshape(units.shape), k)
+        return from_grid(add_noise(units, noise.reshape(units.shape)), k)
 
     def ci_halfwidth(self, alpha: object = 0.05) -> float:
         """Smallest integer t with P[|Z| > t] <= α for one coordinate of integer noise (exact)."""
@@ -114,16 +134,24 @@ class Laplace:
         return f"discrete Laplace(scale={float(self.scale):.6g})"
 
 
-def _discrete_laplace_halfwidth(scale: Fraction, alpha: object) -> float:
-    """Smallest t with P[|Z| > t] <= α for Z discrete Laplace of the given scale.
+def smallest_tail_index(scale: Fraction, level: Fraction) -> int:
+    """The smallest integer m >= 1 with P[|Z| >= m] <= ``level`` for Z discrete Laplace(scale).
 
-    With p = exp(-1/scale), P[|Z| >= m] = 2 p^m / (1 + p) for m >= 1, so t = m - 1 for the smallest
-    such m; the float estimate is corrected upward by direct evaluation.
+    With p = exp(-1/scale), P[|Z| >= m] = 2 p^m / (1 + p) for m >= 1, so m is the smallest
+    integer >= max(1, scale · ln(2 / (level (1 + p)))): a closed form, evaluated in 60-digit
+    decimal arithmetic, so the work is bounded for every scale (a float loop would not end once
+    exp(-1/scale) rounds to 1).
     """
-    a = float(check_probability("ci_halfwidth", "alpha", alpha, open_low=True, open_high=True))
-    log_p = -1.0 / float(scale)
-    p = math.exp(log_p)
-    m = max(1, math.ceil(math.log(a * (1 + p) / 2) / log_p))
-    while 2 * math.exp(m * log_p) / (1 + p) > a:
-        m += 1
-    return float(m - 1)
+    with localcontext(Context(prec=_DIGITS)):
+        b = Decimal(scale.numerator) / Decimal(scale.denominator)
+        p = (-1 / b).exp()
+        ratio = Decimal(2 * level.denominator) / (Decimal(level.numerator) * (1 + p))
+        bound = b * ratio.ln()
+    return max(1, math.ceil(bound))
+
+
+def _discrete_laplace_halfwidth(scale: Fraction, alpha: object) -> float:
+    """Smallest t with P[|Z| > t] <= α for Z discrete Laplace of the given scale (rounded up to
+    a float)."""
+    a = check_probability("ci_halfwidth", "alpha", alpha, open_low=True, open_high=True)
+    return float_up(smallest_tail_index(scale, Fraction(a)) - 1)

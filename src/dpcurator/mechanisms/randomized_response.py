@@ -6,15 +6,19 @@ the true answer changes. Binary: report the truth with probability p = e^ε / (1
 opposite. k-ary (generalised RR, Kairouz, Oh & Viswanath 2016 / Wang et al. 2017): the truth with
 probability p = e^ε / (e^ε + k - 1), else one of the other k - 1 values uniformly.
 
-p is rounded DOWN to a rational with a 2^52 denominator so that coins are exact; that only lowers
-the privacy loss. Frequencies are estimated without bias by inverting the known channel, with a
-normal-approximation confidence interval.
+p is computed exactly, rounded DOWN to a multiple of 1/(k·2^64) (at most that much below e^ε /
+(e^ε + k - 1), never above it, and always above 1/k), so that coins are exact and the privacy
+loss ln(p / q) is at most ε. ε below :data:`MIN_EPSILON` (1e-9, the documented minimum ε of a
+query) is refused at construction: p would be indistinguishable from 1/k. Frequencies are
+estimated without bias by inverting the known channel, with a normal-approximation confidence
+interval.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Context, Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
@@ -22,18 +26,35 @@ import numpy.typing as npt
 from scipy.special import ndtri
 
 from dpcurator._validation import check_int, check_positive, check_probability, fail
-from dpcurator.core.numbers import fraction_down, to_fraction
+from dpcurator.core.numbers import to_fraction
 from dpcurator.random import Rng, default_rng
 from dpcurator.random.samplers import bernoulli_rational
 
-_P_DENOMINATOR = 2**52
+#: The smallest ε accepted (the documented minimum ε per query).
+MIN_EPSILON = Fraction(1, 10**9)
+
+#: p is a multiple of 1/(k·2^_P_BITS).
+_P_BITS = 64
+
+#: e^-ε is evaluated at min(ε, _EXP_CAP): an upper bound (so p stays a lower bound) that makes
+#: no difference at 64 bits and needs no exponent range.
+_EXP_CAP = 100
 
 
 def _truth_probability(epsilon: Fraction, k: int) -> Fraction:
-    """e^ε / (e^ε + k - 1) rounded down to a multiple of 2^-52 (never above the exact value)."""
-    exact_float = 1.0 / (1.0 + (k - 1) * math.exp(-float(epsilon)))
-    below = fraction_down(exact_float)
-    return Fraction(math.floor(below * _P_DENOMINATOR), _P_DENOMINATOR)
+    """e^ε / (e^ε + k - 1) = 1 / (1 + (k - 1) e^-ε), rounded down to a multiple of 1/(k·2^64).
+
+    e^-ε is bounded above in 60-digit decimal arithmetic (exp is correctly rounded; a relative
+    margin of 10^-50 covers that and the rounding of ε), so the result never exceeds the exact p.
+    Since p > 1/k, which is a multiple of the step, the result is >= 1/k, and > 1/k for
+    ε >= MIN_EPSILON.
+    """
+    with localcontext(Context(prec=60)):
+        capped = min(epsilon, Fraction(_EXP_CAP))
+        exp_neg = (-Decimal(capped.numerator) / Decimal(capped.denominator)).exp()
+    upper = Fraction(exp_neg) * (1 + Fraction(1, 10**50))
+    denominator = k << _P_BITS
+    return Fraction(math.floor(denominator / (1 + (k - 1) * upper)), denominator)
 
 
 @dataclass(frozen=True)
@@ -56,6 +77,8 @@ class KaryRandomizedResponse:
 
     def __init__(self, epsilon: object, categories: int) -> None:
         eps = to_fraction(check_positive("KaryRandomizedResponse", "epsilon", epsilon))
+        if eps < MIN_EPSILON:
+            raise fail("KaryRandomizedResponse", "epsilon", ">= 1e-9 (MIN_EPSILON)", epsilon)
         k = check_int("KaryRandomizedResponse", "categories", categories, minimum=2)
         object.__setattr__(self, "epsilon", eps)
         object.__setattr__(self, "categories", k)

@@ -27,6 +27,10 @@ from dpcurator.random.samplers import discrete_laplace
 class AboveThreshold:
     """Find the first query above a threshold, paying ε once for the whole stream.
 
+    Answers are total: a NaN answer is read as 0 and answers are clamped to ±2^62 grid steps
+    (:func:`~dpcurator.mechanisms._grid.to_grid`; clamping keeps the sensitivity), so no answer
+    value raises. The grid and both noise scales depend on ε and Δ only and are fixed here.
+
     >>> from dpcurator.random import SeededRng
     >>> AboveThreshold(epsilon=1, sensitivity=1, threshold=50).first_above(
     ...     [1, 2, 3, 1000, 5], rng=SeededRng(0))
@@ -36,27 +40,28 @@ class AboveThreshold:
     epsilon: Fraction
     sensitivity: Fraction
     threshold: float
+    grid: int
+    threshold_scale: Fraction
+    query_scale: Fraction
 
     def __init__(self, epsilon: object, sensitivity: object, threshold: object) -> None:
         owner = "AboveThreshold"
-        object.__setattr__(self, "epsilon", to_fraction(check_positive(owner, "epsilon", epsilon)))
-        object.__setattr__(
-            self, "sensitivity", to_fraction(check_positive(owner, "sensitivity", sensitivity))
-        )
+        eps = to_fraction(check_positive(owner, "epsilon", epsilon))
+        sens = to_fraction(check_positive(owner, "sensitivity", sensitivity))
+        k = grid_exponent(4 * sens / eps)
+        units = grid_sensitivity(sens, k, 1)
+        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "sensitivity", sens)
         object.__setattr__(self, "threshold", float(check_real(owner, "threshold", threshold)))
+        object.__setattr__(self, "grid", k)
+        object.__setattr__(self, "threshold_scale", 2 * units / eps)
+        object.__setattr__(self, "query_scale", 4 * units / eps)
 
-    def _start(self, rng: Rng | None) -> tuple[Rng, int, int, Fraction]:
-        """The randomness source, grid exponent, noisy threshold (grid units) and query scale."""
+    def _start(self, rng: Rng | None) -> tuple[Rng, int]:
+        """The randomness source and the noisy threshold (grid units)."""
         source = rng or default_rng()
-        k = grid_exponent(4 * self.sensitivity / self.epsilon)
-        units = grid_sensitivity(self.sensitivity, k, 1)
-        threshold_noise = int(discrete_laplace(source, 2 * units / self.epsilon, 1)[0])
-        return (
-            source,
-            k,
-            int(to_grid([self.threshold], k)[0]) + threshold_noise,
-            4 * units / self.epsilon,
-        )
+        threshold_noise = int(discrete_laplace(source, self.threshold_scale, 1)[0])
+        return source, int(to_grid([self.threshold], self.grid)[0]) + threshold_noise
 
     def first_above(self, answers: Iterable[float], rng: Rng | None = None) -> int | None:
         """Index of the first answer whose noisy value reaches the noisy threshold, or None.
@@ -64,17 +69,17 @@ class AboveThreshold:
         ``answers`` may be a lazy iterable: each answer is read only when needed, so an interactive
         analyst can stop early. Nothing is revealed about answers after the returned index.
         """
-        source, k, noisy_threshold, query_scale = self._start(rng)
+        source, noisy_threshold = self._start(rng)
         for index, answer in enumerate(answers):
-            noisy = int(to_grid([answer], k)[0]) + int(discrete_laplace(source, query_scale, 1)[0])
-            if noisy >= noisy_threshold:
+            noise = int(discrete_laplace(source, self.query_scale, 1)[0])
+            if int(to_grid([answer], self.grid)[0]) + noise >= noisy_threshold:
                 return index
         return None
 
     def first_above_batch(self, answers: np.ndarray, rng: Rng | None = None) -> int | None:
         """Vectorised :meth:`first_above` for answers already computed (same distribution)."""
-        source, k, noisy_threshold, query_scale = self._start(rng)
-        units = to_grid(answers, k)
-        noisy = units + discrete_laplace(source, query_scale, units.size)
-        hits = np.flatnonzero(noisy >= noisy_threshold)
+        source, noisy_threshold = self._start(rng)
+        units = to_grid(answers, self.grid)
+        noise = discrete_laplace(source, self.query_scale, units.size)
+        hits = np.flatnonzero(units.astype(object) + noise.astype(object) >= noisy_threshold)
         return int(hits[0]) if hits.size else None

@@ -15,7 +15,6 @@ For the discrete Laplace with p = exp(-1/b), P[Z >= t] = p^t / (1 + p) for t >= 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -25,7 +24,7 @@ import numpy.typing as npt
 from dpcurator._validation import check_int, check_positive, check_probability
 from dpcurator.core.measures import ApproxDP
 from dpcurator.core.numbers import to_fraction
-from dpcurator.mechanisms.laplace import Laplace
+from dpcurator.mechanisms.laplace import Laplace, smallest_tail_index
 from dpcurator.random import Rng
 
 
@@ -60,12 +59,8 @@ def partition_selection_threshold(
     check_probability(owner, "delta", delta, open_low=True, open_high=True)
     m = check_int(owner, "max_groups", max_groups, minimum=1)
     laplace = Laplace.for_epsilon(eps, m)
-    log_p = -1.0 / float(laplace.scale)
-    p = math.exp(log_p)
-    d = float(delta)  # type: ignore[arg-type]
-    # smallest t >= 1 with m p^t / (1 + p) <= δ; then τ = t + 1. Verified upward in floats with
-    # a relative safety margin of 1e-9 against rounding.
-    t = max(1, math.ceil(math.log(d * (1 + p) / m) / log_p))
-    while m * math.exp(t * log_p) / (1 + p) > d * (1 - 1e-9):
-        t += 1
-    return PartitionSelection(laplace, t + 1, eps, to_fraction(delta, owner=owner, name="delta"))
+    d = to_fraction(delta, owner=owner, name="delta")
+    # The smallest t >= 1 with m p^t / (1 + p) <= δ, i.e. 2 p^t / (1 + p) <= 2δ / m: exact
+    # closed form with bounded work for every admissible scale. Then τ = t + 1.
+    t = smallest_tail_index(laplace.scale, 2 * d / m)
+    return PartitionSelection(laplace, t + 1, eps, d)

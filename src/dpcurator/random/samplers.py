@@ -24,6 +24,7 @@ do not expose per-call or per-value timings to an adversary.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, Final
 
@@ -39,6 +40,7 @@ __all__ = [
     "MAX_LAPLACE_SCALE",
     "MAX_SIGMA",
     "bernoulli_exp",
+    "bernoulli_exp_exact",
     "bernoulli_rational",
     "discrete_gaussian",
     "discrete_laplace",
@@ -439,6 +441,35 @@ def bernoulli_exp(
     flat_den = np.broadcast_to(den, shape).reshape(-1)
     whole, rest = np.divmod(flat_num, flat_den)
     return _bexp_parts(rng, whole, rest, flat_den.astype(np.uint64)).reshape(shape)
+
+
+def bernoulli_exp_exact(rng: Rng, numerators: Sequence[int], denominator: int) -> BoolArray:
+    """Independent trials with P[True] = exp(-n_i / d) exactly, for non-negative integers n_i
+    and one integer d >= 1 of ANY size (where :func:`bernoulli_exp` needs int64 parameters).
+
+    The same construction (Canonne, Kamath & Steinke 2020, Algorithm 1): floor(n_i / d) trials of
+    Bernoulli(exp(-1)) with early exit, then the fractional part. It runs vectorised when
+    d < 2^64 and floor(n_i / d) < 2^63, else one trial at a time in Python integers. Not
+    constant-time (as :func:`bernoulli_exp`).
+
+    Returns:
+        A bool array of shape ``(len(numerators),)``.
+    """
+    owner = "bernoulli_exp_exact"
+    d = check_int(owner, "denominator", denominator, minimum=1)
+    values = [check_int(owner, "numerators", n, minimum=0) for n in numerators]
+    out = np.empty(len(values), dtype=np.bool_)
+    slow = np.arange(len(values))
+    if d <= _U64_MAX:
+        parts = [divmod(n, d) for n in values]
+        fast = np.array([w <= _I64_MAX for w, _ in parts], dtype=np.bool_)
+        whole = np.array([w for w, _ in parts if w <= _I64_MAX], dtype=np.int64)
+        rest = np.array([r for w, r in parts if w <= _I64_MAX], dtype=np.uint64)
+        out[fast] = _bexp_parts(rng, whole, rest, d)
+        slow = np.flatnonzero(~fast)
+    for i in slow:
+        out[i] = _bexp_python(rng, values[i], d)
+    return out
 
 
 #: Lower bound on the acceptance rate of the proposals of :func:`_geometric_core`
