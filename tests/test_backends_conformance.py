@@ -212,7 +212,7 @@ def test_key_codes_serve_the_groups_whose_keys_they_hold(
 
 def normalise(result: ExactResult) -> dict[tuple[object, ...], dict[str, object]]:
     """Make results comparable with ==, checking value types on the way."""
-    normalised = {}
+    normalised: dict[tuple[object, ...], dict[str, object]] = {}
     for key, values in result.groups.items():
         row: dict[str, object] = {}
         for name, value in values.items():
@@ -626,9 +626,9 @@ def test_the_cube_answers_as_the_rows_do(
     assert len(served) >= 3
     # Filters on a cube dimension: equal to one of its keys (served), to a value outside them
     # or by another operator (not served: such a filter reads the rows).
-    column, (_, code) = next(
-        (c, named) for c, named in hidden.key_codes.items() if c in hidden.cube.dimensions
-    )
+    assert hidden.cube is not None
+    dimensions = hidden.cube.dimensions
+    column, (_, code) = next((c, named) for c, named in hidden.key_codes.items() if c in dimensions)
     outside = 1 + max(k for k in code.keys if isinstance(k, int))
     assert not cube_serves(
         replace(served[0], where=Compare("=", Col(column), Lit(outside))), hidden
@@ -770,7 +770,8 @@ def test_engine_type_errors_are_backend_errors(
     with pytest.raises(BackendError) as raised:
         backends(engine, "adult").compute(plan)
     assert str(raised.value) == ENGINE_FAILURE_MESSAGE
-    assert raised.value.__cause__ is None and raised.value.__suppress_context__
+    assert raised.value.__cause__ is None
+    assert raised.value.__suppress_context__
 
 
 def test_a_lone_histogram_is_counted_per_bin() -> None:
