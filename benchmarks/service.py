@@ -113,7 +113,9 @@ def row_level_metadata() -> dict[str, Any]:
 
 def serve(args: argparse.Namespace) -> None:
     """Set up owner, dataset and analysts, print their tokens as JSON, then run uvicorn."""
-    service = build_service(args.ledger, result_cache=args.result_cache)
+    service = build_service(
+        args.ledger, result_cache=args.result_cache, data_root=Path(args.data).resolve().parent
+    )
     owner, _ = service.create_principal("owner", "owner")
     who = Identity(owner.id, owner.name, owner.role, "bench")
     service.register_dataset(

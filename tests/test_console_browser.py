@@ -29,7 +29,9 @@ ARGS = [
 @pytest.fixture
 def console(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """A running server; yields (base URL, analyst token)."""
-    service = build_service(f"sqlite:///{tmp_path / 'l.sqlite3'}", hasher=cheap_hasher())
+    service = build_service(
+        f"sqlite:///{tmp_path / 'l.sqlite3'}", hasher=cheap_hasher(), data_root=tmp_path
+    )
     _, owner = service.create_principal("owner", "owner")
     csv = write_people(tmp_path / "people.csv")
     with ThreadServer(create_app(service)) as server:

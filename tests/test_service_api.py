@@ -48,7 +48,7 @@ class Kit:
 
 
 def _kit(ledger_url: str, tmp_path: Path, *, alice_epsilon: float = 1.0) -> Iterator[Kit]:
-    service = build_service(ledger_url, hasher=cheap_hasher(), max_failures=5)
+    service = build_service(ledger_url, hasher=cheap_hasher(), max_failures=5, data_root=tmp_path)
     _, owner_token = service.create_principal("owner", "owner")
     csv = write_people(tmp_path / "people.csv")
     with ThreadServer(create_app(service, max_body=64 * 1024)) as server:
@@ -371,7 +371,7 @@ def test_registered_datasets_are_opened_at_start_up(tmp_path: Path) -> None:
     answers even once the source file is gone); one it cannot open is refused, charged nothing,
     and the others are served."""
     ledger_url = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
-    first = build_service(ledger_url, hasher=cheap_hasher())
+    first = build_service(ledger_url, hasher=cheap_hasher(), data_root=tmp_path)
     owner, _ = first.create_principal("owner", "owner")
     who = Identity(owner.id, owner.name, owner.role, "test")
     for name in ("people", "gone"):
@@ -391,7 +391,7 @@ def test_registered_datasets_are_opened_at_start_up(tmp_path: Path) -> None:
     first.close()
     (tmp_path / "gone.csv").unlink()
 
-    restarted = build_service(ledger_url, hasher=cheap_hasher())
+    restarted = build_service(ledger_url, hasher=cheap_hasher(), data_root=tmp_path)
     with ThreadServer(create_app(restarted), lifespan="on") as server:
         (tmp_path / "people.csv").unlink()  # after start-up: the opened copy still answers
         client = server.client(issued.token)

@@ -28,7 +28,9 @@ pytestmark = [
 # One private directory per test process: pytest-xdist workers collect this module concurrently.
 _ROOT = Path(tempfile.mkdtemp(prefix="dpcurator-schemathesis-"))
 _LEDGER = _ROOT / "ledger.sqlite3"
-_SERVICE = build_service(f"sqlite:///{_LEDGER}", hasher=cheap_hasher(), max_failures=10**9)
+_SERVICE = build_service(
+    f"sqlite:///{_LEDGER}", hasher=cheap_hasher(), max_failures=10**9, data_root=_ROOT
+)
 _, _OWNER = _SERVICE.create_principal("owner", "owner")
 _SERVICE.register_dataset(
     _SERVICE.authority.authenticate(f"Bearer {_OWNER.token}", "setup"),

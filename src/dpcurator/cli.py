@@ -21,7 +21,13 @@ from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import DPError
 from dpcurator.service.client import CuratorClient
 from dpcurator.service.schemas import exact
-from dpcurator.service.server import bootstrap, build_service, require_free_port, serve
+from dpcurator.service.server import (
+    DEMO_DIR,
+    bootstrap,
+    build_service,
+    require_free_port,
+    serve,
+)
 
 DEFAULT_LEDGER = "sqlite:///dpcurator-ledger.sqlite3"
 
@@ -35,6 +41,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--data", type=Path, help="a CSV, Parquet or DuckDB file to serve")
     serve.add_argument("--metadata", type=Path, help="its public metadata (YAML or JSON)")
     serve.add_argument("--dataset-id", help="the id of --data (default: the file name)")
+    serve.add_argument(
+        "--data-root",
+        type=Path,
+        metavar="DIR",
+        help="owners may register only files under this directory (symbolic links resolved; "
+        "default: the directory of --data, the demo directory with --demo, else none: no "
+        "dataset can be registered through the API)",
+    )
     serve.add_argument("--cap-epsilon", type=float, default=50.0, help="global ε cap of --data")
     serve.add_argument("--cap-delta", type=float, default=0.0, help="global δ cap of --data")
     serve.add_argument(
@@ -93,7 +107,17 @@ def _serve(args: argparse.Namespace) -> int:
             if args.demo
             else DEFAULT_LEDGER
         )
-    service = build_service(ledger_url, result_cache=args.result_cache, precompute=args.precompute)
+    data_root = args.data_root
+    if data_root is None and args.demo:
+        data_root = DEMO_DIR
+    elif data_root is None and args.data is not None:
+        data_root = args.data.resolve().parent
+    service = build_service(
+        ledger_url,
+        result_cache=args.result_cache,
+        precompute=args.precompute,
+        data_root=data_root,
+    )
     started = bootstrap(
         service,
         demo=args.demo,

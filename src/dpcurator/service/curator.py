@@ -24,7 +24,7 @@ from dpcurator.accounting.budget import Budget
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.accounting.filter import BudgetFilter, PrivacyFilter, Reservation
 from dpcurator.core.measures import ApproxDP, Measure, PureDP
-from dpcurator.errors import DomainError, InternalInvariantError, ParameterError
+from dpcurator.errors import InternalInvariantError, ParameterError
 from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
 from dpcurator.query.planner import precomputed_columns
 from dpcurator.query.schema import Metadata
@@ -35,6 +35,7 @@ from dpcurator.query.session import (
     new_plan_cache,
     new_result_cache,
 )
+from dpcurator.service.data_root import data_file, unreadable
 from dpcurator.service.ledger import (
     BudgetView,
     ChargeRequest,
@@ -43,8 +44,6 @@ from dpcurator.service.ledger import (
     grant_budget,
 )
 from dpcurator.service.models import Dataset
-
-_SOURCE_SUFFIXES = (".parquet", ".csv", ".duckdb")
 
 
 class AlreadyCharged(Exception):  # noqa: N818  # a control-flow signal, not an error
@@ -189,6 +188,8 @@ class Catalog:
             columns (see :meth:`dpcurator.Session.from_data`); on by default, off for files
             larger than memory. DuckDB database files are never copied.
         threads: DuckDB's worker threads per dataset (default: one per core).
+        data_root: the directory under which registered files must lie (default: none, so
+            nothing can be registered; see :mod:`dpcurator.service.data_root`).
     """
 
     def __init__(
@@ -198,8 +199,10 @@ class Catalog:
         result_cache: bool = False,
         precompute: bool = True,
         threads: int | None = None,
+        data_root: Path | None = None,
     ) -> None:
         self.engine = engine
+        self.data_root = data_root
         self.result_cache = result_cache
         self.precompute = precompute
         self.threads = threads
@@ -213,18 +216,14 @@ class Catalog:
 
         Returns the normalised metadata and the data opened with its declared types, so the OWNER
         learns at registration that data and metadata disagree (DomainError naming the column),
-        not an analyst's first query. Hand the backend to :meth:`adopt` (or close it).
+        not an analyst's first query. Hand the backend to :meth:`adopt` (or close it). Only files
+        under ``data_root`` are opened, and errors never show the file's contents.
         """
-        path = source.get("path")
-        if not isinstance(path, str) or not path.endswith(_SOURCE_SUFFIXES):
-            raise ParameterError(
-                "The 'source.path' parameter of a dataset must name a "
-                f"{', '.join(_SOURCE_SUFFIXES)} file. Got {path!r}."
-            )
-        if not Path(path).is_file():
-            raise DomainError(f"The data file {path!r} does not exist on the server.")
+        data_file(source.get("path"), self.data_root)
         metadata = Metadata.from_dict(metadata_doc)
-        return metadata.to_dict(), self._open(source, metadata)
+        with unreadable(metadata):
+            backend = self._open(source, metadata)
+        return metadata.to_dict(), backend
 
     def adopt(self, dataset: Dataset, backend: Backend) -> None:
         """Serve ``dataset`` from a backend opened by :meth:`check` (the data is not read twice)."""

@@ -68,18 +68,24 @@ def build_service(
     precompute: bool = True,
     boot_id: str | None = None,
     engine_threads: int | None = None,
+    data_root: Path | None = None,
 ) -> CuratorService:
     """Open the ledger and wire the service together.
 
     ``result_cache`` keeps exact aggregates per exact plan and ``precompute`` loads file datasets
     with their fixed-point columns (see :class:`dpcurator.service.curator.Catalog`); ``boot_id``
     identifies the server (see :class:`~dpcurator.service.ledger.Ledger`); ``engine_threads``
-    caps each dataset's DuckDB threads.
+    caps each dataset's DuckDB threads; only files under ``data_root`` can be registered (none
+    without one, see :mod:`dpcurator.service.data_root`).
     """
     ledger = Ledger(ledger_url, boot_id=boot_id)
     authority = TokenAuthority(ledger, hasher=hasher, max_failures=max_failures)
     catalog = Catalog(
-        engine=engine, result_cache=result_cache, precompute=precompute, threads=engine_threads
+        engine=engine,
+        result_cache=result_cache,
+        precompute=precompute,
+        threads=engine_threads,
+        data_root=data_root,
     )
     return CuratorService(ledger, authority, catalog)
 
@@ -143,6 +149,7 @@ def serve(
             threads,
             switch_interval,
             max(1, (os.cpu_count() or 1) // workers),  # the workers share the cores
+            None if catalog.data_root is None else str(catalog.data_root),
         )
         service.close()  # each worker opens its own ledger connections and datasets
         os.environ[WORKER_CONFIG_ENV] = json.dumps(asdict(worker))
@@ -209,6 +216,7 @@ class WorkerConfig:
     threads: int
     switch_interval: float | None
     engine_threads: int
+    data_root: str | None
 
 
 def worker_app() -> FastAPI:
@@ -222,6 +230,7 @@ def worker_app() -> FastAPI:
         precompute=config.precompute,
         boot_id=config.boot_id,
         engine_threads=config.engine_threads,
+        data_root=None if config.data_root is None else Path(config.data_root),
     )
     app = create_app(service, threads=config.threads)
     _settle(config.switch_interval)
