@@ -20,6 +20,7 @@ from typing import Literal
 
 from dpcurator._validation import check_int, check_positive, check_probability, check_real, fail
 from dpcurator.query import ir
+from dpcurator.query.limits import check_expression_depth
 
 AggregateKind = Literal[
     "count", "count_persons", "sum", "mean", "variance", "stddev", "quantile", "histogram"
@@ -448,7 +449,10 @@ class Query:
     order_by: tuple[tuple[str, bool], ...] = field(default=())
 
     def _resolve(self, node: ir.Expr) -> ir.Expr:
-        return substitute(node, dict(self.derived)) if self.derived else node
+        if not self.derived:
+            return node
+        check_expression_depth(node)  # before the substitution recurses
+        return substitute(node, dict(self.derived))
 
     def filter(self, predicate: Expression) -> Query:
         """Keep rows where ``predicate`` is TRUE (ANDed with earlier filters)."""

@@ -35,19 +35,23 @@ from typing import Literal
 from dpcurator._validation import check_positive, check_probability, fail
 from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.core.numbers import to_fraction
-from dpcurator.errors import DomainError, ParameterError, UnsupportedQueryError
+from dpcurator.errors import DomainError, DPError, InternalInvariantError, UnsupportedQueryError
 from dpcurator.estimators.bounds import LogBins, detection_threshold
 from dpcurator.estimators.quantiles import QuantileBins
 from dpcurator.mechanisms import Laplace, PartitionSelection, partition_selection_threshold
 from dpcurator.query import ir
+from dpcurator.query.analysis import columns_of, infer_bounds, is_integer_valued, public_keys
+from dpcurator.query.backends.base import check_plan
 from dpcurator.query.builder import Aggregate, Query
+from dpcurator.query.limits import MAX_BOUND_MAGNITUDE, MAX_PUBLIC_GROUPS, exceeded
 from dpcurator.query.schema import Metadata
+from dpcurator.query.validation import check_epsilon, check_query
 
 #: Grid steps spanned by the largest bound of a float sum (see the module docstring).
 GRID_STEPS_EXPONENT = 20
 
-#: Largest number of public groups (the product of the key sets) a query may release.
-MAX_PUBLIC_GROUPS = 100_000
+#: Integer-valued sums use the unit grid while their bounds stay within ±2^53 (exact doubles).
+MAX_UNIT_GRID_MAGNITUDE = 2.0**53
 
 OutputKind = Literal[
     "count", "count_persons", "sum", "mean", "variance", "stddev", "quantile", "histogram"
@@ -139,119 +143,27 @@ class Plan:
 
 
 # ----------------------------------------------------------------------------------------------
-# Expression checks and public facts derived from metadata
-
-
-def resolve_expr(node: ir.Expr, metadata: Metadata) -> ir.Expr:
-    """Check every column against the metadata and use its declared spelling."""
-    return ir.map_columns(node, lambda c: ir.Col(metadata.column(c.name).name))
-
-
-_PREDICATES = (ir.Compare, ir.And, ir.Or, ir.Not, ir.IsNull, ir.In, ir.Between)
-
-
-def public_keys(node: ir.Expr, metadata: Metadata) -> tuple[ir.ScalarValue, ...] | None:
-    """The public key set of a grouping expression, or None if it is not public.
-
-    Columns with declared keys (and bool columns), CASE expressions whose results are all
-    literals, and predicates (True/False) have public key sets.
-    """
-    if isinstance(node, ir.Col):
-        return metadata.column(node.name).public_keys
-    if isinstance(node, _PREDICATES):
-        return (False, True)
-    if isinstance(node, ir.Case):
-        results = [v for _, v in node.whens] + ([] if node.default is None else [node.default])
-        if all(isinstance(v, ir.Lit) for v in results):
-            values = [v.value for v in results if isinstance(v, ir.Lit)]
-            return tuple(dict.fromkeys(values))
-    return None
-
-
-def infer_bounds(node: ir.Expr, metadata: Metadata) -> tuple[float, float] | None:
-    """Public bounds of a numeric expression by interval arithmetic (None when unknown)."""
-    if isinstance(node, ir.Col):
-        column = metadata.column(node.name)
-        if column.lower is None or column.upper is None:
-            return None
-        return float(column.lower), float(column.upper)
-    if isinstance(node, ir.Lit):
-        value = node.value
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        return float(value), float(value)
-    if isinstance(node, ir.BinOp):
-        return _binop_bounds(node, metadata)
-    if isinstance(node, ir.Case):
-        results = [v for _, v in node.whens] + ([] if node.default is None else [node.default])
-        return _union([infer_bounds(v, metadata) for v in results])
-    if isinstance(node, ir.Func):
-        inner = [infer_bounds(a, metadata) for a in node.args]
-        if node.name == "coalesce":
-            return _union(inner)
-        if node.name not in ("abs", "round", "floor", "ceil") or inner[0] is None:
-            return None
-        low, high = inner[0]
-        if node.name == "abs":
-            return (0.0 if low <= 0 <= high else min(abs(low), abs(high)), max(abs(low), abs(high)))
-        return float(math.floor(low)), float(math.ceil(high))
-    return None
-
-
-def _union(bounds: Sequence[tuple[float, float] | None]) -> tuple[float, float] | None:
-    if not bounds or any(b is None for b in bounds):
-        return None
-    known = [b for b in bounds if b is not None]
-    return min(b[0] for b in known), max(b[1] for b in known)
-
-
-def _binop_bounds(node: ir.BinOp, metadata: Metadata) -> tuple[float, float] | None:
-    left = infer_bounds(node.left, metadata)
-    right = infer_bounds(node.right, metadata)
-    if left is None or right is None:
-        return None
-    (a, b), (c, d) = left, right
-    if node.op == "+":
-        return a + c, b + d
-    if node.op == "-":
-        return a - d, b - c
-    if node.op == "*":
-        products = [a * c, a * d, b * c, b * d]
-        return min(products), max(products)
-    if c <= 0 <= d:
-        return None
-    quotients = [a / c, a / d, b / c, b / d]
-    return min(quotients), max(quotients)
-
-
-def is_integer_valued(node: ir.Expr, metadata: Metadata) -> bool:
-    """Whether an expression only takes integer values (so sums need no rounding)."""
-    if isinstance(node, ir.Col):
-        return metadata.column(node.name).type == "int"
-    if isinstance(node, ir.Lit):
-        return isinstance(node.value, int) and not isinstance(node.value, bool)
-    if isinstance(node, ir.BinOp):
-        return node.op != "/" and all(
-            is_integer_valued(x, metadata) for x in (node.left, node.right)
-        )
-    if isinstance(node, ir.Case):
-        results = [v for _, v in node.whens] + ([] if node.default is None else [node.default])
-        return all(is_integer_valued(v, metadata) for v in results)
-    if isinstance(node, ir.Func):
-        if node.name in ("round", "floor", "ceil"):
-            return True
-        return node.name in ("abs", "coalesce") and all(
-            is_integer_valued(a, metadata) for a in node.args
-        )
-    return False
+# The fixed-point grid of sums
 
 
 def choose_grid_exponent(lower: float, upper: float, *, integer: bool) -> int:
-    """The fixed-point grid 2^k of a sum: 0 for integers, else ~2^20 steps for the largest bound."""
+    """The fixed-point grid 2^k of a sum: 0 for integers (bounds within ±2^53), else ~2^20 steps
+    for the largest bound (so one row's grid value always fits int64)."""
     magnitude = max(abs(lower), abs(upper))
-    if integer or magnitude == 0:
+    if magnitude == 0 or (integer and magnitude <= MAX_UNIT_GRID_MAGNITUDE):
         return 0
     return math.floor(math.log2(magnitude)) - GRID_STEPS_EXPONENT
+
+
+def _unit_grid(expr: ir.Expr, metadata: Metadata, lower: float, upper: float) -> bool:
+    """Whether a value is summed on the unit grid: integer-valued, with integer bounds within
+    ±2^53 (beyond, the float grid keeps one row's grid value, and its square, in int64)."""
+    return (
+        is_integer_valued(expr, metadata)
+        and float(lower).is_integer()
+        and float(upper).is_integer()
+        and max(-lower, upper) <= MAX_UNIT_GRID_MAGNITUDE
+    )
 
 
 def grid_units(value: float, exponent: int) -> int:
@@ -299,12 +211,7 @@ def fixed_point_columns(metadata: Metadata) -> tuple[ir.FixedPointColumn, ...]:
             continue
         aggregate = Aggregate("sum", column)
         lower, upper = _value_bounds(aggregate, metadata)
-        integer = (
-            is_integer_valued(column, metadata)
-            and float(lower).is_integer()
-            and float(upper).is_integer()
-        )
-        k = choose_grid_exponent(lower, upper, integer=integer)
+        k = choose_grid_exponent(lower, upper, integer=_unit_grid(column, metadata, lower, upper))
         columns.append(ir.FixedPointColumn(name, lower, upper, k))
     return tuple(columns)
 
@@ -368,13 +275,20 @@ def plan_query(
 ) -> Plan:
     """Plan a query for release at (ε, δ): validate, bound, split the budget. Reads no data.
 
+    Every check happens here, before any charge: the query's limits, names and types
+    (:func:`~dpcurator.query.validation.check_query`), the value bounds, and the mechanisms,
+    which are built now so that their own refusals (e.g. a noise scale beyond 2^52) are free too.
+    The engines' :func:`~dpcurator.query.backends.base.check_plan` then holds by construction.
+
     Raises:
-        ParameterError: invalid ε, δ or weights.
+        ParameterError: invalid ε (below :data:`~dpcurator.query.limits.MIN_EPSILON`), δ or
+            weights, or a noise scale the mechanisms refuse.
         DomainError: unknown table or column, missing public bounds.
-        UnsupportedQueryError: an aggregate or grouping the planner cannot make private (e.g.
-            grouping without public keys when δ = 0).
+        UnsupportedQueryError: an aggregate, grouping, type or size the planner cannot make
+            private (e.g. grouping without public keys when δ = 0; see
+            :mod:`dpcurator.query.limits` and :mod:`dpcurator.query.typecheck`).
     """
-    eps = to_fraction(check_positive("query", "epsilon", epsilon))
+    eps = check_epsilon("query", epsilon)
     check_probability("query", "delta", delta, open_high=True)
     dlt = to_fraction(delta)
     check_positive("query", "selection_weight", selection_weight)
@@ -382,32 +296,23 @@ def plan_query(
         raise fail("plan_query", "query", "a Query (session.table(...)) or SQL text", query)
     if not metadata.has_table(tuple(query.table.split("."))):
         raise DomainError(f"Unknown table {query.table!r}: this session serves {metadata.table!r}.")
-    if not query.aggregates:
-        raise UnsupportedQueryError("The query has no aggregate: nothing to release.")
-    names = [a.output_name for a in query.aggregates] + [g.name for g in query.groups]
-    if len(set(names)) != len(names):
-        raise ParameterError(f"Output column names must be distinct; got {names}.")
-    where = None if query.where is None else resolve_expr(query.where, metadata)
-    groups = tuple(ir.GroupColumn(g.name, resolve_expr(g.expr, metadata)) for g in query.groups)
+    checked = check_query(query, metadata)
+    where, groups = checked.where, checked.groups
     keys = _group_keys(groups, metadata)
     needs_selection = bool(groups) and keys is None
     if needs_selection:
         _check_selection_possible(groups, metadata, dlt)
     groups_per_person = _groups_per_person(metadata, bool(groups), keys)
     context = _Context(metadata, metadata.max_rows_per_person, groups_per_person, [0])
-    weights = [to_fraction(a.weight) for a in query.aggregates]
+    weights = [to_fraction(a.weight) for a in checked.aggregates]
     total_weight = sum(weights, Fraction(0)) + (
         to_fraction(selection_weight) if needs_selection else 0
     )
     exact: list[ir.ExactAggregate] = []
     outputs = []
-    for aggregate, weight in zip(query.aggregates, weights, strict=True):
+    for aggregate, weight in zip(checked.aggregates, weights, strict=True):
         share = eps * weight / total_weight
-        agg = replace(
-            aggregate,
-            expr=None if aggregate.expr is None else resolve_expr(aggregate.expr, metadata),
-        )
-        output, aggregates = _plan_aggregate(agg, share, context)
+        output, aggregates = _plan_aggregate(aggregate, share, context)
         outputs.append(output)
         exact.extend(aggregates)
     selection = None
@@ -425,6 +330,7 @@ def plan_query(
         group_keys=keys if groups else None,
         bound=bound,
     )
+    _check_engine_invariants(exact_plan, metadata)
     cost: PureDP | ApproxDP = ApproxDP(eps, dlt) if needs_selection else PureDP(eps)
     outputs_names = [o.name for o in outputs] + [g.name for g in groups]
     for column, _ in query.order_by:
@@ -444,6 +350,17 @@ def plan_query(
     )
 
 
+def _check_engine_invariants(plan: ir.AggregatePlan, metadata: Metadata) -> None:
+    """The engines' own plan check, run before the charge: it cannot fail for a plan built from a
+    query that passed the planner's checks, so a failure here is a planner bug (still free)."""
+    try:
+        check_plan(plan, metadata.column_types())
+    except DPError as exc:
+        raise InternalInvariantError(
+            f"The planner built a plan the engines refuse ({exc}); please report this bug."
+        ) from exc
+
+
 def _group_keys(
     groups: tuple[ir.GroupColumn, ...], metadata: Metadata
 ) -> tuple[tuple[ir.ScalarValue, ...], ...] | None:
@@ -460,8 +377,11 @@ def _group_keys(
         return None
     size = math.prod(len(k) for k in key_sets if k is not None)
     if size > MAX_PUBLIC_GROUPS:
-        raise UnsupportedQueryError(
-            f"The public key sets give {size} groups; at most {MAX_PUBLIC_GROUPS} are released."
+        raise exceeded(
+            "The number of groups (the product of the public key sets)",
+            f"{size:,}",
+            "MAX_PUBLIC_GROUPS",
+            f"{MAX_PUBLIC_GROUPS:,}",
         )
     return tuple(itertools.product(*(k for k in key_sets if k is not None)))
 
@@ -488,42 +408,41 @@ def _value_bounds(aggregate: Aggregate, metadata: Metadata) -> tuple[float, floa
     assert aggregate.expr is not None  # every value aggregate has an expression
     bounds = infer_bounds(aggregate.expr, metadata)
     if bounds is None:
-        columns = _columns_of(aggregate.expr)
+        columns = columns_of(aggregate.expr)
+        first = (columns or ["x"])[0]
+        kind = aggregate.kind.upper()
         raise DomainError(
-            f"{aggregate.kind.upper()}({aggregate.output_name}) needs public bounds for "
-            f"{', '.join(columns) or 'its expression'}: declare lower/upper in the metadata, pass "
-            "lower=/upper= to the aggregate, or spend budget on a DP estimate with "
-            f"session.dp_bounds({(columns or ['column'])[0]!r}, epsilon=...)."
+            f"{kind}({aggregate.output_name}) needs public bounds for "
+            f"{', '.join(columns) or 'its expression'}: declare lower/upper in the metadata, "
+            f"clamp the value in the query (SQL: {kind}(CLAMP({first}, 0, 100)); builder: "
+            f"dpc.{aggregate.kind}({first!r}, lower=0, upper=100)), or spend budget on a DP "
+            "estimate "
+            f"with session.dp_bounds({first!r}, epsilon=...)."
         )
     if not bounds[0] < bounds[1]:
         return bounds[0] - 0.5, bounds[1] + 0.5
     return bounds
 
 
-def _columns_of(node: ir.Expr) -> list[str]:
-    if isinstance(node, ir.Col):
-        return [node.name]
-    children: list[ir.Expr] = []
-    if isinstance(node, ir.BinOp | ir.Compare):
-        children = [node.left, node.right]
-    elif isinstance(node, ir.And | ir.Or | ir.Func):
-        children = list(node.args)
-    elif isinstance(node, ir.Not | ir.IsNull | ir.In):
-        children = [node.arg]
-    elif isinstance(node, ir.Between):
-        children = [node.arg, node.low, node.high]
-    elif isinstance(node, ir.Case):
-        children = [x for pair in node.whens for x in pair]
-        children += [] if node.default is None else [node.default]
-    return list(dict.fromkeys(c for child in children for c in _columns_of(child)))
+def _check_magnitude(aggregate: Aggregate, lower: float, upper: float) -> None:
+    """Refuse value bounds beyond ±MAX_BOUND_MAGNITUDE: sums, differences and grids of the
+    bounds must stay finite."""
+    if max(-lower, upper) > MAX_BOUND_MAGNITUDE:
+        raise exceeded(
+            f"The largest bound of {aggregate.kind.upper()}({aggregate.output_name})",
+            f"{max(-lower, upper):g}",
+            "MAX_BOUND_MAGNITUDE",
+            f"{MAX_BOUND_MAGNITUDE:g}",
+        )
 
 
-def _fill(expr: ir.Expr, metadata: Metadata) -> float | None:
-    """The declared public fill of a column, or None (NULL values are skipped)."""
+def _fill(expr: ir.Expr, metadata: Metadata, lower: float, upper: float) -> float | None:
+    """The declared public fill of a column clamped to the aggregate's bounds (which may be
+    narrower than the column's), or None (NULL values are skipped)."""
     if isinstance(expr, ir.Col):
         fill = metadata.column(expr.name).fill
         if isinstance(fill, int | float) and not isinstance(fill, bool):
-            return float(fill)
+            return min(max(float(fill), lower), upper)
     return None
 
 
@@ -562,12 +481,9 @@ def _plan_aggregate(
     assert aggregate.expr is not None  # value aggregates have an expression
     expr = aggregate.expr
     lower, upper = _value_bounds(aggregate, metadata)
-    integer = (
-        is_integer_valued(expr, metadata)
-        and float(lower).is_integer()
-        and float(upper).is_integer()
-    )
-    fill = _fill(expr, metadata)
+    _check_magnitude(aggregate, lower, upper)
+    integer = _unit_grid(expr, metadata, lower, upper)
+    fill = _fill(expr, metadata, lower, upper)
     if kind == "sum":
         k = choose_grid_exponent(lower, upper, integer=integer)
         exact = ir.ExactAggregate(context.name("sum"), "sum", expr, lower, upper, fill, k)
@@ -666,6 +582,12 @@ def _plan_moments(
     ]
     if pieces == 3:
         square_max = max(low * low, high * high)
+        if not math.isfinite(square_max):
+            raise UnsupportedQueryError(
+                f"{aggregate.kind.upper()}({aggregate.output_name}) squares values up to "
+                f"{max(-low, high):g} from the middle of its bounds, beyond the float range: use "
+                "bounds less than 1e150 apart."
+            )
         k2 = choose_grid_exponent(0.0, square_max, integer=integer)
         squares = ir.ExactAggregate(
             context.name("sumsq"), "sum_squares", shifted, low, high, shifted_fill, k2

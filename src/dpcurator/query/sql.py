@@ -24,16 +24,26 @@ non-grouped columns, ``*``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokenizer_core import Token, TokenType
 
 from dpcurator._validation import fail
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.query import builder, ir
+from dpcurator.query.limits import (
+    MAX_EXPRESSION_DEPTH,
+    MAX_SQL_LENGTH,
+    check_at_most,
+    check_depth,
+    depth_exceeded,
+)
 from dpcurator.query.schema import Metadata
+from dpcurator.query.typecheck import literal_type
 
 #: Clauses of a SELECT that are refused, with the name used in the message.
 _REFUSED_CLAUSES = {
@@ -93,19 +103,50 @@ _AGGREGATES = (
 )
 
 
+_DIALECT = Dialect.get_or_raise("duckdb")
+
+#: Tokens that open a nesting level of the parser, and those that close one.
+_OPENING = frozenset({TokenType.L_PAREN, TokenType.CASE})
+_CLOSING = frozenset({TokenType.R_PAREN, TokenType.END})
+#: Prefix operators: each one in a row nests the parser one level deeper.
+_PREFIX = frozenset({TokenType.NOT, TokenType.DASH, TokenType.PLUS, TokenType.TILDE})
+#: Tokens after which ``-`` and ``+`` are binary operators, not prefixes.
+_OPERAND_ENDS = frozenset(
+    {
+        TokenType.VAR,
+        TokenType.IDENTIFIER,
+        TokenType.NUMBER,
+        TokenType.STRING,
+        TokenType.R_PAREN,
+        TokenType.END,
+        TokenType.NULL,
+        TokenType.TRUE,
+        TokenType.FALSE,
+    }
+)
+#: Wrapper levels of a parsed SELECT around its expressions (SELECT, alias, column name).
+_TREE_WRAPPERS = 3
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+_PARSE_FAILURE = "The SQL could not be parsed"
+
+
 def parse_sql(sql: str, metadata: Metadata) -> builder.Query:
     """Parse one SELECT statement into a :class:`~dpcurator.query.builder.Query`.
 
+    The text is checked against :data:`~dpcurator.query.limits.MAX_SQL_LENGTH` and its nesting
+    against :data:`~dpcurator.query.limits.MAX_EXPRESSION_DEPTH` on the tokens, before the
+    (recursive) parser runs, and again on the tree before it is translated.
+
     Raises:
-        UnsupportedQueryError: for syntax errors and every construct outside the subset.
+        UnsupportedQueryError: for syntax errors, limits and every construct outside the subset.
         DomainError: for unknown tables or columns.
     """
     if not isinstance(sql, str) or not sql.strip():
         raise fail("sql", "query", "a non-empty SQL string", sql)
-    try:
-        statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
-    except ParseError as exc:
-        raise UnsupportedQueryError(f"The SQL could not be parsed: {exc}") from exc
+    check_at_most("The SQL text length", len(sql), "MAX_SQL_LENGTH", MAX_SQL_LENGTH)
+    tokens = _tokenize(sql)
+    _check_token_nesting(tokens)
+    statements = _parse(tokens, sql)
     if len(statements) != 1:
         raise UnsupportedQueryError(
             f"Exactly one SQL statement is accepted; got {len(statements)} (stacked statements "
@@ -113,10 +154,86 @@ def parse_sql(sql: str, metadata: Metadata) -> builder.Query:
         )
     statement = statements[0]
     if not isinstance(statement, exp.Select):
+        first = tokens[0]
+        if first.token_type in (TokenType.VAR, TokenType.IDENTIFIER):
+            raise UnsupportedQueryError(
+                f"Only SELECT queries are accepted; the text starts with {first.text!r}, which "
+                "is not a SQL keyword (check the spelling of SELECT)."
+            )
         raise UnsupportedQueryError(
             f"Only SELECT queries are accepted; got a {statement.key.upper()} statement."
         )
+    tree: exp.Expr = statement
+    check_depth(tree, _tree_children, slack=_TREE_WRAPPERS)
     return _Translator(metadata).select(statement)
+
+
+def _clean(text: str) -> str:
+    """sqlglot's message without terminal colour codes, on one line."""
+    return " ".join(_ANSI_ESCAPE.sub("", text).split())
+
+
+def _tokenize(sql: str) -> list[Token]:
+    try:
+        tokens: list[Token] = _DIALECT.tokenize(sql)
+    except TokenError as exc:
+        raise UnsupportedQueryError(
+            f"{_PARSE_FAILURE}: it has an unterminated string or quoted name, or a character "
+            f"outside SQL ({_clean(str(exc))[:200]})."
+        ) from exc
+    if not tokens:
+        raise UnsupportedQueryError(f"{_PARSE_FAILURE}: it holds no SQL statement.")
+    return tokens
+
+
+def _check_token_nesting(tokens: list[Token]) -> None:
+    """Refuse nesting beyond MAX_EXPRESSION_DEPTH from the tokens alone: parentheses, CASE and
+    runs of prefix operators (NOT, unary minus) are what the parser recurses on."""
+    bases = [0]
+    run = 0
+    previous: TokenType | None = None
+    for token in tokens:
+        kind = token.token_type
+        if kind in _PREFIX and (kind == TokenType.NOT or previous not in _OPERAND_ENDS):
+            run += 1
+        elif kind in _OPENING:
+            bases.append(bases[-1] + run + 1)
+            run = 0
+        elif kind in _CLOSING:
+            if len(bases) > 1:
+                bases.pop()
+            run = 0
+        else:
+            run = 0
+        if bases[-1] + run > MAX_EXPRESSION_DEPTH:
+            raise depth_exceeded()
+        previous = kind
+
+
+def _parse(tokens: list[Token], sql: str) -> list[exp.Expr]:
+    try:
+        parsed = _DIALECT.parser().parse(tokens, sql)
+    except ParseError as exc:
+        detail = exc.errors[0] if exc.errors else {}
+        where = f" at line {detail.get('line')}, column {detail.get('col')}" if detail else ""
+        description = _clean(str(detail.get("description", exc)))
+        raise UnsupportedQueryError(f"{_PARSE_FAILURE}{where}: {description}.") from exc
+    except RecursionError:  # only when the caller's own stack is already deep
+        raise depth_exceeded() from None
+    except Exception as exc:  # sqlglot raises assorted errors on malformed text
+        raise UnsupportedQueryError(
+            f"{_PARSE_FAILURE} ({type(exc).__name__}); check the syntax of the query."
+        ) from exc
+    return [statement for statement in parsed if statement is not None]
+
+
+def _tree_children(node: exp.Expr) -> Iterable[tuple[exp.Expr, int]]:
+    """Children of a parsed node with the depth each adds: parentheses and CASE branches add
+    none (their content is the level), nor does an operand of the same AND or OR chain."""
+    chain = isinstance(node, exp.And | exp.Or)
+    for child in node.iter_expressions():
+        same = chain and type(child) is type(node)
+        yield child, 0 if same or isinstance(child, exp.Paren | exp.If) else 1
 
 
 class _Translator:
@@ -271,19 +388,19 @@ class _Translator:
         if maker is not None:
             if node.args.get("expressions"):
                 raise UnsupportedQueryError(f"{node.key.upper()} takes one argument.")
-            return maker(builder.Expression(self._value(node.this)))
+            value, lower, upper = self._clamped(node.this)
+            return maker(value, lower=lower, upper=upper)
         if isinstance(node, exp.Quantile):
-            return builder.quantile(
-                builder.Expression(self._value(node.this)), self._number(node.args["quantile"])
-            )
+            value, lower, upper = self._clamped(node.this)
+            p = self._number(node.args["quantile"])
+            return builder.quantile(value, p, lower=lower, upper=upper)
         if isinstance(node, exp.WithinGroup) and isinstance(node.this, exp.PercentileCont):
             order = node.expression
             if not isinstance(order, exp.Order) or len(order.expressions) != 1:
                 raise UnsupportedQueryError("PERCENTILE_CONT needs WITHIN GROUP (ORDER BY x).")
-            return builder.quantile(
-                builder.Expression(self._value(order.expressions[0].this)),
-                self._number(node.this.this),
-            )
+            value, lower, upper = self._clamped(order.expressions[0].this)
+            p = self._number(node.this.this)
+            return builder.quantile(value, p, lower=lower, upper=upper)
         if isinstance(node, exp.Anonymous) and node.name.lower() == "histogram":
             args = node.expressions
             if len(args) != 4:
@@ -330,6 +447,19 @@ class _Translator:
         self._no_aggregates(node, "aggregate arguments")
         return self.expr(node)
 
+    def _clamped(
+        self, node: exp.Expression
+    ) -> tuple[builder.Expression, float | None, float | None]:
+        """An aggregate's argument, with the bounds of ``CLAMP(x, lower, upper)`` when the
+        whole argument is one (the aggregate then clamps its values to these public bounds)."""
+        if not _is_clamp(node):
+            return builder.Expression(self._value(node)), None, None
+        args = node.expressions
+        if len(args) != 3:
+            raise UnsupportedQueryError("CLAMP takes (x, lower, upper).")
+        value = builder.Expression(self._value(args[0]))
+        return value, self._number(args[1]), self._number(args[2])
+
     def _number(self, node: exp.Expression) -> float:
         value = self.expr(node)
         if not isinstance(value, ir.Lit) or isinstance(value.value, bool | str | None):
@@ -360,23 +490,22 @@ class _Translator:
         if isinstance(node, exp.Column):
             return self._column(node)
         if isinstance(node, exp.Literal):
-            return ir.Lit(node.this if node.is_string else _parse_number(node.this))
+            return _literal(node.this if node.is_string else _parse_number(node.this))
         if isinstance(node, exp.Boolean):
             return ir.Lit(bool(node.this))
         if isinstance(node, exp.Null):
             return ir.Lit(None)
         if isinstance(node, exp.Neg):
-            inner = self.expr(node.this)
-            if isinstance(inner, ir.Lit) and isinstance(inner.value, int | float):
-                return ir.Lit(-inner.value)
-            return ir.BinOp("-", ir.Lit(0), inner)
+            if isinstance(node.this, exp.Literal) and not node.this.is_string:
+                return _literal(-_parse_number(node.this.this))  # -9223372036854775808 fits
+            return ir.BinOp("-", ir.Lit(0), self.expr(node.this))
         return None
 
     def _logic(self, node: exp.Expression) -> ir.Expr:
         if isinstance(node, exp.And):
-            return ir.And((self.expr(node.this), self.expr(node.expression)))
+            return ir.And(tuple(self.expr(operand) for operand in _chain(node)))
         if isinstance(node, exp.Or):
-            return ir.Or((self.expr(node.this), self.expr(node.expression)))
+            return ir.Or(tuple(self.expr(operand) for operand in _chain(node)))
         if isinstance(node, exp.Not):
             return ir.Not(self.expr(node.this))
         if isinstance(node, exp.Is):
@@ -391,6 +520,11 @@ class _Translator:
             )
         if isinstance(node, exp.Case):
             return self._case(node)
+        if _is_clamp(node):
+            raise UnsupportedQueryError(
+                "CLAMP(x, lower, upper) is supported only as the whole argument of an aggregate, "
+                "e.g. SUM(CLAMP(x, 0, 100))."
+            )
         raise UnsupportedQueryError(
             f"The SQL construct {node.sql()!r} ({node.key}) is not supported."
         )
@@ -442,3 +576,27 @@ def _parse_number(text: str) -> int | float:
         return int(text)
     except ValueError:
         return float(text)
+
+
+def _literal(value: ir.ScalarValue) -> ir.Lit:
+    """A literal, refused at once when no engine can bind it (beyond int64, not finite)."""
+    literal_type(value)
+    return ir.Lit(value)
+
+
+def _is_clamp(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Anonymous) and node.name.lower() == "clamp"
+
+
+def _chain(node: exp.And | exp.Or) -> list[exp.Expression]:
+    """The operands of a chain ``a AND b AND c`` (one node type), left to right, without
+    recursion (sqlglot nests a long chain as deep as it is long)."""
+    operands: list[exp.Expression] = []
+    stack: list[exp.Expression] = [node]
+    while stack:
+        current = stack.pop()
+        if type(current) is type(node):
+            stack.extend((current.expression, current.this))
+        else:
+            operands.append(current)
+    return operands
