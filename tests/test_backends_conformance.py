@@ -26,7 +26,7 @@ from dpcurator.errors import (
     UnsupportedQueryError,
 )
 from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
-from dpcurator.query.backends.duckdb import build_query, coded_groups, cube_serves, paced
+from dpcurator.query.backends.duckdb_query import build_query, coded_groups, cube_serves, paced
 from dpcurator.query.ir import (
     AggregatePlan,
     And,

@@ -17,7 +17,7 @@ import pytest
 
 from dpcurator.errors import BackendError, ParameterError
 from dpcurator.query.backends import Backend, open_backend
-from dpcurator.query.backends.duckdb import build_query
+from dpcurator.query.backends.duckdb_query import build_query
 from dpcurator.query.ir import (
     AggregatePlan,
     Col,

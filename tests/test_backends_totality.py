@@ -25,7 +25,7 @@ import pytest
 import dpcurator
 from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError
 from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
-from dpcurator.query.backends.duckdb import build_query, cube_serves
+from dpcurator.query.backends.duckdb_query import build_query, cube_serves
 from dpcurator.query.ir import (
     AggregatePlan,
     BinOp,
