@@ -208,9 +208,10 @@ def _simple_predicates() -> st.SearchStrategy[str]:
         st.builds(f"{{}} IN (1, 2, {VICTIM})".format, _numbers()),
         st.builds("{} BETWEEN {} AND {}".format, _numbers(), _literal(), _literal()),
         st.builds(
-            f"(CASE WHEN pid = {VICTIM} THEN {{}} ELSE 0 END) = 0".format,
-            st.builds("age * {}".format, _literal()),
+            f"(CASE WHEN pid = {VICTIM} THEN age * {{}} ELSE 0 END) = 0".format,
+            st.sampled_from(_EXTREME_LITERALS),
         ),
+        st.builds(f"(pid = {VICTIM} AND {{}} = {{}})".format, strings, _literal()),
     )
 
 
