@@ -28,6 +28,7 @@ from dpcurator.query.ir import (
     IsNull,
     Lit,
     PrecomputedColumns,
+    ScalarValue,
 )
 from tests.backends_fixtures import spark  # noqa: F401  (session fixture)
 
@@ -47,7 +48,9 @@ PLAN = AggregatePlan(
 )
 
 
-def _answer(backend: Backend, plan: AggregatePlan = PLAN) -> dict[object, object]:
+def _answer(
+    backend: Backend, plan: AggregatePlan = PLAN
+) -> dict[tuple[ScalarValue, ...], dict[str, object]]:
     try:
         return backend.compute(plan).groups
     finally:
