@@ -63,7 +63,7 @@ def pums_null(shared_data: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def expected(pums_null: Path) -> dict[object, object]:
+def expected(pums_null: Path) -> dict[tuple[ScalarValue, ...], dict[str, object]]:
     return _answer(open_backend(pa_csv.read_csv(pums_null), table="t", engine="memory"))
 
 
