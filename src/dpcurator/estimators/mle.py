@@ -45,9 +45,10 @@ from dpcurator.estimators.release import (
     check_bounds,
     no_reply,
     noisy,
+    standard_normals,
 )
 from dpcurator.estimators.sample_aggregate import sample_and_aggregate_with_count
-from dpcurator.mechanisms import Gaussian, Laplace
+from dpcurator.mechanisms import Laplace
 from dpcurator.random import Rng, default_rng
 
 #: Replicates of the parametric bootstrap.
@@ -182,12 +183,6 @@ def dp_mle(
         release.value, release.value - half, release.value + half, covers, level,
         release.cost, release.method,
     )  # fmt: skip
-
-
-def standard_normals(rng: Rng, size: int) -> FloatArray:
-    """Approximately N(0, 1) draws (a discrete Gaussian of σ = 2^20, scaled): for simulation."""
-    sigma = 2**20
-    return Gaussian(sigma).release_integers(np.zeros(size, np.int64), rng) / sigma
 
 
 def _from_stats(name: str, stats: FloatArray, lower: float, upper: float) -> FloatArray:

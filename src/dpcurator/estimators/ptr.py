@@ -86,13 +86,15 @@ def ptr_laplace(
     alpha: float,
     method: str,
     rng: Rng,
+    centre: float = 0.0,
 ) -> Estimate:
-    """Release ``value`` + Laplace(bound/ε_release) if the test on ``distance`` passes, else NR."""
+    """Release ``value`` + Laplace(bound/ε_release) if the test on ``distance`` passes, else NR
+    (``centre``: a public value near ``value``, see :func:`~dpcurator.estimators.release.noisy`)."""
     cost = ApproxDP(to_fraction(epsilon_test) + to_fraction(epsilon_release), to_fraction(delta))
     if not ptr_test(distance, epsilon_test, delta, rng):
         return no_reply(cost, method, alpha)
     mech = Laplace.for_epsilon_floats(to_fraction(epsilon_release), to_fraction(bound))
-    released = noisy(mech, mech.scale, [value], rng)
+    released = noisy(mech, mech.scale, [value], rng, centre)
     half = mech.ci_halfwidth_floats(alpha)
     return Estimate(
         released.reshape(()), released.reshape(()) - half, released.reshape(()) + half,
@@ -213,6 +215,7 @@ def ptr_median(
     released = ptr_laplace(
         float(padded[n // 2 + 1]), bound, distance, epsilon_test=eps_test,
         epsilon_release=eps_release, delta=dlt, alpha=level, method=method, rng=source,
+        centre=(low + high) / 2,
     )  # fmt: skip
     total = spent + ApproxDP(to_fraction(eps), to_fraction(dlt))
     return Estimate(

@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from dpcurator._validation import check_real, fail
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
+from dpcurator.mechanisms import Gaussian
 from dpcurator.mechanisms._grid import grid_exponent
 from dpcurator.random import Rng
 
@@ -131,10 +132,27 @@ def representable(values: FloatArray, scale: Fraction) -> FloatArray:
 
 
 def noisy(
-    mechanism: FloatMechanism, scale: Fraction, values: npt.ArrayLike, rng: Rng
+    mechanism: FloatMechanism,
+    scale: Fraction,
+    values: npt.ArrayLike,
+    rng: Rng,
+    centre: npt.ArrayLike = 0.0,
 ) -> FloatArray:
-    """``mechanism.release_floats`` of the values made representable (total: never raises)."""
-    return mechanism.release_floats(representable(np.asarray(values, np.float64), scale), rng)
+    """``mechanism.release_floats`` of the values made representable (total: never raises).
+
+    The grid of a small noise scale only spans about 2^22 scales around 0, so a public
+    ``centre`` (e.g. the middle of the values' range) is subtracted first and added back after.
+    """
+    offset = np.asarray(centre, np.float64)
+    shifted = np.asarray(values, np.float64) - offset
+    return mechanism.release_floats(representable(shifted, scale), rng) + offset
+
+
+def standard_normals(rng: Rng, size: int) -> FloatArray:
+    """Approximately N(0, 1) draws (a discrete Gaussian of σ = 2^20, scaled), for simulations
+    that post-process a release (parametric bootstraps), never for privacy noise."""
+    sigma = 2**20
+    return Gaussian(sigma).release_integers(np.zeros(size, np.int64), rng) / sigma
 
 
 __all__ = [
@@ -148,4 +166,5 @@ __all__ = [
     "no_reply",
     "noisy",
     "representable",
+    "standard_normals",
 ]

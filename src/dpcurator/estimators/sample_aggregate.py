@@ -160,7 +160,8 @@ def sample_and_aggregate_with_count(
     estimates = block_estimates(estimator, table, ids, blocks, box)
     sensitivity = Fraction(float(np.sum(box.upper - box.lower))) / blocks
     laplace = Laplace.for_epsilon_floats(eps_mean, sensitivity, box.dimension)
-    value = noisy(laplace, laplace.scale, estimates.mean(axis=0), source)
+    middle = (box.lower + box.upper) / 2
+    value = noisy(laplace, laplace.scale, estimates.mean(axis=0), source, middle)
     half = laplace.ci_halfwidth_floats(level)
     release = Estimate(value, value - half, value + half, Covers.NOISE, level, PureDP(eps), method)
     return release, count
