@@ -18,6 +18,7 @@ from dpcurator.core.measures import ApproxDP
 from dpcurator.service.app import create_app
 from dpcurator.service.auth import Identity
 from dpcurator.service.operations import CuratorService
+from dpcurator.service.refusals import RefusalLimiter
 from dpcurator.service.server import build_service
 from tests.service_fixtures import (
     PEOPLE_METADATA,
@@ -331,6 +332,7 @@ def _hammer(kit: Kit, requests: int) -> list[int]:
 
 
 def _check_no_overspend(kit: Kit) -> None:
+    kit.service.refusals = RefusalLimiter(burst=1_000)  # every refusal reaches the ledger
     statuses = _hammer(kit, 200)
     assert statuses.count(200) == 10
     assert statuses.count(409) == 190

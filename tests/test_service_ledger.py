@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol, cast
 
 import pytest
 from argon2 import PasswordHasher
-from sqlalchemy import Connection, event, text
+from sqlalchemy import Connection, QueuePool, event, text
 
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import AuthError, BudgetExceededError
@@ -22,6 +23,7 @@ from dpcurator.service import ledger_postgres
 from dpcurator.service.auth import TokenAuthority
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.ledger import ChargeRequest, Ledger, dataset_budget, grant_budget
+from dpcurator.service.ledger_lease import LEASE_SECONDS
 from dpcurator.service.models import Charge
 from tests.service_fixtures import fresh_postgres_url, ledger_with_analysts, postgres_server
 
@@ -43,17 +45,22 @@ def _request(analyst: str, cost: ApproxDP, key: str | None = None, sql: str = "q
     )
 
 
+class MakeLedger(Protocol):
+    def __call__(self, *, lease_seconds: float = LEASE_SECONDS) -> Ledger: ...
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def make_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Ledger]:
-    """A factory of Ledger objects on one fresh database (SQLite file or PostgreSQL)."""
+def make_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeLedger]:
+    """A factory of Ledger objects (servers: one boot id each) on one fresh database (SQLite
+    file or PostgreSQL)."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
     else:
         url = fresh_postgres_url(request.getfixturevalue("postgres_server"))
     made: list[Ledger] = []
 
-    def make() -> Ledger:
-        made.append(Ledger(url))
+    def make(*, lease_seconds: float = LEASE_SECONDS) -> Ledger:
+        made.append(Ledger(url, lease_seconds=lease_seconds))
         return made[-1]
 
     yield make
@@ -61,7 +68,7 @@ def make_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], 
         ledger.close()
 
 
-def test_reserve_updates_running_totals_exactly(make_ledger: Callable[[], Ledger]) -> None:
+def test_reserve_updates_running_totals_exactly(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
     (analyst,) = ledger_with_analysts(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(2, 0))
     for _ in range(8):
@@ -77,7 +84,7 @@ def test_reserve_updates_running_totals_exactly(make_ledger: Callable[[], Ledger
     assert ledger.count_charges("d") == 8
 
 
-def test_refusal_changes_nothing(make_ledger: Callable[[], Ledger]) -> None:
+def test_refusal_changes_nothing(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
     (analyst,) = ledger_with_analysts(
         ledger, grant=ApproxDP(1, Fraction(1, 10**6)), cap=ApproxDP(5, 0)
@@ -89,7 +96,7 @@ def test_refusal_changes_nothing(make_ledger: Callable[[], Ledger]) -> None:
     assert ledger.charged_total("d") == ApproxDP(Fraction(1, 2), 0)
 
 
-def test_global_cap_binds_across_analysts(make_ledger: Callable[[], Ledger]) -> None:
+def test_global_cap_binds_across_analysts(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
     a, b = ledger_with_analysts(
         ledger, grant=ApproxDP(1, 0), cap=ApproxDP(Fraction(3, 2), 0), analysts=2
@@ -101,7 +108,7 @@ def test_global_cap_binds_across_analysts(make_ledger: Callable[[], Ledger]) -> 
     assert ledger.charged_total("d") == ApproxDP(Fraction(3, 2), 0)
 
 
-def test_an_owner_charges_only_the_global_cap(make_ledger: Callable[[], Ledger]) -> None:
+def test_an_owner_charges_only_the_global_cap(make_ledger: MakeLedger) -> None:
     """A charge without a grant (an owner's batch) counts against the cap alone, with δ too."""
     ledger = make_ledger()
     (analyst,) = ledger_with_analysts(
@@ -126,7 +133,7 @@ def test_an_owner_charges_only_the_global_cap(make_ledger: Callable[[], Ledger])
     assert dataset_budget(ledger.dataset("d")).spent == ApproxDP(Fraction(3, 2), Fraction(1, 10**6))
 
 
-def test_no_grant_is_not_found(make_ledger: Callable[[], Ledger]) -> None:
+def test_no_grant_is_not_found(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
     ledger_with_analysts(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
     ledger.create_principal("ana_x", "stranger", "analyst")
@@ -136,7 +143,7 @@ def test_no_grant_is_not_found(make_ledger: Callable[[], Ledger]) -> None:
 
 
 def test_request_key_charges_once_and_claims_after_a_crash(
-    make_ledger: Callable[[], Ledger],
+    make_ledger: MakeLedger,
 ) -> None:
     ledger = make_ledger()
     (analyst,) = ledger_with_analysts(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
@@ -147,19 +154,61 @@ def test_request_key_charges_once_and_claims_after_a_crash(
     # A different question under the same key is refused.
     with pytest.raises(ConflictError, match="different"):
         ledger.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1", sql="other"))
-    # After a restart (new boot id) the retry claims the first charge; nothing is charged again.
-    restarted = make_ledger()
+    # Another server (new boot id) sees a live claim: the first one may still be computing.
+    restarted = make_ledger(lease_seconds=0.2)
+    with pytest.raises(ConflictError, match="still running"):
+        restarted.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1"))
+    # Once the claim has expired unrenewed (its server died), the retry takes the first charge
+    # over; nothing is charged again, and the first server can no longer release an answer.
+    time.sleep(0.3)
     again = restarted.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1"))
     assert again.reused
     assert again.charge_id == first.charge_id
     restarted.complete(first.charge_id, {"rows": [1]})
+    with pytest.raises(ConflictError, match="not reserved by this server"):
+        ledger.complete(first.charge_id, {"rows": [2]})
     done = restarted.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1"))
     assert done.status == "released"
     assert done.result == {"rows": [1]}
     assert restarted.charged_total("d") == ApproxDP(EPS, 0)
 
 
-def test_cancel_refunds_only_reserved_charges(make_ledger: Callable[[], Ledger]) -> None:
+def test_a_claim_renewed_while_computing_is_never_taken_over(make_ledger: MakeLedger) -> None:
+    """A server computing a keyed charge keeps its claim live past the lease (renewals); another
+    server retrying the key meanwhile is refused, and may take it over only once the renewals
+    stop (the first server died) and the lease has run out."""
+    first = make_ledger(lease_seconds=0.3)
+    (analyst,) = ledger_with_analysts(first, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
+    reserved = first.reserve(_request(analyst, ApproxDP(EPS, 0), key="k"))
+    first.hold_claim(reserved.charge_id)
+    second = make_ledger(lease_seconds=0.3)
+    time.sleep(0.9)  # three leases: only the renewals keep the claim live
+    with pytest.raises(ConflictError, match="still running"):
+        second.reserve(_request(analyst, ApproxDP(EPS, 0), key="k"))
+    first.drop_claim(reserved.charge_id)
+    time.sleep(0.5)
+    taken = second.reserve(_request(analyst, ApproxDP(EPS, 0), key="k"))
+    assert (taken.reused, taken.charge_id, taken.status) == (True, reserved.charge_id, "reserved")
+    assert second.charged_total("d") == ApproxDP(EPS, 0)
+
+
+def test_a_ledger_made_before_leases_gets_the_claim_column(make_ledger: MakeLedger) -> None:
+    """Opening a ledger whose charges table lacks ``claimed_at`` adds it (a migration)."""
+    ledger = make_ledger()
+    (analyst,) = ledger_with_analysts(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
+    old = ledger.reserve(_request(analyst, ApproxDP(EPS, 0), key="old"))
+    with ledger._engine.begin() as conn:
+        conn.execute(text("ALTER TABLE charges DROP COLUMN claimed_at"))
+    reopened = make_ledger(lease_seconds=60)
+    # The old claim has no lease time: it counts as expired, and is taken over.
+    assert reopened.reserve(_request(analyst, ApproxDP(EPS, 0), key="old")).reused
+    new = reopened.reserve(_request(analyst, ApproxDP(EPS, 0), key="new"))
+    assert reopened.charge(new.charge_id).claimed_at is not None
+    assert reopened.charge(old.charge_id).claimed_at is not None
+    make_ledger()  # a third server finds the column in place
+
+
+def test_cancel_refunds_only_reserved_charges(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
     (analyst,) = ledger_with_analysts(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
     kept = ledger.reserve(_request(analyst, ApproxDP(EPS, 0)))
@@ -174,7 +223,7 @@ def test_cancel_refunds_only_reserved_charges(make_ledger: Callable[[], Ledger])
     assert ledger.charged_total("d") == ApproxDP(EPS, 0)
 
 
-def test_concurrent_reservations_never_overspend(make_ledger: Callable[[], Ledger]) -> None:
+def test_concurrent_reservations_never_overspend(make_ledger: MakeLedger) -> None:
     ledger = make_ledger()
     analysts = ledger_with_analysts(
         ledger, grant=ApproxDP(1, 0), cap=ApproxDP(Fraction(5, 4), 0), analysts=4
@@ -208,11 +257,11 @@ def test_concurrent_reservations_never_overspend(make_ledger: Callable[[], Ledge
 
 
 def test_concurrent_retries_of_one_request_are_charged_once(
-    make_ledger: Callable[[], Ledger],
+    make_ledger: MakeLedger,
 ) -> None:
     """Two servers (one boot id each) reserve the same request keys at once: each key is charged
-    once: a server finds the reservation already made for the key (by itself: "still running";
-    by the other, which it cannot tell from a crashed one: taken over), never a second charge."""
+    once: a server finds the reservation already made for the key, by itself or by the other
+    (a live claim): "still running", never a second charge."""
     first, second = make_ledger(), make_ledger()
     (analyst,) = ledger_with_analysts(first, grant=ApproxDP(100, 0), cap=ApproxDP(100, 0))
     charges: dict[str, set[int]] = {}
@@ -223,7 +272,7 @@ def test_concurrent_retries_of_one_request_are_charged_once(
         start.wait()
         try:
             reservation = ledger.reserve(_request(analyst, ApproxDP(EPS, 0), key=key))
-        except ConflictError:  # the same server already runs this key: "still running"
+        except ConflictError:  # a server already runs this key: "still running"
             return
         with lock:
             charges.setdefault(key, set()).add(reservation.charge_id)
@@ -238,7 +287,7 @@ def test_concurrent_retries_of_one_request_are_charged_once(
     for thread in threads:
         thread.join(timeout=60)
     assert len(charges) == 6
-    assert all(len(ids) == 1 for ids in charges.values())  # one charge per key, shared
+    assert all(len(ids) == 1 for ids in charges.values())  # one charge per key
     assert first.charged_total("d") == ApproxDP(6 * EPS, 0)
 
 
@@ -255,9 +304,13 @@ def test_on_postgresql_only_the_reservation_commits_without_a_flush(
     doing = ["setup"]
 
     def record(conn: Connection) -> None:  # just before each COMMIT
-        cursor = conn.connection.dbapi_connection.cursor()
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None
+        cursor = dbapi.cursor()
         cursor.execute("SHOW synchronous_commit")
-        settings.append((doing[0], cursor.fetchone()[0]))
+        row = cursor.fetchone()
+        assert row is not None
+        settings.append((doing[0], row[0]))
 
     event.listen(ledger._engine, "commit", record)
     try:
@@ -272,7 +325,8 @@ def test_on_postgresql_only_the_reservation_commits_without_a_flush(
         ledger.reserve(_request(analyst, ApproxDP(EPS, 0)))
         doing[0] = "fail"
         ledger.fail(charge.charge_id, "engine failed")
-        assert ledger._engine.pool.checkedin() == 1  # every transaction used one connection
+        pool = cast("QueuePool", ledger._engine.pool)
+        assert pool.checkedin() == 1  # every transaction used one connection
         with ledger._engine.connect() as conn:  # as complete() does: autocommit, no COMMIT
             assert conn.exec_driver_sql("SHOW synchronous_commit").scalar_one() == "on"
     finally:
@@ -357,7 +411,7 @@ class _CountingHasher(PasswordHasher):
 
 
 def test_a_verified_token_is_rechecked_for_revocation_without_argon2(
-    make_ledger: Callable[[], Ledger],
+    make_ledger: MakeLedger,
 ) -> None:
     """Past the cache time the same token is checked again in the ledger (a revocation made
     through another server process takes effect) but its secret is not hashed again; a legacy

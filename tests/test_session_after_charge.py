@@ -103,13 +103,16 @@ def test_lru_cache_bounds_the_total_weight() -> None:
 
 
 def test_histogram_plans_with_many_bins_do_not_fill_the_plan_cache() -> None:
+    """Each plan of a 10,000-bin histogram holds 10,000 edges: 300 of them (fewer than the
+    cache's count bound) would hold 3 million; the weight bound keeps the cache below it."""
     metadata = Metadata.from_dict(_KEYED_METADATA)
     plans = new_plan_cache()
     backend = CountingBackend(open_backend(_people(3), table="t", engine="duckdb"))
     session = Session(backend, metadata, budget=Budget(10), plan_cache=plans)
-    bins = 400_000
-    for i in range(8):
-        session.plan(f"SELECT HISTOGRAM(x, 0, 1, {bins + i}) AS h FROM t", epsilon=1.0)
+    count = 300
+    assert count < plans.maxsize
+    for i in range(count):
+        session.plan(f"SELECT HISTOGRAM(x, 0, 1, {10_000 - i}) AS h FROM t", epsilon=1.0)
     assert plans.maxweight is not None
-    assert plans.weight <= plans.maxweight
-    assert len(plans) < 8
+    assert plans.weight <= plans.maxweight < count * 9_000
+    assert len(plans) < count

@@ -33,6 +33,7 @@ from dpcurator.errors import (
 from dpcurator.service import schemas as s
 from dpcurator.service.errors import ConflictError, ForbiddenError, NotFoundError, RateLimitedError
 from dpcurator.service.operations import CuratorService
+from dpcurator.service.refusals import RefusalsLimitedError
 from dpcurator.service.routes import router
 
 PROBLEM = "application/problem+json"
@@ -41,6 +42,7 @@ DEFAULT_MAX_BODY = 1 << 20
 
 #: (status, problem type slug, title) per error class; the first matching class wins.
 _PROBLEMS: list[tuple[type[Exception], int, str, str]] = [
+    (RefusalsLimitedError, 429, "rate-limited", "Too many refused queries"),
     (RateLimitedError, 429, "rate-limited", "Too many failed sign-ins"),
     (ForbiddenError, 403, "forbidden", "Forbidden"),
     (AuthError, 401, "unauthorized", "Authentication required"),

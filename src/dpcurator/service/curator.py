@@ -87,6 +87,8 @@ class LedgerFilter:
         reserved = self._ledger.reserve(request)
         if reserved.reused and reserved.status != "reserved":
             raise AlreadyCharged(reserved.charge_id)
+        if request.request_key is not None:  # retriable elsewhere: renew the claim meanwhile
+            self._ledger.hold_claim(reserved.charge_id)
         self.charge_id = reserved.charge_id
         self.budget = reserved.budget
         reservation = Reservation(event, description, reserved.charge_id, self)
@@ -96,6 +98,7 @@ class LedgerFilter:
     def _cancel(self, reservation: Reservation) -> None:
         """Refund a reservation cancelled before any noise was drawn."""
         self._ledger.cancel(reservation.number)
+        self._ledger.drop_claim(reservation.number)
         self._live.remove(reservation)
         self.charge_id = None
 

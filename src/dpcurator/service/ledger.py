@@ -72,9 +72,15 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session as OrmSession
 
 from dpcurator.core.measures import ApproxDP
-from dpcurator.errors import BudgetExceededError, InternalInvariantError
+from dpcurator.errors import BudgetExceededError, DPError, InternalInvariantError
 from dpcurator.service import ledger_postgres
 from dpcurator.service.errors import ConflictError, NotFoundError
+from dpcurator.service.ledger_lease import (
+    LEASE_SECONDS,
+    LeaseKeeper,
+    add_lease_column,
+    check_claim,
+)
 from dpcurator.service.ledger_sqlite import RawStatement
 from dpcurator.service.models import (
     AuditEvent,
@@ -195,8 +201,27 @@ def _after(
         budget = BudgetView(grant_view.total, grant_view.spent + cost)
     cap_view = _view(*cap)
     if not (cap_view.spent + cost).fits_within(cap_view.total):
+        if request.charge_grant:  # an analyst: the cap's remaining amount is not theirs to see
+            raise CapExceededError(cost)
         raise BudgetExceededError(cost, cap_view.remaining, what="dataset's global privacy budget")
     return budget, cap_view.spent + cost
+
+
+class CapExceededError(BudgetExceededError):
+    """The dataset's global cap cannot cover an analyst's release; nothing was charged.
+
+    Worded without the cap's remaining amount (``remaining`` is None): analysts see their own
+    budget, never the global one (which the spending of other analysts moves).
+    """
+
+    def __init__(self, requested: ApproxDP) -> None:
+        DPError.__init__(
+            self,
+            f"The dataset's global privacy budget cannot cover this release (it costs "
+            f"{requested}). Nothing was charged. Ask the data owner to raise the dataset's cap.",
+        )
+        self.requested = requested
+        self.remaining = None
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -305,14 +330,20 @@ class Ledger:
             ``postgresql+psycopg://user@host/db``.
         boot_id: the identity of the running server, stored with each reservation it makes: a
             retried request whose reservation carries this id is still running (ConflictError);
-            one carrying another id was left by a server that has since stopped, so it may be
-            claimed and run. Every worker process of one server must share it (default: a new
-            id for this process).
+            one carrying another id is still running there while its lease is live
+            (ConflictError), and may be claimed and run here once it has expired (see
+            :mod:`dpcurator.service.ledger_lease`). Every worker process of one server must
+            share it (default: a new id for this process).
+        lease_seconds: how long another server's claim on a reserved charge stays live without
+            renewal; this ledger renews its own claims every third of it.
     """
 
-    def __init__(self, url: str, *, boot_id: str | None = None) -> None:
+    def __init__(
+        self, url: str, *, boot_id: str | None = None, lease_seconds: float = LEASE_SECONDS
+    ) -> None:
         self.url = url
         self.boot_id = boot_id or f"{os.getpid()}-{time.time_ns()}"
+        self.lease_seconds = lease_seconds
         self._postgres = url.startswith("postgresql")
         self._write_lock: _WriterLock | None = None
         self._checkpointer: _Checkpointer | None = None
@@ -326,13 +357,16 @@ class Ledger:
             # database restart broke fails its request, and SQLAlchemy then discards the pool.
             self._engine = create_engine(url, pool_size=10, max_overflow=30, pool_recycle=1800)
         Base.metadata.create_all(self._engine)
+        add_lease_column(self._engine, postgres=self._postgres)
         if self._postgres:
             ledger_postgres.install(self._engine)
+        self._leases = LeaseKeeper(self._renew_claims, lease_seconds / 3)
         if url.startswith("sqlite"):
             self._checkpointer = _Checkpointer(self._engine, SQLITE_CHECKPOINT_SECONDS)
 
     def close(self) -> None:
-        """Stop the checkpoint thread and release every pooled database connection."""
+        """Stop the lease and checkpoint threads and release every pooled database connection."""
+        self._leases.stop()
         if self._checkpointer is not None:
             self._checkpointer.stop()
             self._checkpointer = None
@@ -611,7 +645,8 @@ class Ledger:
 
         Raises:
             BudgetExceededError: the cost does not fit; nothing was changed.
-            ConflictError: the request key was already used for a different request.
+            ConflictError: the request key was already used for a different request, or its
+                first request is still computing (a live claim: see :meth:`hold_claim`).
             NotFoundError: unknown dataset, or the analyst has no grant on it.
         """
         if request.request_key is None:
@@ -657,7 +692,8 @@ class Ledger:
         return Reservation(int(inserted[0]), request.cost, "reserved", None, False, budget)
 
     def _charge_row(self, request: ChargeRequest) -> dict[str, Any]:
-        """The new charge row of a reservation."""
+        """The new charge row of a reservation (claimed now if it has a request key)."""
+        now = utcnow()
         return {
             "principal_id": request.principal_id,
             "dataset_id": request.dataset_id,
@@ -670,7 +706,8 @@ class Ledger:
             "events": request.events,
             "status": "reserved",
             "claimed_by": self.boot_id,
-            "created_at": utcnow(),
+            "claimed_at": None if request.request_key is None else now,
+            "created_at": now,
         }
 
     def _reserve_in_postgres(self, request: ChargeRequest) -> Reservation:
@@ -725,18 +762,24 @@ class Ledger:
         return int(conn.execute(_SQL.insert_charge, charge).scalar_one())
 
     def _reuse(self, conn: Connection, earlier: Row[Any], request: ChargeRequest) -> Reservation:
-        """Return the charge of a retried request; claim it if its first process died."""
+        """Return the charge of a retried request; take its claim over if the claim expired
+        (its server died: see :mod:`dpcurator.service.ledger_lease`)."""
         if earlier.fingerprint != request.fingerprint or earlier.dataset_id != request.dataset_id:
             raise ConflictError(
                 f"The request key {request.request_key!r} was already used for a different "
                 "request. Use a fresh key for every new question."
             )
         if earlier.status == "reserved":
-            if earlier.claimed_by == self.boot_id:
-                raise ConflictError(
-                    f"The request with key {request.request_key!r} is still running. Retry later."
-                )
-            conn.execute(_SQL.claim, {"i": earlier.id, "b": self.boot_id})
+            now = utcnow()
+            check_claim(
+                request.request_key,
+                earlier.claimed_by,
+                earlier.claimed_at,
+                boot_id=self.boot_id,
+                now=now,
+                lease_seconds=self.lease_seconds,
+            )
+            conn.execute(_SQL.claim, {"i": earlier.id, "b": self.boot_id, "t": now})
         return Reservation(
             earlier.id,
             cost_of(earlier.epsilon, earlier.delta),
@@ -771,9 +814,12 @@ class Ledger:
         """Store the released values of a reserved charge (its cost is unchanged); the entry.
 
         One ``UPDATE ... RETURNING`` statement (every column but the result, which the caller
-        holds: not decoded again); the returned entry is detached from any session.
+        holds: not decoded again); the returned entry is detached from any session. Only the
+        server holding the charge's claim can complete it: a charge already completed, or
+        taken over by another server after this one's lease expired, raises ConflictError and
+        stores nothing (so one charge is never released twice).
         """
-        params = {"i": charge_id, "result": result, "completed_at": utcnow()}
+        params = {"i": charge_id, "b": self.boot_id, "result": result, "completed_at": utcnow()}
         row: dict[str, Any] | None
         if self._postgres:
             with self._statement(write=True) as conn:
@@ -788,14 +834,35 @@ class Ledger:
                 else dict(zip(self._raw.complete.columns, values, strict=True))
             )
         if row is None:
-            raise NotFoundError(f"No charge with id {charge_id}.")
+            raise ConflictError(
+                f"Charge {charge_id} is not reserved by this server any more (completed, or "
+                "taken over by another server); its answer was not released here."
+            )
         return Charge(**row, result=result)
 
+    def hold_claim(self, charge_id: int) -> None:
+        """Keep renewing this server's claim on a reserved charge while it is computed."""
+        self._leases.hold(charge_id)
+
+    def drop_claim(self, charge_id: int) -> None:
+        """Stop renewing the claim on a charge (its computation ended)."""
+        self._leases.drop(charge_id)
+
+    def _renew_claims(self, charge_ids: list[int]) -> None:
+        with self._statement(write=True) as conn:
+            conn.execute(_SQL.renew, {"ids": charge_ids, "b": self.boot_id, "t": utcnow()})
+
     def fail(self, charge_id: int, error: str) -> None:
-        """Record that the engine failed after the reservation; the charge stands."""
+        """Record that the engine failed after the reservation; the charge stands.
+
+        ``error`` is shown to the analyst in the history: pass the constant
+        :data:`~dpcurator.errors.ENGINE_FAILURE_MESSAGE`, never an engine's text. Like
+        :meth:`complete`, only the server holding the charge's claim records it.
+        """
         with self._transaction(write=True) as s:
             charge = _found(s.get(Charge, charge_id), "charge", charge_id)
-            charge.status, charge.error, charge.completed_at = "failed", error, utcnow()
+            if charge.status == "reserved" and charge.claimed_by == self.boot_id:
+                charge.status, charge.error, charge.completed_at = "failed", error, utcnow()
 
     def find_replay(self, principal_id: str, dataset_id: str, fingerprint: str) -> Charge | None:
         """The latest released answer of this principal to the same question, if any."""
@@ -813,8 +880,34 @@ class Ledger:
                 .limit(1)
             )
 
+    def charge_by_key(self, principal_id: str, request_key: str) -> Charge | None:
+        """The charge (or replay) a principal made under a request key, if any."""
+        with self._transaction(write=False) as s:
+            return s.scalar(
+                select(Charge).where(
+                    Charge.principal_id == principal_id, Charge.request_key == request_key
+                )
+            )
+
     def record_replay(self, original: Charge, request_key: str | None) -> Charge:
-        """Record that ``original`` was answered again from history, at zero cost."""
+        """Record that ``original`` was answered again from history, at zero cost; the entry.
+
+        If a concurrent request recorded an entry under the same request key first, that entry
+        is returned instead (the caller checks it answers the same question).
+        """
+        try:
+            return self._insert_replay(original, request_key)
+        except IntegrityError:
+            earlier = (
+                None
+                if request_key is None
+                else self.charge_by_key(original.principal_id, request_key)
+            )
+            if earlier is None:
+                raise
+            return earlier
+
+    def _insert_replay(self, original: Charge, request_key: str | None) -> Charge:
         with self._transaction(write=True) as s:
             replay = Charge(
                 principal_id=original.principal_id,
@@ -975,6 +1068,7 @@ _RESERVED_CHARGE_COLUMNS = (
     "events",
     "status",
     "claimed_by",
+    "claimed_at",
     "created_at",
 )
 
@@ -1013,6 +1107,7 @@ class _Statements:
                     "dataset_id",
                     "status",
                     "claimed_by",
+                    "claimed_at",
                     "epsilon",
                     "delta",
                     "result",
@@ -1051,11 +1146,19 @@ class _Statements:
         # This transaction only (LOCAL): the next one on the pooled connection flushes again.
         self.commit_without_flush = text("SET LOCAL synchronous_commit = off")
         self.claim = (
-            update(charges).where(charges.c.id == bindparam("i")).values(claimed_by=bindparam("b"))
+            update(charges)
+            .where(charges.c.id == bindparam("i"))
+            .values(claimed_by=bindparam("b"), claimed_at=bindparam("t"))
+        )
+        mine = (charges.c.status == "reserved") & (charges.c.claimed_by == bindparam("b"))
+        self.renew = (
+            update(charges)
+            .where(charges.c.id.in_(bindparam("ids", expanding=True)) & mine)
+            .values(claimed_at=bindparam("t"))
         )
         self.complete = (
             update(charges)
-            .where(charges.c.id == bindparam("i"))
+            .where((charges.c.id == bindparam("i")) & mine)
             .values(status="released")
             .returning(*(column for column in charges.columns if column.name != "result"))
         )

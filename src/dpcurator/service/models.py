@@ -110,9 +110,11 @@ class Charge(Base):
 
     ``status`` is ``reserved`` (budget taken, nothing released yet), ``released`` (values stored
     and returned) or ``failed`` (the engine failed after the reservation; the charge stands).
-    ``claimed_by`` is the boot id of the server process computing a ``reserved`` charge: after a
-    crash, a retry with the same request key may finish the charge in a new process, never twice
-    concurrently in the same one.
+    ``claimed_by`` is the boot id of the server computing a ``reserved`` charge and
+    ``claimed_at`` when it last renewed that claim (its lease; NULL for charges without a request
+    key, which are never retried): a retry with the same request key answers 409 while the claim
+    is live and may finish the charge elsewhere once it has expired (see
+    :mod:`dpcurator.service.ledger_lease`).
     """
 
     __tablename__ = "charges"
@@ -134,6 +136,7 @@ class Charge(Base):
     events: Mapped[list[Any]]
     status: Mapped[str] = mapped_column(String(16))
     claimed_by: Mapped[str] = mapped_column(String(64), default="")
+    claimed_at: Mapped[datetime | None] = mapped_column(default=None)
     replay_of: Mapped[int | None] = mapped_column(ForeignKey("charges.id"), default=None)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)

@@ -7,6 +7,13 @@ documents; everything that touches budgets or data goes through :class:`CuratorS
 A query costs three ledger transactions: one read (visibility and budget, before planning, so an
 analyst without a grant learns nothing about the dataset), the atomic reservation, and the commit
 of the release. The caller's remaining budget is the one written by its own reservation.
+
+After the charge, an analyst learns nothing of how a computation failed: the response, the
+history entry and the ledger hold :data:`~dpcurator.errors.ENGINE_FAILURE_MESSAGE`, and the
+details go to the ``dpcurator.engine`` logger (the owner's server log).
+
+A request with an ``Idempotency-Key`` is answered once: its key is looked up before replay, so a
+retry gets the first answer (or 409 while it is computing), never a second row for the key.
 """
 
 from __future__ import annotations
@@ -14,15 +21,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from dpcurator.core.measures import ApproxDP
-from dpcurator.errors import BackendError, BudgetExceededError, DPError
+from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError, BudgetExceededError, DPError
 from dpcurator.service.auth import Identity, IssuedToken, TokenAuthority, random_id
 from dpcurator.service.curator import AlreadyCharged, Catalog, LedgerFilter
-from dpcurator.service.errors import NotFoundError
+from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.ledger import (
     Access,
     BudgetView,
@@ -32,13 +40,25 @@ from dpcurator.service.ledger import (
     grant_budget,
 )
 from dpcurator.service.models import Charge, Dataset, Principal, PublishedRelease
+from dpcurator.service.refusals import RefusalLimiter, audited_sql
 
 _LOG = logging.getLogger("dpcurator.service")
+_ENGINE_LOG = logging.getLogger("dpcurator.engine")
+
+#: A quoted string or identifier (kept verbatim; a doubled quote escapes it), or a run of
+#: whitespace and comments (one space).
+_SQL_PIECES = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|(?:\s|--[^\n]*|/\*.*?\*/)+""", re.DOTALL)
+
+
+def _piece(match: re.Match[str]) -> str:
+    text = match.group()
+    return text if text[0] in "'\"" else " "
 
 
 def normalise_sql(sql: str) -> str:
-    """SQL with runs of whitespace collapsed and trailing semicolons dropped (for replay)."""
-    return " ".join(sql.split()).rstrip(";").rstrip()
+    """SQL with every run of whitespace and comments OUTSIDE quotes made one space, and trailing
+    semicolons dropped (for replay): ``'a  b'`` stays a different literal from ``'a b'``."""
+    return _SQL_PIECES.sub(_piece, sql).strip().rstrip(";").rstrip()
 
 
 def fingerprint(sql: str, epsilon: Fraction, delta: Fraction) -> str:
@@ -82,6 +102,7 @@ class CuratorService:
         self.ledger = ledger
         self.authority = authority
         self.catalog = catalog
+        self.refusals = RefusalLimiter()
 
     def open_datasets(self) -> None:
         """Open every registered dataset now (at start-up), so that no request waits for one.
@@ -187,16 +208,24 @@ class CuratorService:
         *,
         request_key: str | None = None,
     ) -> Answer:
-        """Answer a query: replay or reserve -> run -> commit. A refusal changes nothing."""
+        """Answer a query: replay or reserve -> run -> commit. A refusal changes nothing.
+
+        Raises:
+            RefusalsLimitedError: this analyst was refused too often recently (429).
+        """
+        self.refusals.check(identity.principal_id)
         access = self.access(identity, dataset_id)
         dataset = access.dataset
         runtime = self.catalog.runtime(dataset)
         print_ = fingerprint(sql, epsilon, delta)
-        if dataset.replay_enabled:
+        if dataset.replay_enabled and (
+            request_key is None
+            or self.ledger.charge_by_key(identity.principal_id, request_key) is None
+        ):
             original = self.ledger.find_replay(identity.principal_id, dataset.id, print_)
             if original is not None:
                 replay = self.ledger.record_replay(original, request_key)
-                return Answer(replay, True, access.budget)
+                return self._keyed_answer(dataset, replay, print_, access.budget)
         template = ChargeRequest(
             principal_id=identity.principal_id,
             dataset_id=dataset.id,
@@ -212,29 +241,57 @@ class CuratorService:
         try:
             release = runtime.run(sql, epsilon, delta, charge_filter)
         except AlreadyCharged as done:
-            return self._earlier_answer(identity, dataset, done.charge_id)
+            charge = self.ledger.charge(done.charge_id)
+            return self._keyed_answer(dataset, charge, print_, access.budget)
         except BudgetExceededError as exc:
+            self.refusals.spend(identity.principal_id)
             self.ledger.audit(
                 "query_refused",
                 identity.principal_id,
                 dataset.id,
-                sql=sql,
+                **audited_sql(sql),
                 requested={"epsilon": str(epsilon), "delta": str(delta)},
                 reason=str(exc),
             )
             raise
         except Exception as exc:
-            if charge_filter.charge_id is not None:
-                self.ledger.fail(charge_filter.charge_id, f"{type(exc).__name__}: {exc}")
-            raise
+            if charge_filter.charge_id is None:
+                raise
+            raise self._failed(charge_filter.charge_id, exc) from None
+        finally:
+            if charge_filter.charge_id is not None and request_key is not None:
+                self.ledger.drop_claim(charge_filter.charge_id)
         charge = self.ledger.complete(charge_filter.require_charge(), release)
         return Answer(charge, False, charge_filter.budget)
 
-    def _earlier_answer(self, identity: Identity, dataset: Dataset, charge_id: int) -> Answer:
-        charge = self.ledger.charge(charge_id)
+    def _failed(self, charge_id: int, exc: Exception) -> BackendError:
+        """Record that a charged computation failed; the one error its analyst may see.
+
+        The Session already turned an engine failure into the constant BackendError and logged
+        it; anything else failing after the charge is logged here.
+        """
+        if not (isinstance(exc, BackendError) and str(exc) == ENGINE_FAILURE_MESSAGE):
+            _ENGINE_LOG.error("charge %s failed after the charge", charge_id, exc_info=exc)
+        self.ledger.fail(charge_id, ENGINE_FAILURE_MESSAGE)
+        return BackendError(ENGINE_FAILURE_MESSAGE)
+
+    @staticmethod
+    def _keyed_answer(
+        dataset: Dataset, charge: Charge, print_: str, budget: BudgetView | None
+    ) -> Answer:
+        """The answer recorded for a request key (or a replay): the same question's, finished."""
+        if charge.fingerprint != print_ or charge.dataset_id != dataset.id:
+            raise ConflictError(
+                f"The request key {charge.request_key!r} was already used for a different "
+                "request. Use a fresh key for every new question."
+            )
+        if charge.status == "reserved":
+            raise ConflictError(
+                f"The request with key {charge.request_key!r} is still running. Retry later."
+            )
         if charge.status == "failed":
-            raise BackendError(f"This request failed earlier and was charged: {charge.error}")
-        return Answer(charge, charge.kind == "replay", self.own_budget(identity, dataset))
+            raise BackendError(ENGINE_FAILURE_MESSAGE)
+        return Answer(charge, charge.kind == "replay", budget)
 
     def estimate(
         self, identity: Identity, dataset_id: str, sql: str, epsilon: Fraction, delta: Fraction
@@ -288,8 +345,7 @@ class CuratorService:
                 release = runtime.run(query.sql, query.epsilon, query.delta, prepaid)
                 results.append({"sql": query.sql, "release": release})
         except Exception as exc:
-            self.ledger.fail(reservation.charge_id, f"{type(exc).__name__}: {exc}")
-            raise
+            raise self._failed(reservation.charge_id, exc) from None
         return self.ledger.publish(
             f"rel_{random_id(9)}",
             dataset_id=dataset.id,

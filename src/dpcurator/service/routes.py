@@ -16,6 +16,7 @@ from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
 from dpcurator.core.measures import ApproxDP
+from dpcurator.errors import ENGINE_FAILURE_MESSAGE
 from dpcurator.service import schemas as s
 from dpcurator.service.auth import Identity
 from dpcurator.service.errors import NotFoundError
@@ -80,7 +81,10 @@ def _principal_out(p: Principal) -> s.PrincipalOut:
     return s.PrincipalOut(id=p.id, name=p.name, role=p.role, created_at=p.created_at)  # type: ignore[arg-type]
 
 
-def _history_out(c: Charge) -> s.HistoryEntry:
+def _history_out(c: Charge, *, analyst: bool = False) -> s.HistoryEntry:
+    """A ledger entry; an analyst sees only the constant failure text (an entry written before
+    failures were recorded that way may hold an engine's message)."""
+    error = ENGINE_FAILURE_MESSAGE if analyst and c.error is not None else c.error
     return s.HistoryEntry(
         id=c.id,
         principal_id=c.principal_id,
@@ -93,7 +97,7 @@ def _history_out(c: Charge) -> s.HistoryEntry:
         created_at=c.created_at,
         completed_at=c.completed_at,
         result=c.result,
-        error=c.error,
+        error=error,
     )
 
 
@@ -255,7 +259,8 @@ def query_history(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[s.HistoryEntry]:
     """The caller's own history on a dataset (owners: everyone's), newest first."""
-    return [_history_out(c) for c in service.history(who, dataset_id, limit=limit)]
+    entries = service.history(who, dataset_id, limit=limit)
+    return [_history_out(c, analyst=not who.is_owner) for c in entries]
 
 
 # -- published releases -----------------------------------------------------------------

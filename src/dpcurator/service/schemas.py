@@ -3,15 +3,18 @@
 Privacy parameters arrive as JSON numbers and are read as the DECIMAL the client wrote
 (``0.1`` means exactly 1/10), so ten queries at ε = 0.1 fit a budget of ε = 1. They leave as both a
 float (for display) and an exact fraction string (for accounting).
+
+Timestamps leave as ISO-8601 in UTC with the offset written (``2025-01-31T12:00:00.5Z``): the
+ledger stores naive UTC, which :data:`UtcTime` marks as such.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from dpcurator.core.measures import ApproxDP
 from dpcurator.service.ledger import BudgetView
@@ -22,6 +25,15 @@ BudgetEpsilon = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
 Sql = Annotated[str, Field(min_length=1, max_length=20_000)]
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[\w .@-]+$")]
 DatasetId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+#: A timestamp of the ledger (naive UTC) as an aware UTC datetime, so it is written with its
+#: offset.
+UtcTime = Annotated[datetime, AfterValidator(_utc)]
 
 
 def exact(value: float) -> Fraction:
@@ -116,8 +128,8 @@ class HistoryEntry(BaseModel):
     cost: CostOut
     status: str
     replay_of: int | None
-    created_at: datetime
-    completed_at: datetime | None
+    created_at: UtcTime
+    completed_at: UtcTime | None
     result: dict[str, Any] | None
     error: str | None
 
@@ -170,7 +182,7 @@ class PrincipalOut(BaseModel):
     id: str
     name: str
     role: Literal["owner", "analyst"]
-    created_at: datetime
+    created_at: UtcTime
 
 
 class TokenOut(BaseModel):
@@ -178,8 +190,8 @@ class TokenOut(BaseModel):
 
     token_id: str
     principal_id: str
-    created_at: datetime
-    expires_at: datetime | None
+    created_at: UtcTime
+    expires_at: UtcTime | None
     revoked: bool
 
 
@@ -189,7 +201,7 @@ class IssuedTokenOut(BaseModel):
     principal: PrincipalOut
     token_id: str
     token: str
-    expires_at: datetime | None
+    expires_at: UtcTime | None
 
 
 class TokenIn(_Strict):
@@ -228,7 +240,7 @@ class ReleaseOut(BaseModel):
     name: str
     charge_id: int
     created_by: str
-    created_at: datetime
+    created_at: UtcTime
     results: list[dict[str, Any]]
 
 
@@ -236,7 +248,7 @@ class AuditOut(BaseModel):
     """One audit event."""
 
     id: int
-    at: datetime
+    at: UtcTime
     principal_id: str | None
     action: str
     dataset_id: str | None
