@@ -193,7 +193,9 @@ def test_rdp_laplace_never_below_dp_accounting_laplace() -> None:
     theirs = dpa.rdp.RdpAccountant()
     theirs.compose(dpa.LaplaceDpEvent(10.0), 50)
     assert ours >= theirs.get_epsilon(1e-6)
-    assert ours <= ZCDPAccountant().total([LaplaceEvent(10, 1)] * 50, 1e-6).epsilon
+    through_zcdp = ZCDPAccountant().total([LaplaceEvent(10, 1)] * 50, 1e-6)
+    assert isinstance(through_zcdp, ApproxDP)
+    assert ours <= through_zcdp.epsilon
 
 
 def test_rdp_parallel_and_repeated() -> None:
@@ -209,13 +211,12 @@ def test_rdp_parallel_and_repeated() -> None:
         accountant.total([ApproxEvent(1, 1e-6)], 1e-5)
 
 
-def test_pld_gaussian_close_to_exact_and_above() -> None:
+def test_pld_gaussian_close_to_the_continuous_curve_at_moderate_sigma() -> None:
+    # Gaussian events are discrete (tests/test_accounting_pld_discrete.py checks validity against
+    # the exact discrete δ); at σ = 5 the discrete and continuous curves nearly coincide.
     ours = PLDAccountant().total([GaussianEvent(5, 1)] * 10, 1e-6).epsilon
     exact = exact_gaussian_epsilon(5 / math.sqrt(10), 1e-6)
-    assert exact <= ours <= exact * mp.mpf("1.01")
-    theirs = dpa.pld.PLDAccountant()
-    theirs.compose(dpa.GaussianDpEvent(5.0), 10)
-    assert ours == pytest.approx(theirs.get_epsilon(1e-6), rel=1e-6)
+    assert exact * mp.mpf("0.99") <= ours <= exact * mp.mpf("1.01")
 
 
 def test_pld_laplace_pessimistic() -> None:
@@ -241,7 +242,9 @@ def test_fits_in_each_budget_measure() -> None:
     assert ZCDPAccountant().fits([GaussianEvent(1, 1)], GaussianEvent(1, 1), ZCDP(1))
     assert not ZCDPAccountant().fits([GaussianEvent(1, 1)] * 2, GaussianEvent(1, 1), ZCDP(1))
     gaussian = [GaussianEvent(5, 1)] * 10
-    eps = ZCDPAccountant().total(gaussian, 1e-6).epsilon
+    total = ZCDPAccountant().total(gaussian, 1e-6)
+    assert isinstance(total, ApproxDP)
+    eps = total.epsilon
     assert ZCDPAccountant().fits(gaussian[1:], gaussian[0], ApproxDP(eps, 1e-6))
     assert not ZCDPAccountant().fits(gaussian[1:], gaussian[0], ApproxDP(eps * 0.999, 1e-6))
     with pytest.raises(ParameterError, match="'budget' parameter"):
