@@ -2,7 +2,10 @@
 
 Every ``/v1`` endpoint except ``/v1/health`` requires ``Authorization: Bearer <token>``. Owners
 manage datasets, analysts, budgets and batch releases; analysts see only the datasets granted to
-them, their own budget and their own history. The web console is served from ``/console/``.
+them, their own budget and their own history. The web console is served from ``/console/``;
+the OpenAPI description from ``/v1/openapi.json`` (no interactive docs page: Swagger UI would load
+scripts from a CDN, which the Content-Security-Policy forbids). Responses are strict JSON
+(:mod:`dpcurator.service.json_response`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dpcurator.errors import (
 )
 from dpcurator.service import schemas as s
 from dpcurator.service.errors import ConflictError, ForbiddenError, NotFoundError, RateLimitedError
+from dpcurator.service.json_response import FiniteJSONResponse
 from dpcurator.service.operations import CuratorService
 from dpcurator.service.refusals import RefusalsLimitedError
 from dpcurator.service.routes import router
@@ -62,7 +66,7 @@ def problem(status: int, slug: str, title: str, detail: str, **extra: Any) -> JS
     body["detail"] = detail
     body.update(extra)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+    return FiniteJSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 
 def _problem_for(exc: DPError) -> JSONResponse:
@@ -226,8 +230,9 @@ def create_app(
         version="1",
         summary="A trusted curator for differentially private statistics.",
         openapi_url="/v1/openapi.json",
-        docs_url="/v1/docs",
+        docs_url=None,  # Swagger UI loads from a CDN, which the console's CSP forbids
         redoc_url=None,
+        default_response_class=FiniteJSONResponse,
     )
 
     @app.exception_handler(DPError)

@@ -11,8 +11,6 @@ import json
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request
-from fastapi.responses import JSONResponse
-from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
 from dpcurator.core.measures import ApproxDP
@@ -20,6 +18,7 @@ from dpcurator.errors import ENGINE_FAILURE_MESSAGE
 from dpcurator.service import schemas as s
 from dpcurator.service.auth import Identity
 from dpcurator.service.errors import NotFoundError
+from dpcurator.service.json_response import FiniteJSONResponse as _Json
 from dpcurator.service.ledger import BudgetView, cost_of, grant_budget
 from dpcurator.service.models import Charge, Dataset, Principal, PublishedRelease
 from dpcurator.service.operations import BatchQuery, CuratorService
@@ -56,13 +55,6 @@ async def _owner(who: Caller) -> Identity:
 
 
 Owner = Annotated[Identity, Depends(_owner)]
-
-
-class _Json(JSONResponse):
-    """JSON rendered by pydantic-core (fast; NaN and infinities become null, as in models)."""
-
-    def render(self, content: object) -> bytes:
-        return to_json(content)
 
 
 def _budget_out(view: BudgetView | None) -> s.BudgetOut | None:

@@ -2,7 +2,9 @@
 
 On first start against an empty ledger an owner is created and its token returned once; with
 ``demo=True`` the built-in demo dataset (``dpcurator/demo/``: one data file and one metadata
-file) is registered and a demo analyst is created with a budget on it.
+file) is registered and a demo analyst is created with a budget on it. A demo start on an
+existing ledger issues fresh owner and analyst tokens and revokes every earlier token of those
+two principals, so restarts never pile up live, never-expiring tokens.
 """
 
 from __future__ import annotations
@@ -294,11 +296,20 @@ def bootstrap(
         analysts = {p.name: p for p in service.ledger.principals("analyst")}
         if "demo-analyst" in analysts:
             analyst = analysts["demo-analyst"]
+            _revoke_tokens(service, analyst.id, by=owner.id)
             analyst_token = service.authority.issue(analyst.id).token
         else:
             analyst, issued = service.create_principal("demo-analyst", "analyst")
             analyst_token = issued.token
             service.ledger.set_grant(analyst.id, dataset_id, DEMO_ANALYST_BUDGET, by=owner.id)
         if owner_token is None:
+            _revoke_tokens(service, owner.id, by=owner.id)
             owner_token = service.authority.issue(owner.id).token
     return Bootstrap(owner_token, analyst_token)
+
+
+def _revoke_tokens(service: CuratorService, principal_id: str, *, by: str) -> None:
+    """Revoke every live token of a principal."""
+    for token in service.ledger.tokens(principal_id):
+        if token.revoked_at is None:
+            service.authority.revoke(token.token_id, by=by)
