@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -10,15 +11,14 @@ import dpcurator.query.builder as qb
 from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.errors import DomainError, ParameterError, UnsupportedQueryError
 from dpcurator.query import ir
+from dpcurator.query.analysis import infer_bounds, is_integer_valued, public_keys
+from dpcurator.query.limits import MAX_AGGREGATES, MIN_EPSILON
 from dpcurator.query.planner import (
     choose_grid_exponent,
     grid_units,
-    infer_bounds,
-    is_integer_valued,
     plan_bounds,
     plan_query,
     precomputed_columns,
-    public_keys,
     sum_sensitivity,
 )
 from dpcurator.query.schema import Metadata
@@ -263,3 +263,59 @@ def test_bounds_plan() -> None:
     assert len(plan.exact.group_keys) == plan.bins.bins
     with pytest.raises(ParameterError, match="numeric"):
         plan_bounds(USER, "city", epsilon=1)
+
+
+def test_epsilon_below_the_documented_minimum_is_refused() -> None:
+    plan_query(qb.Query("t").agg(qb.count()), ROW, epsilon=MIN_EPSILON)
+    with pytest.raises(ParameterError, match=r"'epsilon'.*1e-09.*1e-10"):
+        plan_query(qb.Query("t").agg(qb.count()), ROW, epsilon=1e-10)
+    with pytest.raises(ParameterError, match=r"'epsilon'.*1e-09"):
+        plan_bounds(USER, "income", epsilon=1e-12)
+
+
+def test_noise_scales_beyond_the_sampler_are_refused_at_plan_time() -> None:
+    huge = qb.Query("t").agg(qb.sum_("age", lower=0, upper=2**50))
+    with pytest.raises(ParameterError, match="'scale'"):
+        plan_query(huge, ROW, epsilon=1e-3)
+    plan_query(huge, ROW, epsilon=1e3)
+
+
+def test_public_limits_name_the_limit_and_the_value() -> None:
+    many = qb.Query("t").agg(*(qb.count(name=f"c{i}") for i in range(MAX_AGGREGATES + 1)))
+    with pytest.raises(UnsupportedQueryError, match=r"aggregates is 65.*MAX_AGGREGATES = 64"):
+        plan_query(many, ROW, epsilon=1)
+    bins = qb.Query("t").agg(qb.histogram("age", 10**8))
+    with pytest.raises(UnsupportedQueryError, match=r"100,000,000.*MAX_HISTOGRAM_BINS = 10,000"):
+        plan_query(bins, ROW, epsilon=1)
+    keys = [f"k{i}" for i in range(400)]
+    wide = Metadata.from_dict(
+        {
+            "table": "t",
+            "columns": {
+                "a": {"type": "string", "keys": keys},
+                "b": {"type": "string", "keys": keys},
+            },
+        }
+    )
+    with pytest.raises(UnsupportedQueryError, match=r"160,000.*MAX_PUBLIC_GROUPS = 100,000"):
+        plan_query(qb.Query("t").group_by("a", "b").agg(qb.count()), wide, epsilon=1)
+
+
+def test_names_reserved_for_internal_columns_are_refused() -> None:
+    renamed = replace(qb.Query("t"), groups=(ir.GroupColumn("__a1_count", ir.Col("sex")),))
+    with pytest.raises(UnsupportedQueryError, match="'__a1_count'"):
+        plan_query(renamed.agg(qb.count()), ROW, epsilon=1)
+
+
+def test_deep_builder_expressions_are_refused_without_recursion_errors() -> None:
+    deep = qb.col("age")
+    for _ in range(5000):
+        deep = deep + 1
+    with pytest.raises(UnsupportedQueryError, match="MAX_EXPRESSION_DEPTH"):
+        plan_query(qb.Query("t").filter(deep > 0).agg(qb.count()), ROW, epsilon=1)
+    with pytest.raises(UnsupportedQueryError, match="MAX_EXPRESSION_DEPTH"):
+        qb.Query("t").with_column("d", qb.col("age")).filter(deep > qb.col("d"))
+    chained = qb.Query("t")
+    for i in range(200):  # each filter ANDs onto the last: one level, however many
+        chained = chained.filter(qb.col("age") > i)
+    plan_query(chained.agg(qb.count()), ROW, epsilon=1)

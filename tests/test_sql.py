@@ -7,6 +7,7 @@ import pytest
 import dpcurator.query.builder as qb
 from dpcurator.errors import DomainError, ParameterError, UnsupportedQueryError
 from dpcurator.query import ir
+from dpcurator.query.planner import plan_query
 from dpcurator.query.schema import Metadata
 from dpcurator.query.sql import parse_sql
 
@@ -175,3 +176,62 @@ def test_comments_are_ignored() -> None:
     query = parse_sql("SELECT COUNT(*) /* hi */ FROM pums -- ; DROP TABLE pums", META)
     assert query.where is None
     assert [a.kind for a in query.aggregates] == ["count"]
+
+
+def test_parse_failures_are_clean_refusals_without_terminal_codes() -> None:
+    for sql, expected in [
+        ("SELECT COUNT(*) FROM pums WHERE sex = 'F", "unterminated string"),
+        ("SELECT COUNT(*) FROM pums WHERE ((", "could not be parsed at line 1"),
+        ("SELECT COUNT(*) FROM pums WHERE age >", "could not be parsed"),
+    ]:
+        with pytest.raises(UnsupportedQueryError, match=expected) as refused:
+            parse_sql(sql, META)
+        assert "\x1b" not in str(refused.value)
+    with pytest.raises(UnsupportedQueryError, match="spelling of SELECT") as refused:
+        parse_sql("SELEC x", META)
+    assert "ALIAS" not in str(refused.value)
+
+
+def test_nesting_beyond_the_limit_is_refused_before_the_parser_recurses() -> None:
+    for where in [
+        "age" + " + 1" * 600 + " > 0",
+        "(" * 300 + "age > 1" + ")" * 300,
+        "NOT " * 600 + "age > 1",
+        "- " * 5000 + "age > 1",
+        "CASE WHEN " * 200 + "age > 1" + " THEN TRUE END" * 200,
+    ]:
+        with pytest.raises(UnsupportedQueryError, match="MAX_EXPRESSION_DEPTH = 32"):
+            parse_sql(f"SELECT COUNT(*) FROM pums WHERE {where}", META)
+
+
+def test_the_depth_limit_is_exact_and_long_and_or_chains_are_one_level() -> None:
+    def nested(functions: int) -> str:  # depth: SUM's parenthesis, then one per ABS(
+        return "SELECT SUM(" + "ABS(" * functions + "age" + ")" * functions + ") FROM pums"
+
+    plan_query(parse_sql(nested(31), META), META, epsilon=1)  # depth 32 parses and plans
+    with pytest.raises(UnsupportedQueryError, match="MAX_EXPRESSION_DEPTH"):
+        parse_sql(nested(32), META)
+    chain = " OR ".join(f"age = {i}" for i in range(1500))
+    query = parse_sql(f"SELECT COUNT(*) FROM pums WHERE ({chain}) AND sex = 'F' AND age > 1", META)
+    assert isinstance(query.where, ir.And)
+    assert len(query.where.args) == 3
+    assert isinstance(query.where.args[0], ir.Or)
+    assert len(query.where.args[0].args) == 1500
+
+
+def test_the_sql_text_length_is_limited() -> None:
+    padding = "/*" + "x" * 20_000 + "*/"
+    with pytest.raises(UnsupportedQueryError, match="MAX_SQL_LENGTH"):
+        parse_sql(f"SELECT COUNT(*) {padding} FROM pums", META)
+
+
+def test_clamp_gives_an_aggregate_its_bounds_and_the_hint_offers_it() -> None:
+    query = parse_sql(
+        "SELECT SUM(CLAMP(pid, 0, 10)) AS s, MEDIAN(CLAMP(pid, 1, 9)) FROM pums", META
+    )
+    assert (query.aggregates[0].lower, query.aggregates[0].upper) == (0, 10)
+    assert (query.aggregates[1].lower, query.aggregates[1].upper) == (1, 9)
+    with pytest.raises(UnsupportedQueryError, match="whole argument of an aggregate"):
+        parse_sql("SELECT COUNT(*) FROM pums WHERE CLAMP(age, 0, 1) > 0", META)
+    with pytest.raises(DomainError, match=r"SQL: SUM\(CLAMP\(pid, 0, 100\)\)"):
+        plan_query(parse_sql("SELECT SUM(pid) FROM pums", META), META, epsilon=1)

@@ -631,7 +631,7 @@ def plan_bounds(
     bins: LogBins | None = None,
 ) -> BoundsPlan:
     """Plan a DP bounds estimate: noisy counts over public log-scale bins (reads no data)."""
-    eps = to_fraction(check_positive("dp_bounds", "epsilon", epsilon))
+    eps = check_epsilon("dp_bounds", epsilon)
     spec = metadata.column(column)
     if not spec.is_numeric:
         raise fail("dp_bounds", "column", "a numeric (int or float) column", column)
