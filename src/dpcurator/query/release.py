@@ -23,6 +23,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -35,6 +36,8 @@ from dpcurator.estimators.quantiles import rank_error, select_quantile_bin
 from dpcurator.query import ir
 from dpcurator.query.planner import NoisyStatistic, OutputPlan, Plan
 from dpcurator.random import Rng
+
+_I64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -280,33 +283,42 @@ def released_keys(
         return list(plan.keys)
     assert plan.selection is not None  # plans without keys carry a selection
     present = sorted(exact.groups, key=lambda key: tuple(_sort_key(v) for v in key))
-    counts = [int(exact.groups[key][plan.selection_exact]) for key in present]  # type: ignore[call-overload]
     if not present:
         return []
-    mask, _ = plan.selection.select(np.asarray(counts, dtype=np.int64), rng)
+    counts = _exact_values(exact, present, plan.selection_exact, 0)
+    mask, _ = plan.selection.select(counts, rng)
     return [key for key, keep in zip(present, mask, strict=True) if keep]
 
 
-def _scalar(values: dict[str, object] | None, name: str) -> int:
-    """The exact integer ``name`` of a group (0 for a group absent from the data)."""
-    return 0 if values is None else int(values[name])  # type: ignore[call-overload]
+def _exact_int(value: object) -> int:
+    """An exact aggregate (in grid units) as an integer, total: None and NaN -> 0, anything
+    beyond int64 (±inf included) saturates to ±(2^63 - 1), the S5 range of a group total."""
+    if value is None:
+        return 0
+    if isinstance(value, float | np.floating | Decimal):
+        if math.isnan(value):
+            return 0
+        if math.isinf(value):
+            return _I64_MAX if value > 0 else -_I64_MAX
+    number: int = int(value)  # type: ignore[call-overload]  # ints, numpy ints, Decimals
+    return max(-_I64_MAX, min(_I64_MAX, number))
 
 
 def _exact_values(
     exact: ir.ExactResult, keys: Sequence[tuple[ir.ScalarValue, ...]], name: str, width: int
 ) -> npt.NDArray[np.int64]:
-    if not width:  # one integer per group
-        return np.fromiter(
-            (_scalar(exact.groups.get(key), name) for key in keys), dtype=np.int64, count=len(keys)
-        )
-    rows = []
-    for key in keys:
-        value = exact.groups.get(key, {}).get(name)
-        if value is None:
-            rows.append(np.zeros(width, dtype=np.int64) if width else np.int64(0))
-        else:
-            rows.append(np.asarray(value, dtype=np.int64))
-    return np.asarray(rows, dtype=np.int64)
+    """The exact integers ``name`` of the groups ``keys`` (0 for a group absent from the data):
+    one per group, or a row of ``width`` per group (histograms), never raising on a value."""
+    values = [exact.groups.get(key, {}).get(name) for key in keys]
+    if not width:
+        return np.array([_exact_int(value) for value in values], dtype=np.int64)
+    rows = [
+        [0] * width
+        if value is None
+        else [_exact_int(v) for v in np.ravel(np.asarray(value, dtype=object))]
+        for value in values
+    ]
+    return np.array(rows, dtype=np.int64).reshape(len(keys), width)
 
 
 def _noisy(
@@ -466,17 +478,18 @@ def _variance(
     """Sample variance from noisy count, centred sum and sum of squares (monotone bounds)."""
     (count, total, squares), (lower, upper) = values, bounds
     n = max(count, 2.0)
-    cap = (upper - lower) ** 2 / 4 * n / (n - 1)
+    span_squared = (upper - lower) * (upper - lower)  # inf rather than ** 2's OverflowError
+    cap = span_squared / 4 * n / (n - 1)
     value = min(max((squares - total * total / n) / (n - 1), 0.0), cap)
     n_low, n_high = count - widths[0], count + widths[0]
     if n_low < 2:
-        return Estimate(value, 0.0, (upper - lower) ** 2 / 2)
+        return Estimate(value, 0.0, span_squared / 2)
     s_low, s_high = total - widths[1], total + widths[1]
     max_square = max(s_low * s_low, s_high * s_high)
     min_square = 0.0 if s_low <= 0 <= s_high else min(s_low * s_low, s_high * s_high)
     numerator_low = max(squares - widths[2] - max_square / n_low, 0.0)
     numerator_high = max(squares + widths[2] - min_square / n_high, 0.0)
-    high_cap = (upper - lower) ** 2 / 4 * n_low / (n_low - 1)
+    high_cap = span_squared / 4 * n_low / (n_low - 1)
     return Estimate(
         value,
         min(numerator_low / (n_high - 1), high_cap),
