@@ -155,3 +155,11 @@ def test_invalid_tables_are_refused() -> None:
     assert Metadata.from_dict(two_tables, table="S.B").table == "B"
     with pytest.raises(ParameterError, match="SmartNoise"):
         Metadata.from_dict({"a": 1})
+
+
+def test_int_keys_and_fills_must_fit_int64() -> None:
+    ColumnMeta("n", "int", keys=(-(2**63), 2**63 - 1))
+    with pytest.raises(ParameterError, match="int64"):
+        ColumnMeta("n", "int", keys=(0, 2**63))
+    with pytest.raises(ParameterError, match="'fill'"):
+        ColumnMeta("n", "int", fill=-(2**63) - 1)

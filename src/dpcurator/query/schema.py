@@ -115,7 +115,7 @@ class ColumnMeta:
             raise fail(owner, "keys", "a non-empty list of distinct values", self.keys)
         for key in self.keys:
             if not _matches_type(key, self.type):
-                raise fail(owner, "keys", f"values of type {self.type}", key)
+                raise fail(owner, "keys", f"values of type {self.type} (int: within int64)", key)
 
     def _check_fill(self, owner: str) -> None:
         if self.fill is not None:
@@ -146,8 +146,9 @@ def _matches_type(value: object, column_type: ColumnType) -> bool:
         return isinstance(value, str)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
-    if column_type == "int":
-        return isinstance(value, int) or (math.isfinite(value) and float(value).is_integer())
+    if column_type == "int":  # a value every engine can hold in int64
+        integral = isinstance(value, int) or (math.isfinite(value) and value.is_integer())
+        return integral and -(2**63) <= value < 2**63
     return math.isfinite(value)
 
 
