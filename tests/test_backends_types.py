@@ -12,7 +12,15 @@ import pytest
 from dpcurator.accounting import Budget
 from dpcurator.errors import DomainError, ParameterError
 from dpcurator.query.backends import Backend, open_backend
-from dpcurator.query.ir import AggregatePlan, Col, Compare, ExactAggregate, GroupColumn, Lit
+from dpcurator.query.ir import (
+    AggregatePlan,
+    Col,
+    Compare,
+    ExactAggregate,
+    GroupColumn,
+    Lit,
+    ScalarValue,
+)
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
 from dpcurator.random import SeededRng
@@ -39,7 +47,9 @@ def pums(shared_data: Path) -> Path:
     return shared_data / "pums_smartnoise"
 
 
-def _groups(backend: Backend, plan: AggregatePlan) -> dict[object, object]:
+def _groups(
+    backend: Backend, plan: AggregatePlan
+) -> dict[tuple[ScalarValue, ...], dict[str, object]]:
     try:
         return backend.compute(plan).groups
     finally:

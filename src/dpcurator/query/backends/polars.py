@@ -80,8 +80,8 @@ def to_polars(expr: Expr, columns: Mapping[str, str]) -> pl.Expr:  # noqa: PLR09
     match expr:
         case Col(name=name):
             return pl.col(name)
-        case Lit(value=literal):  # typed: Polars' "dynamic" int literals can panic in windows
-            return pl.lit(literal, dtype=_LITERAL_DTYPES.get(type(literal)))
+        case Lit(value=literal):
+            return _literal(literal)
         case BinOp(op="/", left=left, right=right):
             divisor = to(right).cast(pl.Float64, strict=False)
             return pl.when(divisor != 0).then(to(left).cast(pl.Float64, strict=False) / divisor)
@@ -128,8 +128,14 @@ def to_polars(expr: Expr, columns: Mapping[str, str]) -> pl.Expr:  # noqa: PLR09
     raise AssertionError(f"unknown expression {expr!r}")  # pragma: no cover
 
 
+def _literal(value: object) -> pl.Expr:
+    """A literal of its IR type (int64, double...): Polars' "dynamic" int literals of different
+    widths in one CASE made its bounding window panic."""
+    return pl.lit(value, dtype=_LITERAL_DTYPES.get(type(value)))
+
+
 def _in(value: pl.Expr, listed: tuple[object, ...]) -> pl.Expr:
-    equalities = [value == pl.lit(v) for v in listed if v is not None]
+    equalities = [value == _literal(v) for v in listed if v is not None]
     matched = functools.reduce(operator.or_, equalities) if equalities else _NULL
     return pl.when(matched).then(True).otherwise(_NULL) if None in listed else matched
 
