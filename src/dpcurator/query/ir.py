@@ -27,7 +27,9 @@ with the one constant ``ENGINE_FAILURE_MESSAGE``.
   ``floor`` and ``ceil`` of a double are doubles; ±inf and NaN are their own round, floor and ceil.
   ``abs`` of a double is its magnitude.
 * CASE and ``coalesce`` whose results mix int and float are float (an int result is converted).
-  ``length``, ``lower`` and ``upper`` apply to strings (length in code points).
+  ``length``, ``lower`` and ``upper`` apply to strings (length in code points). Known gap: the
+  few letters whose full case mapping differs from the simple one (``upper('ß')``) map
+  differently on DuckDB ('ẞ') than on Polars and memory ('SS'): values only, never an error.
 * Comparisons of an int with a float compare the int converted to a double; NaN equals NaN and is
   above every other double (+inf included); -0.0 equals 0.0. Any side NULL makes NULL.
 * Casts inside engines never raise (``TRY_CAST``, non-strict casts): a value that has no image
