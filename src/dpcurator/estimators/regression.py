@@ -64,14 +64,21 @@ def gaussian_for_floats(rho: Fraction, sensitivity: Fraction, dimension: int) ->
 
 
 def _solve(gram: FloatArray, cross: FloatArray, ridge: float) -> FloatArray:
-    """(gram + ridge·I)⁻¹ cross by least squares: finite for any finite input, never raises."""
+    """(gram + ridge·I)⁻¹ cross, batched over leading axes; finite for finite input, never raises.
+
+    A singular system falls back to least squares (the minimum-norm solution).
+    """
+    matrix = gram + ridge * np.eye(gram.shape[-1])
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         try:
-            matrix = gram + ridge * np.eye(gram.shape[-1])
-            return np.asarray(np.linalg.lstsq(matrix, cross, rcond=None)[0], np.float64)
+            return np.asarray(np.linalg.solve(matrix, cross[..., None])[..., 0], np.float64)
         except np.linalg.LinAlgError:
-            return np.zeros(gram.shape[-1])
+            flat_m = matrix.reshape(-1, *matrix.shape[-2:])
+            flat_c = cross.reshape(-1, cross.shape[-1])
+            pairs = zip(flat_m, flat_c, strict=True)
+            out = np.array([np.linalg.lstsq(m, c, rcond=None)[0] for m, c in pairs])
+            return out.reshape(cross.shape)
 
 
 def _symmetric(upper: FloatArray, size: int) -> FloatArray:
@@ -160,10 +167,10 @@ def _bootstrap(
     width = p * (p + 1) // 2
     noise_xx = noisy(mech, mech.sigma, np.zeros(reps * width), rng).reshape(reps, width)
     noise_xy = noisy(mech, mech.sigma, np.zeros(reps * p), rng).reshape(reps, p)
-    boot = np.empty((reps, p))
-    for r in range(reps):
-        boot[r] = _solve(design + _symmetric(noise_xx[r], p), sampled[r] + noise_xy[r], ridge)
-    return boot
+    noise_matrices = np.zeros((reps, p, p))
+    noise_matrices[:, *np.triu_indices(p)] = noise_xx
+    noise_matrices += np.triu(noise_matrices, 1).transpose(0, 2, 1)
+    return _solve(design + noise_matrices, sampled + noise_xy, ridge)
 
 
 def linear_regression(
