@@ -197,3 +197,10 @@ def test_randomized_response_refuses_epsilon_below_the_minimum(epsilon: float) -
     # Before: ε ≈ 1e-16 was accepted and p was rounded below 1/k (privacy loss above ε).
     with pytest.raises(ParameterError, match="'epsilon'"):
         KaryRandomizedResponse(epsilon, 3)
+
+
+@pytest.mark.parametrize("epsilon", [1e-4, 1e-6])
+def test_gaussian_for_approx_takes_the_zcdp_route_beyond_the_exact_range(epsilon: float) -> None:
+    # Before: the exact discrete curve was tried first and refused σ > 10^4 (ParameterError).
+    mech = Gaussian.for_approx(epsilon, 1e-6, 1)
+    assert mech.epsilon(1, 1e-6) <= epsilon

@@ -249,7 +249,8 @@ def discrete_gaussian_sigma_for_approx(
     eps = float(_positive(owner, "epsilon", epsilon))
     target = float_down(_open_probability(owner, "delta", delta))
     delta_units = check_int(owner, "sensitivity", sensitivity, minimum=1)
-    hi = max(1.0, delta_units * math.sqrt(2 * math.log(1.25 / target)) / min(eps, 1.0))
+    classic = delta_units * math.sqrt(2 * math.log(1.25 / target)) / min(eps, 1.0)
+    hi = min(max(1.0, classic), DISCRETE_GAUSSIAN_EXACT_MAX_SIGMA)
     if discrete_gaussian_delta(hi, delta_units, eps) > target:
         raise ParameterError(
             f"The parameters of {owner} need σ above the exact-sum range. Got epsilon={eps!r}, "

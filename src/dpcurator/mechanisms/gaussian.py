@@ -11,6 +11,10 @@ in any dimension, or, for a scalar release with integer sensitivity, from the ex
 ε = 1 the discrete δ is 0.141 against 0.127.) Float statistics are rounded
 to a public power-of-two grid first (:mod:`dpcurator.mechanisms._grid`); rounding d coordinates
 moves an L2 distance by at most sqrt(d) grid steps, which :meth:`Gaussian.rho_for_floats` adds.
+
+Nothing raises on a data value (NaN -> 0, clamping to the public grid range, saturating noise
+addition; :mod:`dpcurator.mechanisms._grid`); σ beyond 2^31, the exact sampler's range, is
+refused at construction.
 """
 
 from __future__ import annotations
@@ -92,7 +96,8 @@ class Gaussian:
         """The mechanism whose integer releases of Δ₂-sensitive statistics are (ε, δ)-DP.
 
         A scalar release (``dimension`` 1) with integer sensitivity uses the exact discrete curve
-        of CKS20 Theorem 7 (:func:`~dpcurator.accounting.calibration.discrete_gaussian_delta`).
+        of CKS20 Theorem 7 (:func:`~dpcurator.accounting.calibration.discrete_gaussian_delta`)
+        when the zCDP σ is within its range (the exact σ is never larger).
         Otherwise the largest ρ whose zCDP conversion at δ is within ε is found by bisection, and
         σ = Δ₂ / sqrt(2ρ) rounded up.
         """
@@ -102,7 +107,8 @@ class Gaussian:
         check_int(owner, "dimension", dimension, minimum=1)
         sens = to_fraction(check_positive(owner, "l2_sensitivity", l2_sensitivity))
         through_zcdp = cls.for_rho(_largest_rho_within(eps, delta), sens)
-        if dimension == 1 and sens.denominator == 1:
+        exact_range = through_zcdp.sigma <= DISCRETE_GAUSSIAN_EXACT_MAX_SIGMA
+        if dimension == 1 and sens.denominator == 1 and exact_range:
             exact = discrete_gaussian_sigma_for_approx(eps, delta, sens.numerator)
             if exact < through_zcdp.sigma:
                 return cls(exact)

@@ -8,6 +8,12 @@ mechanism; Canonne, Kamath & Steinke 2020 for exact sampling). Float-valued stat
 rounded to a public power-of-two grid (:mod:`dpcurator.mechanisms._grid`), which enlarges the
 sensitivity by at most one grid step per coordinate; :meth:`Laplace.epsilon_for_floats` accounts
 for it.
+
+Nothing raises on a data value: float releases map NaN to 0 and clamp to the public grid range,
+and noise is added with saturation (:mod:`dpcurator.mechanisms._grid`). Everything else is decided
+at construction from public inputs: a scale beyond 2^52, the exact sampler's range, is refused
+there (so a planner building the mechanism refuses it before any charge), and the CI half-width
+is a closed form with bounded work for every admissible scale.
 """
 
 from __future__ import annotations
