@@ -1,8 +1,12 @@
-"""DP estimators usable directly on arrays and by the query layer (quantiles, bounds)."""
+"""DP estimators usable directly on arrays and by the query layer (quantiles, bounds), and the
+statistical estimators of Dwork & Smith 2009, Section 3 (smooth sensitivity, propose-test-release,
+sample-and-aggregate, DP MLE, linear regression), each returning an :class:`Estimate`."""
 
 from __future__ import annotations
 
 from dpcurator.estimators.bounds import LogBins, bounds_from_noisy_counts, detection_threshold
+from dpcurator.estimators.mle import MODELS, Model, dp_mle, dp_mle_sufficient
+from dpcurator.estimators.ptr import ptr_iqr, ptr_median
 from dpcurator.estimators.quantiles import (
     QuantileBins,
     dp_quantile,
@@ -11,15 +15,31 @@ from dpcurator.estimators.quantiles import (
     rank_error,
     select_quantile_bin,
 )
+from dpcurator.estimators.regression import linear_regression
+from dpcurator.estimators.release import Covers, Estimate
+from dpcurator.estimators.sample_aggregate import sample_and_aggregate
+from dpcurator.estimators.smooth import smooth_median, smooth_sensitivity_release
 
 __all__ = [
+    "MODELS",
+    "Covers",
+    "Estimate",
     "LogBins",
+    "Model",
     "QuantileBins",
     "bounds_from_noisy_counts",
     "detection_threshold",
+    "dp_mle",
+    "dp_mle_sufficient",
     "dp_quantile",
+    "linear_regression",
+    "ptr_iqr",
+    "ptr_median",
     "quantile_mechanism",
     "quantile_scores",
     "rank_error",
+    "sample_and_aggregate",
     "select_quantile_bin",
+    "smooth_median",
+    "smooth_sensitivity_release",
 ]
