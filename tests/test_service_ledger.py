@@ -146,6 +146,7 @@ def test_request_key_charges_once_and_claims_after_a_crash(
     make_ledger: MakeLedger,
 ) -> None:
     ledger = make_ledger()
+    restarted = make_ledger(lease_seconds=0.5)  # another server (new boot id)
     (analyst,) = ledger_with_analysts(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
     first = ledger.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1"))
     # The same process is still running it: a concurrent duplicate is refused.
@@ -154,13 +155,12 @@ def test_request_key_charges_once_and_claims_after_a_crash(
     # A different question under the same key is refused.
     with pytest.raises(ConflictError, match="different"):
         ledger.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1", sql="other"))
-    # Another server (new boot id) sees a live claim: the first one may still be computing.
-    restarted = make_ledger(lease_seconds=0.2)
+    # Another server sees a live claim: the first one may still be computing.
     with pytest.raises(ConflictError, match="still running"):
         restarted.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1"))
     # Once the claim has expired unrenewed (its server died), the retry takes the first charge
     # over; nothing is charged again, and the first server can no longer release an answer.
-    time.sleep(0.3)
+    time.sleep(0.6)
     again = restarted.reserve(_request(analyst, ApproxDP(EPS, 0), key="k1"))
     assert again.reused
     assert again.charge_id == first.charge_id
@@ -177,16 +177,15 @@ def test_a_claim_renewed_while_computing_is_never_taken_over(make_ledger: MakeLe
     """A server computing a keyed charge keeps its claim live past the lease (renewals); another
     server retrying the key meanwhile is refused, and may take it over only once the renewals
     stop (the first server died) and the lease has run out."""
-    first = make_ledger(lease_seconds=0.3)
+    first, second = make_ledger(lease_seconds=1.0), make_ledger(lease_seconds=1.0)
     (analyst,) = ledger_with_analysts(first, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
     reserved = first.reserve(_request(analyst, ApproxDP(EPS, 0), key="k"))
     first.hold_claim(reserved.charge_id)
-    second = make_ledger(lease_seconds=0.3)
-    time.sleep(0.9)  # three leases: only the renewals keep the claim live
+    time.sleep(2.5)  # two and a half leases: only the renewals keep the claim live
     with pytest.raises(ConflictError, match="still running"):
         second.reserve(_request(analyst, ApproxDP(EPS, 0), key="k"))
     first.drop_claim(reserved.charge_id)
-    time.sleep(0.5)
+    time.sleep(1.5)
     taken = second.reserve(_request(analyst, ApproxDP(EPS, 0), key="k"))
     assert (taken.reused, taken.charge_id, taken.status) == (True, reserved.charge_id, "reserved")
     assert second.charged_total("d") == ApproxDP(EPS, 0)
