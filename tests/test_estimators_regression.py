@@ -64,11 +64,11 @@ def test_degenerate_designs_give_a_finite_answer_or_no_reply() -> None:
     assert tiny.cost.rho == pytest.approx(0.01)  # NR or a reply, decided on noisy values
 
 
-def coverage(shrink: float, reps: int) -> int:
+def coverage(n: int, shrink: float, reps: int) -> int:
     gen, rng = np.random.default_rng(4), SeededRng(5)
     hits = 0
     for _ in range(reps):
-        X, y = simulated(gen, 1000)
+        X, y = simulated(gen, n)
         out = linear_regression(
             X, y, rho=0.5, x_lower=-1, x_upper=1, y_lower=-5, y_upper=7, rng=rng
         )
@@ -80,8 +80,9 @@ def coverage(shrink: float, reps: int) -> int:
 
 
 @pytest.mark.statistical
-def test_bootstrap_ci_covers_the_true_slope() -> None:
+@pytest.mark.parametrize("n", [1000, 20_000])  # noise dominates, then sampling dominates
+def test_bootstrap_ci_covers_the_true_slope(n: int) -> None:
     """Noise + sampling coverage >= 0.95 - 0.05 (binomial test at ALPHA); 4x narrower is caught."""
-    reps = 150
-    assert stats.binomtest(coverage(1.0, reps), reps, 0.90, alternative="less").pvalue > ALPHA
-    assert stats.binomtest(coverage(0.25, reps), reps, 0.90, alternative="less").pvalue < ALPHA
+    reps = 100
+    assert stats.binomtest(coverage(n, 1.0, reps), reps, 0.90, alternative="less").pvalue > ALPHA
+    assert stats.binomtest(coverage(n, 0.25, reps), reps, 0.90, alternative="less").pvalue < ALPHA
