@@ -220,3 +220,18 @@ def test_timestamps_are_utc_with_an_offset(kit: Kit) -> None:
         assert datetime.fromisoformat(stamp).utcoffset() == timedelta(0)
     analysts = kit.owner.get("/v1/analysts").json()
     assert datetime.fromisoformat(analysts[0]["created_at"]).utcoffset() == timedelta(0)
+
+
+def test_issued_tokens_are_audited_as_issued_by_the_owner(kit: Kit) -> None:
+    owner_id = kit.owner.get("/v1/me").json()["id"]
+    created = kit.owner.post("/v1/analysts", json={"name": "erin"}).json()
+    erin = created["principal"]["id"]
+    another = kit.owner.post(f"/v1/analysts/{erin}/tokens", json={}).json()
+    issued = {
+        e["detail"]["token_id"]: e
+        for e in kit.owner.get("/v1/audit").json()
+        if e["action"] == "token_issued"
+    }
+    for token_id in (created["token_id"], another["token_id"]):
+        assert issued[token_id]["principal_id"] == owner_id
+        assert issued[token_id]["detail"]["principal"] == erin

@@ -143,12 +143,15 @@ class TokenAuthority:
         mac = hmac.new(self._key, secret.encode("utf-8"), hashlib.sha256)
         return HMAC_SCHEME + mac.hexdigest()
 
-    def issue(self, principal_id: str, *, expires_in: float | None = None) -> IssuedToken:
-        """Create a token for a principal (optionally expiring after ``expires_in`` seconds)."""
+    def issue(
+        self, principal_id: str, *, expires_in: float | None = None, by: str | None = None
+    ) -> IssuedToken:
+        """Create a token for a principal (optionally expiring after ``expires_in`` seconds),
+        audited as issued ``by`` this owner (None: the server's operator)."""
         token_id = random_id(9)
         secret = random_id(32)
         expires_at = None if expires_in is None else utcnow() + timedelta(seconds=expires_in)
-        self._ledger.add_token(token_id, principal_id, self._digest(secret), expires_at)
+        self._ledger.add_token(token_id, principal_id, self._digest(secret), expires_at, by=by)
         return IssuedToken(token_id, f"{TOKEN_PREFIX}_{token_id}_{secret}", expires_at)
 
     def revoke(self, token_id: str, *, by: str) -> None:

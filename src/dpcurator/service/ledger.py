@@ -457,9 +457,16 @@ class Ledger:
             return list(s.scalars(query))
 
     def add_token(
-        self, token_id: str, principal_id: str, secret_hash: str, expires_at: Any = None
+        self,
+        token_id: str,
+        principal_id: str,
+        secret_hash: str,
+        expires_at: Any = None,
+        *,
+        by: str | None = None,
     ) -> Token:
-        """Store a new token (only the hash of its secret)."""
+        """Store a new token (only the hash of its secret), audited as issued ``by`` an owner
+        (None: by the server's operator, e.g. at start-up or from the command line)."""
         with self._transaction(write=True) as s:
             token = Token(
                 token_id=token_id,
@@ -469,7 +476,7 @@ class Ledger:
                 expires_at=expires_at,
             )
             s.add(token)
-            s.add(_audit("token_issued", principal_id, None, token_id=token_id))
+            s.add(_audit("token_issued", by, None, token_id=token_id, principal=principal_id))
         return token
 
     def token(self, token_id: str) -> tuple[Token, Principal] | None:

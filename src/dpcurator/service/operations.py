@@ -124,12 +124,13 @@ class CuratorService:
     # -- principals -------------------------------------------------------------------------
 
     def create_principal(
-        self, name: str, role: str, *, expires_in: float | None = None
+        self, name: str, role: str, *, expires_in: float | None = None, by: str | None = None
     ) -> tuple[Principal, IssuedToken]:
-        """Create an owner or analyst and its first token (shown once)."""
+        """Create an owner or analyst and its first token (shown once), ``by`` an owner (None:
+        the server's operator)."""
         prefix = "own" if role == "owner" else "ana"
         principal = self.ledger.create_principal(f"{prefix}_{random_id(9)}", name, role)
-        return principal, self.authority.issue(principal.id, expires_in=expires_in)
+        return principal, self.authority.issue(principal.id, expires_in=expires_in, by=by)
 
     # -- visibility -------------------------------------------------------------------------
 

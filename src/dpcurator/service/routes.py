@@ -288,9 +288,11 @@ def list_analysts(service: Service, _who: Owner) -> list[s.PrincipalOut]:
 
 
 @router.post("/v1/analysts", tags=["owners"], status_code=201)
-def create_analyst(service: Service, _who: Owner, body: s.AnalystIn) -> s.IssuedTokenOut:
+def create_analyst(service: Service, who: Owner, body: s.AnalystIn) -> s.IssuedTokenOut:
     """Create an analyst; its token is in the response and shown only once."""
-    principal, issued = service.create_principal(body.name, "analyst", expires_in=body.expires_in)
+    principal, issued = service.create_principal(
+        body.name, "analyst", expires_in=body.expires_in, by=who.principal_id
+    )
     return s.IssuedTokenOut(
         principal=_principal_out(principal),
         token_id=issued.token_id,
@@ -300,12 +302,10 @@ def create_analyst(service: Service, _who: Owner, body: s.AnalystIn) -> s.Issued
 
 
 @router.post("/v1/analysts/{analyst_id}/tokens", tags=["owners"], status_code=201)
-def issue_token(
-    service: Service, _who: Owner, analyst_id: str, body: s.TokenIn
-) -> s.IssuedTokenOut:
+def issue_token(service: Service, who: Owner, analyst_id: str, body: s.TokenIn) -> s.IssuedTokenOut:
     """Issue another token for a principal (shown once)."""
     principal = service.ledger.principal(analyst_id)
-    issued = service.authority.issue(principal.id, expires_in=body.expires_in)
+    issued = service.authority.issue(principal.id, expires_in=body.expires_in, by=who.principal_id)
     return s.IssuedTokenOut(
         principal=_principal_out(principal),
         token_id=issued.token_id,
