@@ -3,10 +3,12 @@ random points under load; every released answer is charged, nothing twice; resta
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import socket
 import subprocess
+import sys
 import threading
 import time
 from fractions import Fraction
@@ -15,9 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dpcurator.cli import format_release, main
+from dpcurator.cli import _parser, format_release, main
 from dpcurator.core.measures import ApproxDP
 from dpcurator.service.ledger import Ledger
+from dpcurator.service.server import build_service
 from tests.service_fixtures import PEOPLE_METADATA, LiveServer, write_people
 
 
@@ -213,8 +216,8 @@ def test_worker_processes_share_the_ledger_without_overspending_or_running_twice
         assert statuses.count(200) >= 10
         assert set(statuses) <= {200, 409}
         for answers in by_key.values():  # one charge per key; a second copy: same answer or 409
-            charges = {charge for status, charge in answers if status == 200}
-            assert len(charges) <= 1
+            released = {charge for status, charge in answers if status == 200}
+            assert len(released) <= 1
     finally:
         server.stop()
     ledger = Ledger(ledger_url)
@@ -227,3 +230,116 @@ def test_worker_processes_share_the_ledger_without_overspending_or_running_twice
         assert sum((Fraction(c.epsilon) for c in charges), Fraction(0)) == 5
     finally:
         ledger.close()
+
+
+def test_importing_the_cli_loads_no_engine() -> None:
+    """``dpcurator --help`` must answer at once: importing the CLI module loads neither the query
+    engines nor numeric, web or database libraries (their import took 5-6 s)."""
+    heavy = ["duckdb", "polars", "pyspark", "numpy", "pandas", "pyarrow", "scipy", "fastapi"]
+    heavy += ["uvicorn", "sqlalchemy", "httpx", "pydantic", "dp_accounting"]
+    code = f"import sys, dpcurator.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert loaded.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--epsilon", "nan"], "--epsilon: expected a finite number > 0, got 'nan'"),
+        (["--epsilon", "0"], "--epsilon: expected a finite number > 0"),
+        (["--epsilon", "1", "--delta", "1"], "--delta: expected a finite number >= 0 and < 1"),
+        (["--epsilon", "1", "--token", " "], "--token: the token is empty"),
+        ([], "the following arguments are required: --epsilon"),
+    ],
+)
+def test_bad_query_arguments_are_usage_errors(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checked before any request, with exit status 2; ε has no silent default."""
+    base = ["query", "--url", "http://127.0.0.1:9", "--token", "t", "--dataset", "d"]
+    with pytest.raises(SystemExit) as exited:
+        main([*base, *args, "SELECT COUNT(*) AS n FROM people"])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_unreachable_server_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: connections are refused
+        args = ["--url", f"http://127.0.0.1:{port}", "--token", "t", "--dataset", "d"]
+        assert main(["budget", *args]) == 1
+        assert main(["query", *args, "--epsilon", "1", "SELECT COUNT(*) AS n FROM t"]) == 1
+    err = capsys.readouterr().err
+    assert err.count(f"error: cannot reach the curator at http://127.0.0.1:{port}") == 2
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [[], ["serve"], ["query"], ["budget"], ["admin"]])
+def test_help_is_plain_text(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    text = capsys.readouterr().out
+    assert "``" not in text
+    assert "usage: dpcurator" in text
+
+
+def test_every_option_and_command_is_explained() -> None:
+    unexplained = []
+    parsers = [_parser()]
+    while parsers:
+        parser = parsers.pop()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+                explained = {a.dest for a in action._choices_actions if a.help}
+                unexplained += [f"{parser.prog} {c}" for c in action.choices if c not in explained]
+            elif not action.help:
+                unexplained.append(f"{parser.prog} {action.dest}")
+    assert unexplained == []
+
+
+def test_admin_commands_recover_a_ledger_without_a_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An owner whose token was never printed (the first serve failed) gets a new one from the
+    ledger file; tokens can be revoked; analysts, grants and datasets are listed."""
+    url = f"sqlite:///{tmp_path / 'l.sqlite3'}"
+    ledger = Ledger(url)
+    ledger.create_principal("own_1", "owner", "owner")
+    ledger.add_dataset(
+        "d",
+        name="d",
+        source={"path": "/x.csv"},
+        metadata_doc={},
+        cap=ApproxDP(3, 0),
+        replay_enabled=False,
+        by="own_1",
+    )
+    ledger.close()
+    admin = ["admin", "--ledger", url]
+    assert main([*admin, "issue-token", "owner"]) == 0
+    token = capsys.readouterr().out.split("token: ")[-1].strip()
+    assert main([*admin, "create-analyst", "ann"]) == 0
+    assert "token: dpc_" in capsys.readouterr().out
+    service = build_service(url)
+    try:
+        owner = service.authority.authenticate(f"Bearer {token}", "cli")
+        assert owner.role == "owner"
+        ann = next(p for p in service.ledger.principals("analyst") if p.name == "ann")
+        service.ledger.set_grant(ann.id, "d", ApproxDP(1, 0), by=owner.principal_id)
+    finally:
+        service.close()
+    assert main([*admin, "list-analysts"]) == 0
+    assert f"{ann.id}  ann  live tokens: " in capsys.readouterr().out
+    assert main([*admin, "list-grants"]) == 0
+    assert f"{ann.id}  d  budget ε=1 δ=0  spent ε=0 δ=0" in capsys.readouterr().out
+    assert main([*admin, "list-datasets"]) == 0
+    assert "d  /x.csv  cap ε=3 δ=0" in capsys.readouterr().out
+    assert main([*admin, "revoke-token", owner.token_id]) == 0
+    assert main([*admin, "list-owners"]) == 0
+    assert capsys.readouterr().out.strip().endswith("live tokens: none")
+    assert main(["admin", "--ledger", f"sqlite:///{tmp_path / 'typo.sqlite3'}", "list-owners"]) == 1
+    assert "the file does not exist" in capsys.readouterr().err

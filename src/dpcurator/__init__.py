@@ -17,36 +17,85 @@ The names most users need are exported here; everything else lives in the subpac
 
 from __future__ import annotations
 
-from dpcurator.accounting import Budget
-from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
-from dpcurator.demo import demo_path
-from dpcurator.errors import (
-    BudgetExceededError,
-    DPError,
-    ParameterError,
-    UnsupportedQueryError,
-)
-from dpcurator.query.builder import (
-    col,
-    count,
-    count_persons,
-    histogram,
-    lit,
-    max_,
-    mean,
-    median,
-    min_,
-    quantile,
-    stddev,
-    sum_,
-    variance,
-    when,
-)
-from dpcurator.query.release import Release
-from dpcurator.query.schema import ColumnMeta, Metadata
-from dpcurator.query.session import Session
+import importlib
+from typing import TYPE_CHECKING, Any
 
-sum = sum_  # ``dpc.sum("income")`` reads like SQL; the builtin stays in builtins
+if TYPE_CHECKING:
+    from dpcurator.accounting import Budget
+    from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
+    from dpcurator.demo import demo_path
+    from dpcurator.errors import (
+        BudgetExceededError,
+        DPError,
+        ParameterError,
+        UnsupportedQueryError,
+    )
+    from dpcurator.query.builder import (
+        col,
+        count,
+        count_persons,
+        histogram,
+        lit,
+        max_,
+        mean,
+        median,
+        min_,
+        quantile,
+        stddev,
+        sum_,
+        variance,
+        when,
+    )
+    from dpcurator.query.release import Release
+    from dpcurator.query.schema import ColumnMeta, Metadata
+    from dpcurator.query.session import Session
+
+    sum = sum_  # ``dpc.sum("income")`` reads like SQL; the builtin stays in builtins
+
+#: Where each exported name lives. They are imported on first use (PEP 562), so that importing a
+#: light submodule (e.g. the command line, ``dpcurator.cli``) does not load the query engines.
+_EXPORTS = {
+    "Budget": "dpcurator.accounting",
+    **dict.fromkeys(["ZCDP", "ApproxDP", "PureDP"], "dpcurator.core.measures"),
+    "demo_path": "dpcurator.demo",
+    **dict.fromkeys(
+        ["BudgetExceededError", "DPError", "ParameterError", "UnsupportedQueryError"],
+        "dpcurator.errors",
+    ),
+    **dict.fromkeys(
+        [
+            "col",
+            "count",
+            "count_persons",
+            "histogram",
+            "lit",
+            "max_",
+            "mean",
+            "median",
+            "min_",
+            "quantile",
+            "stddev",
+            "sum_",
+            "variance",
+            "when",
+        ],
+        "dpcurator.query.builder",
+    ),
+    "Release": "dpcurator.query.release",
+    **dict.fromkeys(["ColumnMeta", "Metadata"], "dpcurator.query.schema"),
+    "Session": "dpcurator.query.session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import an exported name on first use (``sum`` is ``sum_``)."""
+    source = "sum_" if name == "sum" else name
+    if source not in _EXPORTS:
+        raise AttributeError(f"module 'dpcurator' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[source]), source)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 
