@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dpcurator import metadata_check_cli
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import DPError
 
@@ -31,6 +32,7 @@ A trusted curator for differentially private statistics.
   dpcurator query --token T --dataset D --epsilon 0.5 "SELECT COUNT(*) AS n FROM t"
   dpcurator budget --token T --dataset D
   dpcurator admin --ledger URL create-owner NAME    (and other ledger commands)
+  dpcurator check-metadata --data F.csv --metadata M.yaml   (owner only, NOT DP)
 
 Run 'dpcurator COMMAND --help' for a command's options."""
 
@@ -101,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
             )
             sub.add_argument("sql", help='the query, e.g. "SELECT COUNT(*) AS n FROM people"')
     _admin_parser(commands)
+    metadata_check_cli.add_parser(commands)
     return parser
 
 
@@ -333,6 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     as 'error: ...', no traceback), 2 on bad arguments."""
     args = _parser().parse_args(argv)
     commands = {"serve": _serve, "query": _query, "budget": _budget, "admin": _admin}
+    commands["check-metadata"] = metadata_check_cli.run
     try:
         return commands[args.command](args)
     except (DPError, CliError, OSError) as exc:  # OSError: a file given is missing/unreadable
