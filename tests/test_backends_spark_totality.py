@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 import dpcurator
-from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError
+from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError, DomainError
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.ir import (
     AggregatePlan,
@@ -255,3 +255,26 @@ def test_engine_text_goes_to_the_log_only(
     (record,) = [r for r in caplog.records if r.name == "dpcurator.engine"]
     assert record.exc_info is not None
     assert "secret value -3" in str(record.exc_info[1])
+
+
+@pytest.mark.parametrize(
+    ("values", "declared"),
+    [(["1", "1.5"], "int"), (["1", "2**70"], "int"), (["x"], "float"), (["maybe"], "bool")],
+)
+def test_declared_types_are_checked_without_ansi_mode(
+    spark: object,  # noqa: F811
+    values: list[str],
+    declared: str,
+) -> None:
+    """With ANSI mode off (an owner's session), a text that is no exact value of its declared
+    type is still refused at open, not silently truncated or made NULL."""
+    conf = spark.conf  # type: ignore[attr-defined]
+    before = conf.get("spark.sql.ansi.enabled")
+    conf.set("spark.sql.ansi.enabled", "false")
+    try:
+        with pytest.raises(DomainError, match=rf"'bad' of table 't' is declared '{declared}'"):
+            open_backend(
+                pa.table({"bad": values}), table="t", engine="spark", column_types={"bad": declared}
+            )
+    finally:
+        conf.set("spark.sql.ansi.enabled", before)

@@ -258,13 +258,18 @@ def _typed(frame: DataFrame, declared: Mapping[str, str], table: str) -> DataFra
 
 
 def _cast(name: str, declared: str, engine_type: str) -> Column:
-    """Convert a column to its declared type, raising an error for an inexact conversion."""
+    """Convert a column to its declared type, raising an error for an inexact conversion.
+
+    ``try_cast`` (NULL for an invalid text or a value out of range) and an explicit check, not
+    ANSI mode, which the owner's session may have turned off (a plain cast then truncates "1.5"
+    and makes "x" NULL).
+    """
     value = column(name)
-    converted = value.cast(_DECLARED_TYPES[declared])
-    if declared != "int" or not is_fractional(engine_type):
-        return converted  # ANSI mode (Spark 4 default): an invalid text raises an error
-    exact = value.isNull() | (value == sf.floor(value))
-    return sf.when(exact, converted).otherwise(sf.raise_error(sf.lit("inexact")))
+    converted = value.try_cast(_DECLARED_TYPES[declared])
+    lost = value.isNotNull() & converted.isNull()
+    if declared == "int" and is_fractional(engine_type):
+        lost = lost | (converted.cast("double") != value)  # a fraction was dropped
+    return sf.when(lost, sf.raise_error(sf.lit("inexact"))).otherwise(converted)
 
 
 class SparkBackend:
