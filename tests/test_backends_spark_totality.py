@@ -48,7 +48,7 @@ BOUND = 2.0**62  # values are clamped to [-BOUND, BOUND] and rounded to integers
 FILL = -12345  # what a NULL or NaN value adds: tells NULL from a number
 VICTIM = 4322
 
-PID, X, N, G, F, S = (Col(name) for name in ("pid", "x", "n", "g", "f", "s"))
+PID, X, N, G, F, S, D = (Col(name) for name in ("pid", "x", "n", "g", "f", "s", "d"))
 EDGE = pa.table(
     {
         "pid": pa.array([1, 2, 3, 4, 5, 6, 7], pa.int64()),
@@ -57,6 +57,7 @@ EDGE = pa.table(
         "g": pa.array([16777216.0, -1.5, 0.25, math.nan, math.inf, 3.0, None], pa.float32()),
         "f": pa.array([1e300, math.nan, math.inf, -math.inf, -0.5, 2.5, None], pa.float64()),
         "s": pa.array(["a", "BB", "", None, "ccc", "d", "e"], pa.string()),
+        "d": pa.array([10**37, -(10**37), 3, 0, 1, 5, None], pa.decimal128(38, 0)),
     }
 )
 """Per pid, each case's values are given as the exact value of the expression (None: NULL)."""
@@ -84,6 +85,9 @@ CASES: dict[str, list[tuple[Expr, list[object]]]] = {
             BinOp("*", Func("length", (S,)), Lit(2**40)),
             [2**40, 2**41, 0, None, 3 * 2**40, 2**40, 2**40],
         ),
+    ],
+    "decimal_columns_are_double": [
+        (BinOp("*", D, Lit(100)), [1e39, -1e39, 300, 0, 100, 500, None]),
     ],
     "division_by_zero_is_null": [
         (BinOp("/", BinOp("*", X, Lit(2)), BinOp("-", PID, PID)), [None] * 7),

@@ -8,10 +8,10 @@ Spark; the row limit is written ``rn <= k`` so Spark plans a WindowGroupLimit. T
 rows.
 
 Evaluation is total, whatever ``spark.sql.ansi.enabled`` says (the session may be the owner's):
-narrow integer and float columns are widened to BIGINT and DOUBLE and integer literals are
-BIGINT, so the int64 rules apply; ``+ - *`` are ``try_add``/``try_subtract``/``try_multiply`` (NULL
-when the exact integer leaves int64; IEEE on doubles); ``abs`` is ``0 - x`` for ``x <= 0`` by
-``try_subtract`` (NULL for -2**63); ``floor``/``ceil`` apply only where ``|x| < 2**52`` (beyond,
+narrow integer columns become BIGINT, float and decimal ones DOUBLE, and integer literals BIGINT,
+so the int64 and double rules apply; ``+ - *`` are ``try_add``/``try_subtract``/``try_multiply``
+(NULL when the exact integer leaves int64; IEEE on doubles); ``abs`` is ``0 - x`` for ``x <= 0``
+by ``try_subtract`` (NULL for -2**63); ``floor``/``ceil`` apply only where ``|x| < 2**52`` (beyond,
 a double is already an integer, and Spark's BIGINT result would overflow); sums add the grid
 values exactly in DECIMAL(38,0) (:func:`~dpcurator.query.backends.base.collect_rows` clamps each
 total to ``[-(2**63-1), 2**63-1]``). Whatever Spark raises anyway during
@@ -209,10 +209,14 @@ def _bin(agg: ExactAggregate, name: str) -> Column:
 
 
 def _widened(frame: DataFrame) -> DataFrame:
-    """The frame with its TINYINT/SMALLINT/INT columns as BIGINT and FLOAT columns as DOUBLE,
-    so that arithmetic follows the int64 and double rules of every backend."""
+    """The frame with its TINYINT/SMALLINT/INT columns as BIGINT and FLOAT and DECIMAL columns as
+    DOUBLE, so that arithmetic follows the int64 and double rules of every backend (a DECIMAL is
+    a float there, see :func:`~dpcurator.query.backends.base.expr_type`; Spark's own DECIMAL
+    arithmetic raises or makes NULL beyond 38 digits)."""
     wider = {
-        name: column(name).cast(_WIDENED[kind]) for name, kind in frame.dtypes if kind in _WIDENED
+        name: column(name).cast("double" if kind.startswith("decimal") else _WIDENED[kind])
+        for name, kind in frame.dtypes
+        if kind in _WIDENED or kind.startswith("decimal")
     }
     return frame.withColumns(wider) if wider else frame
 
