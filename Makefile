@@ -31,6 +31,7 @@ test: $(STAMP) $(SYSTEM_STAMP)
 	$(PY) -m ruff check src tests benchmarks
 	$(PY) -m ruff format --check src tests benchmarks
 	$(PY) -m mypy
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir "$$(mktemp -d)"
 	$(PY) -m pytest -n 2 --dist loadgroup
 
 lint: $(STAMP)
