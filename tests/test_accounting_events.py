@@ -127,8 +127,8 @@ def test_budget() -> None:
     assert Budget(1, 1e-6).as_measure() == ApproxDP(1, 1e-6)
     assert Budget(Fraction(1, 2), 1e-6).epsilon == Fraction(1, 2)
     assert Budget(0).as_measure() == PureDP(0)
-    assert str(Budget(1)) == "Budget(ε=1)"
-    assert str(Budget(0.5, 1e-6)) == "Budget(ε=0.5, δ=1e-06)"
+    assert str(Budget(1)) == "budget: ε = 1"
+    assert str(Budget(0.5, 1e-6)) == "budget: (ε = 0.5, δ = 1e-06)"
     for bad_eps in [-1, math.nan, math.inf, "1"]:
         with pytest.raises(ParameterError, match="'epsilon' parameter of Budget"):
             Budget(bad_eps)

@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, int]] = [
     ("dpcurator.demo", 1),
 ]
 ENTROPY_MODULES = ("random", "secrets", "numpy.random")
-LAZY_IMPORT_ALLOWED = ("pyspark", "dpcurator.query.backends.spark")
+LAZY_IMPORT_ALLOWED = ("pyspark", "dpcurator.query.backends.spark", "matplotlib")
 #: The command-line entry point defers each command's imports so that ``dpcurator --help``
 #: starts at once (tests/test_cli.py checks what importing it loads).
 DEFERRED_IMPORTS_MODULES = ("dpcurator.cli",)

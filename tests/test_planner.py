@@ -12,6 +12,7 @@ from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.errors import DomainError, ParameterError, UnsupportedQueryError
 from dpcurator.query import ir
 from dpcurator.query.analysis import infer_bounds, is_integer_valued, public_keys
+from dpcurator.query.backends.base import bin_index
 from dpcurator.query.limits import MAX_AGGREGATES, MIN_EPSILON
 from dpcurator.query.planner import (
     choose_grid_exponent,
@@ -319,3 +320,33 @@ def test_deep_builder_expressions_are_refused_without_recursion_errors() -> None
     for i in range(200):  # each filter ANDs onto the last: one level, however many
         chained = chained.filter(qb.col("age") > i)
     plan_query(chained.agg(qb.count()), ROW, epsilon=1)
+
+
+@pytest.mark.parametrize(
+    ("lower", "upper", "bins"),
+    [
+        (0, 100, 3),
+        (0, 100, 7),
+        (-7, 93, 9),
+        (18, 90, 4),
+        (0, 10, 10),
+        (-(2**53), 2**53, 3),
+        (0, 2**53, 9_999),
+    ],
+)
+def test_integer_histogram_edges_are_the_first_integer_each_engine_bins_there(
+    lower: int, upper: int, bins: int
+) -> None:
+    """Labels of integer histograms use these edges: each must be exactly where the engines'
+    bin formula (backends.base.bin_index) moves an integer into the next bin."""
+    query = qb.Query("t").agg(qb.histogram("age", bins, lower=lower, upper=upper))
+    plan = plan_query(query, ROW, epsilon=1)
+    (exact,) = plan.exact.aggregates
+    edges = plan.outputs[0].edges
+    assert len(edges) == bins + 1
+    assert (edges[0], edges[-1]) == (lower, upper)
+    assert all(float(edge).is_integer() for edge in edges)
+    for i, edge in enumerate(edges[1:-1], start=1):
+        assert bin_index(exact, edge) == i
+        assert bin_index(exact, edge - 1) == i - 1
+    assert _parts(plan.outputs[0]) == [("histogram", 1, 0, Fraction(1))]  # sensitivity r·g

@@ -196,7 +196,8 @@ def test_release_to_dict_is_json(pums: Path, meta: Metadata) -> None:
     data = json.loads(json.dumps(release.to_dict()))
     assert data["cost"]["epsilon"] == 10
     assert data["alpha"] == 0.05
-    assert "h[0,25)" in data["value_columns"]
+    assert data["value_columns"][-4:] == ["h<25", "h[25,50)", "h[50,75)", "h>=75"]
+    assert data["ci_level"] == 0.95
     assert {m["mechanism"] for m in data["mechanisms"]} >= {"discrete Laplace"}
     assert all(m["scale"] is None or m["scale"] > 0 for m in data["mechanisms"])
     assert list(release.to_pandas().columns[:4]) == ["married", "n", "n_ci_low", "n_ci_high"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from dpcurator._validation import check_nonnegative, check_probability
-from dpcurator.core.measures import ApproxDP, PureDP
+from dpcurator.core.measures import ApproxDP, PureDP, exact_repr, readable
 from dpcurator.core.numbers import to_fraction
 
 
@@ -40,6 +40,10 @@ class Budget:
         return ApproxDP(self.epsilon, self.delta)
 
     def __str__(self) -> str:
+        """``budget: ε = 1`` (pure DP) or ``budget: (ε = 1, δ = 1e-06)``."""
         if self.delta == 0:
-            return f"Budget(ε={float(self.epsilon):.6g})"
-        return f"Budget(ε={float(self.epsilon):.6g}, δ={float(self.delta):.3g})"
+            return f"budget: ε = {readable(self.epsilon)}"
+        return f"budget: (ε = {readable(self.epsilon)}, δ = {readable(self.delta)})"
+
+    def __repr__(self) -> str:
+        return f"Budget(epsilon={exact_repr(self.epsilon)}, delta={exact_repr(self.delta)})"

@@ -9,16 +9,36 @@ Values are frozen, validated at construction, and hold :class:`~fractions.Fracti
 that sums and comparisons are exact. Addition is basic sequential composition within one measure.
 Conversions that need transcendental functions round in the safe direction
 (:mod:`dpcurator.core.numbers`).
+
+They print for people: ``str`` gives ``ε = 0.5``, ``(ε = 1, δ = 1e-06)`` or ``ρ = 0.125``, after
+an optional label (``remaining: ε = 0.5``; see :meth:`PureDP.labelled`), and ``repr`` gives
+``PureDP(epsilon=0.5)``, exact: a parameter that is not a double prints as a Fraction. The label
+is presentation only: it takes no part in equality, hashing or arithmetic.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import Self
 
 from dpcurator._validation import check_nonnegative, check_probability, fail
 from dpcurator.core.numbers import fraction_up, to_fraction
+
+
+def exact_repr(value: Fraction) -> str:
+    """``repr`` of an exact parameter: the double's shortest repr when the Fraction is a double
+    (``0.1`` for Fraction(0.1)), else the Fraction's (``Fraction(1, 3)``)."""
+    as_float = float(value)
+    if math.isfinite(as_float) and Fraction(as_float) == value:
+        return repr(as_float)
+    return repr(value)
+
+
+def readable(value: Fraction) -> str:
+    """A parameter for people: 6 significant digits (``0.5``, ``1``, ``1e-06``)."""
+    return f"{float(value):.6g}"
 
 
 def _nonnegative_fraction(owner: str, name: str, value: object) -> Fraction:
@@ -33,9 +53,15 @@ class PureDP:
     """ε-DP: for neighbouring x, x' and every event S, P[M(x) ∈ S] <= e^ε P[M(x') ∈ S]."""
 
     epsilon: Fraction
+    label: str = field(default="", compare=False, repr=False)
 
-    def __init__(self, epsilon: object) -> None:
+    def __init__(self, epsilon: object, *, label: str = "") -> None:
         object.__setattr__(self, "epsilon", _nonnegative_fraction("PureDP", "epsilon", epsilon))
+        object.__setattr__(self, "label", label)
+
+    def labelled(self, label: str) -> Self:
+        """The same cost, printed after ``label`` (e.g. ``remaining: ε = 0.5``)."""
+        return replace(self, label=label)
 
     def __add__(self, other: PureDP) -> PureDP:
         """Basic sequential composition: ε-costs add."""
@@ -54,7 +80,10 @@ class PureDP:
         return ZCDP(self.epsilon**2 / 2)
 
     def __str__(self) -> str:
-        return f"ε={float(self.epsilon):.6g}"
+        return _prefixed(self.label, f"ε = {readable(self.epsilon)}")
+
+    def __repr__(self) -> str:
+        return f"PureDP(epsilon={exact_repr(self.epsilon)})"
 
 
 @dataclass(frozen=True, order=False)
@@ -63,13 +92,19 @@ class ApproxDP:
 
     epsilon: Fraction
     delta: Fraction
+    label: str = field(default="", compare=False, repr=False)
 
-    def __init__(self, epsilon: object, delta: object = 0) -> None:
+    def __init__(self, epsilon: object, delta: object = 0, *, label: str = "") -> None:
         object.__setattr__(self, "epsilon", _nonnegative_fraction("ApproxDP", "epsilon", epsilon))
         if not (type(delta) is Fraction and 0 <= delta < 1):  # else already exact and valid
             check_probability("ApproxDP", "delta", delta, open_high=True)
             delta = to_fraction(delta, owner="ApproxDP", name="delta")
         object.__setattr__(self, "delta", delta)
+        object.__setattr__(self, "label", label)
+
+    def labelled(self, label: str) -> Self:
+        """The same cost, printed after ``label``."""
+        return replace(self, label=label)
 
     def __add__(self, other: ApproxDP) -> ApproxDP:
         """Basic sequential composition: ε and δ add (Dwork et al. 2006)."""
@@ -84,7 +119,11 @@ class ApproxDP:
         return self
 
     def __str__(self) -> str:
-        return f"ε={float(self.epsilon):.6g}, δ={float(self.delta):.3g}"
+        text = f"(ε = {readable(self.epsilon)}, δ = {readable(self.delta)})"
+        return _prefixed(self.label, text)
+
+    def __repr__(self) -> str:
+        return f"ApproxDP(epsilon={exact_repr(self.epsilon)}, delta={exact_repr(self.delta)})"
 
 
 @dataclass(frozen=True, order=False)
@@ -92,9 +131,15 @@ class ZCDP:
     """ρ-zCDP: the Rényi divergence of every order α > 1 between M(x) and M(x') is <= ρ·α."""
 
     rho: Fraction
+    label: str = field(default="", compare=False, repr=False)
 
-    def __init__(self, rho: object) -> None:
+    def __init__(self, rho: object, *, label: str = "") -> None:
         object.__setattr__(self, "rho", _nonnegative_fraction("ZCDP", "rho", rho))
+        object.__setattr__(self, "label", label)
+
+    def labelled(self, label: str) -> Self:
+        """The same cost, printed after ``label``."""
+        return replace(self, label=label)
 
     def __add__(self, other: ZCDP) -> ZCDP:
         """zCDP composes additively in ρ (Bun & Steinke 2016, Lemma 2.3)."""
@@ -138,10 +183,17 @@ class ZCDP:
         return ApproxDP(fraction_up(max(best, 0.0)), delta)
 
     def __str__(self) -> str:
-        return f"ρ={float(self.rho):.6g}"
+        return _prefixed(self.label, f"ρ = {readable(self.rho)}")
+
+    def __repr__(self) -> str:
+        return f"ZCDP(rho={exact_repr(self.rho)})"
 
 
 Measure = PureDP | ApproxDP | ZCDP
+
+
+def _prefixed(label: str, text: str) -> str:
+    return f"{label}: {text}" if label else text
 
 
 def require_measure(owner: str, name: str, value: object) -> Measure:

@@ -43,6 +43,7 @@ from dpcurator.query import ir
 from dpcurator.query.analysis import columns_of, infer_bounds, is_integer_valued, public_keys
 from dpcurator.query.backends.base import check_plan
 from dpcurator.query.builder import Aggregate, Query
+from dpcurator.query.histogram import histogram_cuts
 from dpcurator.query.limits import MAX_BOUND_MAGNITUDE, MAX_PUBLIC_GROUPS, exceeded
 from dpcurator.query.schema import Metadata
 from dpcurator.query.validation import check_epsilon, check_query
@@ -102,7 +103,8 @@ class OutputPlan:
         lower, upper: the public bounds of the value read (None for counts).
         centre: the value subtracted before summing (means and variances).
         quantile: the selection step of a quantile.
-        edges: the bin edges of a histogram.
+        edges: the bin edges of a histogram, ``(lower, c1, ..., upper)``: integers for integer
+            values (see :mod:`dpcurator.query.histogram`, which also labels the open edge bins).
     """
 
     name: str
@@ -497,8 +499,7 @@ def _plan_aggregate(
             context.name("hist"), "histogram", expr, lower, upper, None, 0, bins
         )
         part = _noisy(exact.name, "histogram", context.contributions, 0, share)
-        width = (upper - lower) / bins
-        edges = (*(lower + width * i for i in range(bins)), upper)
+        edges = histogram_cuts(exact, integer=integer)
         return OutputPlan(name, "histogram", share, (part,), lower, upper, edges=edges), [exact]
     if kind == "quantile":
         bins_spec = QuantileBins.for_bounds(lower, upper, integer=integer)

@@ -15,6 +15,12 @@ Confidence intervals (level 1-α, ``alpha`` default 0.05) cover the exact value 
 * variances (sample variance, n-1) and standard deviations: the same with three parts at α/3;
 * quantiles: no value interval (it would need the data); the mechanism record gives the rank error
   bound of :func:`dpcurator.estimators.quantiles.rank_error`.
+
+Histogram bins are labelled by :mod:`dpcurator.query.histogram`: values outside [lower, upper]
+are counted in the first and last bins, whose labels are open (``<85``, ``>=85``). A Release
+reads as a table (``print(r)``, :meth:`Release.summary`, :meth:`Release.to_pandas`, a Jupyter
+table) and plots (:meth:`Release.plot`); the rendering lives in
+:mod:`dpcurator.query.release_view`, and every CI shown carries its level.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -33,9 +39,13 @@ import pandas as pd
 
 from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.estimators.quantiles import rank_error, select_quantile_bin
-from dpcurator.query import ir
-from dpcurator.query.planner import NoisyStatistic, OutputPlan, Plan
+from dpcurator.query import ir, release_view
+from dpcurator.query.histogram import HistogramBin, histogram_bins
+from dpcurator.query.planner import NoisyStatistic, OutputKind, OutputPlan, Plan
 from dpcurator.random import Rng
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 _I64_MAX = 2**63 - 1
 
@@ -47,6 +57,23 @@ class Estimate:
     value: float
     ci_low: float | None
     ci_high: float | None
+
+
+@dataclass(frozen=True)
+class ValueColumn:
+    """What one released value column holds.
+
+    Attributes:
+        name: the column's name (``n``; for a histogram's bins ``age<85``, ``age[85,90)``).
+        statistic: the query's output it belongs to (``age`` for every bin of ``... AS age``).
+        kind: the statistic (``count``, ``sum``, ``mean``, ..., ``histogram``).
+        bin: the histogram bin, or None.
+    """
+
+    name: str
+    statistic: str
+    kind: OutputKind
+    bin: HistogramBin | None = None
 
 
 @dataclass(frozen=True)
@@ -111,9 +138,10 @@ class Release:
         group_columns: names of the grouping columns.
         value_columns: names of the released statistics (a histogram gives one per bin).
         rows: one ``(group key, estimates)`` pair per released group.
-        cost: the privacy cost charged.
+        cost: the privacy cost charged (prints as ``cost: ε = 0.5``).
         mechanisms: every mechanism used, with its noise scale and budget share.
         alpha: the CIs are (1-α) intervals.
+        columns: what each value column holds (statistic, kind, histogram bin).
     """
 
     group_columns: tuple[str, ...]
@@ -122,9 +150,24 @@ class Release:
     cost: PureDP | ApproxDP
     mechanisms: tuple[MechanismUse, ...]
     alpha: float
+    columns: tuple[ValueColumn, ...]
 
-    def to_pandas(self) -> pd.DataFrame:
-        """One row per group: group columns, then each value with ``_ci_low``/``_ci_high``."""
+    @property
+    def ci_level(self) -> float:
+        """The level 1-α of the confidence intervals."""
+        return 1 - self.alpha
+
+    def to_pandas(self, *, long: bool = False) -> pd.DataFrame:
+        """The release as a DataFrame; ``attrs`` holds ``ci_level`` and ``cost``.
+
+        Wide (the default): one row per group, the group columns, then each value column with
+        its interval as ``<name>``, ``<name>_ci_low``, ``<name>_ci_high``. Long
+        (``long=True``): one row per group and value column (so one per histogram bin), with
+        the columns ``statistic``, ``bin``, ``bin_low``, ``bin_high`` (histograms only: the bin
+        counts values in [bin_low, bin_high)), ``value``, ``ci_low``, ``ci_high``, ``ci_level``.
+        """
+        if long:
+            return release_view.long_frame(self)
         columns = list(self.group_columns)
         for name in self.value_columns:
             columns += [name, f"{name}_ci_low", f"{name}_ci_high"]
@@ -134,7 +177,34 @@ class Release:
             for estimate in estimates:
                 record += [estimate.value, estimate.ci_low, estimate.ci_high]
             records.append(record)
-        return pd.DataFrame.from_records(records, columns=columns)
+        frame = pd.DataFrame.from_records(records, columns=columns)
+        frame.attrs.update(release_view.frame_attrs(self))
+        return frame
+
+    def summary(self, max_lines: int | None = None) -> str:
+        """A text table: one line per group and value, with its CI, under a header giving the
+        number of rows, the cost and the CI level (``max_lines``: cut the table there)."""
+        return release_view.summary(self, max_lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        return self.summary(max_lines=release_view.REPR_LINES)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rendering: an HTML table of values with CIs, the cost and the CI level."""
+        return release_view.html_table(self)
+
+    def plot(self, statistic: str | None = None, *, ax: Axes | None = None) -> Axes:
+        """Bars of the values with their CIs as error bars (matplotlib, imported here).
+
+        ``statistic`` picks one output (a histogram's name plots its bins), default all. A
+        single histogram has its bins along x and one bar per group; otherwise the groups are
+        along x and each value column is one bar (ungrouped: one bar per value column).
+        Returns the Axes (a new figure's unless ``ax`` is given).
+        """
+        return release_view.plot(self, statistic, ax)
 
     def value(self, column: str, key: tuple[ir.ScalarValue, ...] = ()) -> Estimate:
         """The estimate of ``column`` for the group ``key`` (``()`` for ungrouped queries)."""
@@ -164,6 +234,7 @@ class Release:
             "cost": _cost_dict(self.cost),
             "mechanisms": [m.to_dict() for m in self.mechanisms],
             "alpha": self.alpha,
+            "ci_level": self.ci_level,
         }
 
 
@@ -199,11 +270,21 @@ class CostEstimate:
 # Description of a plan (no data)
 
 
-def _output_columns(output: OutputPlan) -> list[str]:
+def _output_columns(output: OutputPlan) -> list[ValueColumn]:
     if output.kind != "histogram":
-        return [output.name]
-    edges = output.edges
-    return [f"{output.name}[{edges[i]:g},{edges[i + 1]:g})" for i in range(len(edges) - 1)]
+        return [ValueColumn(output.name, output.name, output.kind)]
+    return [
+        ValueColumn(_bin_column(output.name, b), output.name, "histogram", b)
+        for b in histogram_bins(output.edges)
+    ]
+
+
+def _bin_column(name: str, bin_: HistogramBin) -> str:
+    """``h<34``, ``h[34,67)``, ``h>=67`` (``h[all]`` for one bin, ``h[bin 3]`` when edges
+    coincide in floating point)."""
+    if bin_.label[0] in "[<>":
+        return f"{name}{bin_.label}"
+    return f"{name}[{bin_.label}]"
 
 
 def mechanism_uses(plan: Plan, alpha: float) -> tuple[MechanismUse, ...]:
@@ -261,8 +342,8 @@ def estimate_plan(plan: Plan, alpha: float) -> CostEstimate:
             part = output.parts[0]
             width = part.laplace.ci_halfwidth(alpha) * math.ldexp(1.0, part.grid_exponent)
         for column in _output_columns(output):
-            halfwidths[column] = width
-    return CostEstimate(plan.cost, mechanism_uses(plan, alpha), halfwidths, alpha)
+            halfwidths[column.name] = width
+    return CostEstimate(plan.cost.labelled("cost"), mechanism_uses(plan, alpha), halfwidths, alpha)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -343,15 +424,17 @@ def release_plan(
         (key, tuple(itertools.chain.from_iterable(columns)))
         for key, *columns in zip(keys, *per_output, strict=True)
     ]
-    value_columns = tuple(c for output in plan.outputs for c in _output_columns(output))
+    columns = tuple(c for output in plan.outputs for c in _output_columns(output))
+    value_columns = tuple(c.name for c in columns)
     rows = _ordered(rows, plan, value_columns)
     return Release(
         plan.group_columns,
         value_columns,
         tuple(rows),
-        plan.cost,
+        plan.cost.labelled("cost"),
         mechanism_uses(plan, alpha),
         alpha,
+        columns,
     )
 
 

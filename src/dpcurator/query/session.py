@@ -243,12 +243,12 @@ class Session:
         return Query(self._metadata.table)
 
     def remaining(self) -> Measure:
-        """The budget left."""
-        return self._filter.remaining()
+        """The budget left (prints as ``remaining: ε = 0.5``)."""
+        return self._filter.remaining().labelled("remaining")
 
     def spent(self) -> Measure:
-        """The budget spent so far."""
-        return self._filter.spent()
+        """The budget spent so far (prints as ``spent: ε = 0.5``)."""
+        return self._filter.spent().labelled("spent")
 
     def plan(
         self,
