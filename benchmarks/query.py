@@ -20,7 +20,9 @@ queries (ungrouped, or grouped by ``g``: one sort of the table each). The time o
 step is printed per session and is not part of any query's time; the filtered bounded query
 cannot use it and bounds each person's rows itself.
 ``python benchmarks/query.py`` runs 10^6 and 10^7 rows; ``--full`` adds 10^8. The peak memory of
-the process is printed per size.
+the process is printed per size. A second table (``open_table.py``; ``--open-only`` prints just
+it) compares loading the same data from Parquet in raw DuckDB with opening it in dpcurator, row
+and user level: seconds and peak resident memory, each in its own process.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from open_table import OPEN_HEADER, open_rows
 from peers import run_peer_script
 
 import dpcurator as dpc
@@ -202,8 +205,18 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="*", help="override the row counts")
     parser.add_argument("--no-polars", action="store_true", help="skip dpcurator on Polars")
     parser.add_argument("--no-peers", action="store_true", help="skip OpenDP and diffprivlib")
+    parser.add_argument("--open-only", action="store_true", help="print only the open table")
     args = parser.parse_args()
     sizes = args.sizes or ([10**6, 10**7] + ([10**8] if args.full else []))
+    print(OPEN_HEADER)
+    for rows in sizes:
+        with tempfile.TemporaryDirectory() as directory:
+            path = Path(directory) / "data.parquet"
+            pq.write_table(generate(rows), path)
+            print("\n".join(open_rows(rows, path)), flush=True)
+    if args.open_only:
+        return
+    print()
     columns = ["raw DuckDB SQL", "dpcurator DuckDB"]
     columns += [] if args.no_polars else ["dpcurator Polars"]
     columns += [] if args.no_peers else ["OpenDP Polars", "diffprivlib"]

@@ -215,6 +215,12 @@ def _serve(args: argparse.Namespace) -> int:
     )
 
     require_free_port(args.host, args.port)  # before a ledger or token is made
+    # Opening a large dataset takes seconds to minutes: print each step and its time.
+    import logging  # noqa: PLC0415
+
+    progress = logging.getLogger("dpcurator.engine")
+    progress.setLevel(logging.INFO)
+    progress.addHandler(logging.StreamHandler(sys.stderr))
     ledger_url = args.ledger
     if ledger_url is None:
         ledger_url = (

@@ -13,7 +13,9 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import duckdb
@@ -24,6 +26,7 @@ import pyarrow as pa
 from dpcurator._cache import LruCache
 from dpcurator.errors import BackendError, DPError
 from dpcurator.query.backends.base import (
+    ENGINE_LOG,
     HIDDEN_PREFIX,
     check_plan,
     check_table,
@@ -106,6 +109,26 @@ def _cube_sql(hidden: Hidden, target: str) -> str:
         columns.append(f"SUM({quote(name)}) AS {quote(name + '_s')}")
         columns.append(f"COUNT({quote(name)}) AS {quote(name + '_c')}")
     return f"SELECT {', '.join(columns)} FROM {quote(target)} GROUP BY ALL"
+
+
+@contextmanager
+def _step(table: str, name: str) -> Iterator[None]:
+    """Log the start and the elapsed time of one step of opening ``table`` (INFO on
+    ``dpcurator.engine``): opening a large table takes seconds to minutes per step."""
+    ENGINE_LOG.info("Opening %r: %s ...", table, name)
+    start = time.perf_counter()
+    yield
+    ENGINE_LOG.info("Opening %r: %s done in %.2f s.", table, name, time.perf_counter() - start)
+
+
+def _copy_step(hidden: Hidden, casts: Mapping[str, str]) -> str:
+    """The name of the step that creates the private copy (what it computes, for the log)."""
+    parts = [f"{len(casts)} converted"] if casts else []
+    parts += [f"{len(hidden.fixed_point)} fixed-point"] if hidden.fixed_point else []
+    parts += [f"{len(hidden.key_codes)} key-code"] if hidden.key_codes else []
+    parts += [f"{len(hidden.bounding)} bounding"] if hidden.bounding else []
+    made = f" with {', '.join(parts)} columns" if parts else ""
+    return f"loading the private copy{made}"
 
 
 def _cast(name: str, declared: str, engine_type: str) -> str:
@@ -289,10 +312,18 @@ class DuckDBBackend:
         for name, spec in hidden.fixed_point.values():
             value = expressions.get(spec.column, quote(spec.column))
             columns += f", {translator.fixed_point(spec, value)} AS {quote(name)}"
-        for name, code in hidden.key_codes.values():
-            value = expressions.get(code.column, quote(code.column))
-            columns += f", {translator.key_code(code, value)} AS {quote(name)}"
         select = f"SELECT {columns} FROM {quote(source)}"
+        if hidden.key_codes:  # a join per key-code column (see SqlBuilder.key_table)
+            codes, joins = [], []
+            for i, (name, code) in enumerate(hidden.key_codes.values()):
+                keys = f"__dp_kt{i}"
+                codes.append(f"{keys}.__dp_code AS {quote(name)}")
+                joins.append(
+                    f" LEFT JOIN ({translator.key_table(code)}) AS {keys}"
+                    f" ON __dp_row.{quote(code.column)} IS NOT DISTINCT FROM {keys}.__dp_key"
+                )
+            select = f"SELECT __dp_row.*, {', '.join(codes)} FROM ({select}) AS __dp_row"
+            select += "".join(joins)
         if hidden.bounding:  # ranked over the converted and coded columns
             row = [quote(name) for name in types]
             ranked = ", ".join(
@@ -303,16 +334,18 @@ class DuckDBBackend:
         select += _clustering(hidden)
         kind = "TEMPORARY TABLE" if temporary else "TABLE"
         try:
-            created = self._connection.execute(
-                f"CREATE {kind} {quote(target)} AS {select}", translator.params
-            ).fetchall()
+            with _step(table, _copy_step(hidden, casts)):
+                created = self._connection.execute(
+                    f"CREATE {kind} {quote(target)} AS {select}", translator.params
+                ).fetchall()
             # Nothing writes to the copy afterwards: its size answers whole-table counts.
             self._sizes[table] = int(created[0][0])
             if hidden.cube is not None:
                 cube = hidden.cube.relation
-                self._connection.execute(
-                    f"CREATE {kind} {quote(cube)} AS {_cube_sql(hidden, target)}"
-                )
+                with _step(table, "counting its cube"):
+                    self._connection.execute(
+                        f"CREATE {kind} {quote(cube)} AS {_cube_sql(hidden, target)}"
+                    )
         except duckdb.Error as exc:
             for name, sql in expressions.items():  # find the column that cannot be converted
                 try:

@@ -203,11 +203,24 @@ class SqlBuilder:
         narrow = max_grid_value(agg) < 2**31
         return f"TRY_CAST({value} AS {'INTEGER' if narrow else 'BIGINT'})"
 
-    def key_code(self, spec: KeyCodeColumn, column: str) -> str:
-        """The SQL of a key-code column (see :class:`~dpcurator.query.ir.KeyCodeColumn`)."""
+    def key_table(self, spec: KeyCodeColumn) -> str:
+        """A SELECT of ``spec``'s keys ``__dp_key`` with their codes ``__dp_code`` (see
+        :class:`~dpcurator.query.ir.KeyCodeColumn`): the 0-based position of each key's first
+        occurrence, in the narrowest unsigned integer type that holds every code.
+
+        A key-code column is the ``__dp_code`` of a LEFT JOIN of the table with this key table
+        ``ON value IS NOT DISTINCT FROM __dp_key``: a NULL value matches a NULL key (NULL-safe,
+        as public keys are), and a value that is no key gets a NULL code. A hash join costs a
+        lookup per row, where searching the key list per row (``list_position``) costs up to one
+        comparison per key (the 1,000-key column of ``benchmarks/query.py``: about 7x faster).
+        """
         width = next(t for t, size in _CODE_TYPES if len(spec.keys) <= size)
-        position = f"list_position({self.column(list(spec.keys))}, {column})"
-        return f"CAST({position} - 1 AS {width})"
+        keys = self.column(list(spec.keys))
+        listed = f"SELECT unnest({keys}) AS k, generate_subscripts({keys}, 1) AS i"
+        return (
+            f"SELECT k AS __dp_key, CAST(min(i) - 1 AS {width}) AS __dp_code"
+            f" FROM ({listed}) GROUP BY k"
+        )
 
     def bounding(self, spec: BoundingColumn, row: list[str], code: str | None) -> str:
         """The SQL of a bounding column (see :class:`~dpcurator.query.ir.BoundingColumn`) over
