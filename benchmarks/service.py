@@ -54,7 +54,8 @@ from service_client import CLIENTS, EPSILON, QUERIES  # noqa: E402
 
 from dpcurator.core.measures import ApproxDP  # noqa: E402
 from dpcurator.service.auth import Identity  # noqa: E402
-from dpcurator.service.ledger import Ledger, grant_budget  # noqa: E402
+from dpcurator.service.ledger import Ledger  # noqa: E402
+from dpcurator.service.ledger_budgets import grant_budget  # noqa: E402
 from dpcurator.service.server import (  # noqa: E402
     DEFAULT_THREADS,
     DEMO_DIR,

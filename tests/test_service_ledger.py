@@ -22,7 +22,9 @@ from dpcurator.errors import AuthError, BudgetExceededError
 from dpcurator.service import ledger_postgres
 from dpcurator.service.auth import TokenAuthority
 from dpcurator.service.errors import ConflictError, NotFoundError
-from dpcurator.service.ledger import ChargeRequest, Ledger, dataset_budget, grant_budget
+from dpcurator.service.ledger import Ledger
+from dpcurator.service.ledger_budgets import dataset_budget, grant_budget
+from dpcurator.service.ledger_charges import ChargeRequest
 from dpcurator.service.ledger_lease import LEASE_SECONDS
 from dpcurator.service.models import Charge
 from tests.service_fixtures import fresh_postgres_url, ledger_with_analysts, postgres_server

@@ -36,13 +36,9 @@ from dpcurator.query.session import (
     new_result_cache,
 )
 from dpcurator.service.data_root import data_file, unreadable
-from dpcurator.service.ledger import (
-    BudgetView,
-    ChargeRequest,
-    Ledger,
-    dataset_budget,
-    grant_budget,
-)
+from dpcurator.service.ledger import Ledger
+from dpcurator.service.ledger_budgets import BudgetView, dataset_budget, grant_budget
+from dpcurator.service.ledger_charges import ChargeRequest
 from dpcurator.service.models import Dataset
 
 

@@ -31,14 +31,9 @@ from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError, BudgetExceede
 from dpcurator.service.auth import Identity, IssuedToken, TokenAuthority, random_id
 from dpcurator.service.curator import AlreadyCharged, Catalog, LedgerFilter
 from dpcurator.service.errors import ConflictError, NotFoundError
-from dpcurator.service.ledger import (
-    Access,
-    BudgetView,
-    ChargeRequest,
-    Ledger,
-    dataset_budget,
-    grant_budget,
-)
+from dpcurator.service.ledger import Access, Ledger
+from dpcurator.service.ledger_budgets import BudgetView, dataset_budget, grant_budget
+from dpcurator.service.ledger_charges import ChargeRequest
 from dpcurator.service.models import Charge, Dataset, Principal, PublishedRelease
 from dpcurator.service.refusals import RefusalLimiter, audited_sql
 

@@ -19,7 +19,7 @@ from dpcurator.service import schemas as s
 from dpcurator.service.auth import Identity
 from dpcurator.service.errors import NotFoundError
 from dpcurator.service.json_response import FiniteJSONResponse as _Json
-from dpcurator.service.ledger import BudgetView, cost_of, grant_budget
+from dpcurator.service.ledger_budgets import BudgetView, cost_of, grant_budget
 from dpcurator.service.models import Charge, Dataset, Principal, PublishedRelease
 from dpcurator.service.operations import BatchQuery, CuratorService
 

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from dpcurator.core.measures import ApproxDP
-from dpcurator.service.ledger import BudgetView
+from dpcurator.service.ledger_budgets import BudgetView
 
 Epsilon = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False, description="ε > 0")]
 Delta = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False, description="δ in [0, 1)")]
