@@ -206,6 +206,15 @@ class DuckDBBackend:
         given connection's table is copied into a private temporary table (memory: the table
         once more, plus 1 to 8 bytes per row and precomputed column; time: one sort of the table
         per bounding column). Pass none for data larger than memory.
+
+        When precomputing pays: the fixed-point and key-code columns and the cube cost about one
+        more pass over the table and make every row-level count and sum cheaper, so they pay
+        from the first few queries. Each bounding column costs about what one user-level query
+        that bounds its own rows costs (a sort of the table), and only unfiltered user-level
+        plans (ungrouped, or grouped by one public-key column with exactly its keys) read it: a
+        session that runs a few filtered user-level queries is faster without precomputing
+        (issue 17 measured 27.5 s against 14.6 s at 10^7 rows for one filtered query). Each step
+        of the open is logged with its time on ``dpcurator.engine`` (INFO).
         ``threads`` caps DuckDB's worker threads of a connection opened here (default: one per
         core), e.g. when several server processes share the cores.
         """
