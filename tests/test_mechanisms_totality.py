@@ -28,7 +28,7 @@ from dpcurator.mechanisms import (
     exponential_mechanism,
     permute_and_flip,
 )
-from dpcurator.random import SeededRng, samplers
+from dpcurator.random import SeededRng, bernoulli_exp
 from tests.test_mechanisms import discrete_laplace_tail
 
 VICTIM = 4322
@@ -60,7 +60,7 @@ def _captured_exponents(
 ) -> list[Fraction]:
     """The γ = numerator/denominator of every Bernoulli(exp(-γ)) the selection draws."""
     seen: list[Fraction] = []
-    original = samplers.bernoulli_exp
+    original = bernoulli_exp
 
     def spy(rng: object, numerator: object, denominator: int, *rest: object) -> object:
         seen.extend(Fraction(int(n), denominator) for n in np.atleast_1d(numerator))  # type: ignore[call-overload]

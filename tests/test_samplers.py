@@ -32,6 +32,7 @@ from dpcurator.random import (
     geometric,
     samplers,
 )
+from dpcurator.random.samplers import bernoulli, gaussian, laplace
 from tests.stat_tools import ALPHA, chi_square_pvalue
 
 N = 1_000_000
@@ -138,14 +139,14 @@ def test_tiny_laplace_scale_gives_zeros() -> None:
 
 def test_laplace_scale_rounding_is_upward_and_tiny() -> None:
     exact = Fraction(2**60 + 1, 2**10 + 1)
-    t, s = samplers._laplace_parameters(exact)
+    t, s = laplace._laplace_parameters(exact)
     assert t <= 2**56
     assert Fraction(t, s) >= exact
     assert Fraction(t, s) - exact <= exact * Fraction(1, 2**55)
     # ints, floats and small Fractions are exact
-    assert samplers._laplace_parameters(0.3) == Fraction(0.3).as_integer_ratio()
-    assert samplers._laplace_parameters(Fraction(7, 3)) == (7, 3)
-    assert samplers._laplace_parameters(10**9) == (10**9, 1)
+    assert laplace._laplace_parameters(0.3) == Fraction(0.3).as_integer_ratio()
+    assert laplace._laplace_parameters(Fraction(7, 3)) == (7, 3)
+    assert laplace._laplace_parameters(10**9) == (10**9, 1)
 
 
 # -- discrete Gaussian -----------------------------------------------------------------------------
@@ -180,17 +181,17 @@ def test_discrete_gaussian_large_sigma(sigma: float) -> None:
 
 def test_gaussian_parameters_exact_or_rounded_up() -> None:
     for sigma in (1, 10, Fraction(7, 3), 1000, 2**15):
-        t, c, ell = samplers._gaussian_parameters(sigma)
+        t, c, ell = gaussian._gaussian_parameters(sigma)
         assert Fraction(c * t, ell) == Fraction(sigma) ** 2
         assert t == math.floor(Fraction(sigma)) + 1
     for sigma in (1e-6, 0.3, 3.7, 2**15 + 0.1, 10**9, 2**31, float(2**30), 2.0**-31):
-        t, c, ell = samplers._gaussian_parameters(sigma)
+        t, c, ell = gaussian._gaussian_parameters(sigma)
         variance = Fraction(sigma) ** 2
         used = Fraction(c * t, ell)
         bound = Fraction(1, 2**30) * max(1, 1 / Fraction(sigma))
         assert variance <= used < variance * (1 + bound)
         assert 2 * c * t * ell < 2**64
-    t, c, ell = samplers._gaussian_parameters(2.0**-40)
+    t, c, ell = gaussian._gaussian_parameters(2.0**-40)
     assert Fraction(c * t, ell) == Fraction(1, 2**62)
 
 
@@ -198,8 +199,8 @@ def test_gaussian_parameters_exact_or_rounded_up() -> None:
 def test_discrete_gaussian_python_fallback_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     # Shrink the 64-bit fast path so that most acceptance tests (|L|Y| - c| >= 16 or an exponent
     # >= 2) run through the exact Python-integer fallback, and check the result is unchanged.
-    monkeypatch.setattr(samplers, "_FAST_X", 16)
-    monkeypatch.setattr(samplers, "_FAST_Q", 2.0)
+    monkeypatch.setattr(gaussian, "_FAST_X", 16)
+    monkeypatch.setattr(gaussian, "_FAST_Q", 2.0)
     sigma = Fraction(3)
     sample = discrete_gaussian(SecureRng(), sigma, 200_000)
     assert_fits_and_has_power(sample, cells(-20, 20), lambda f: gaussian_cdf(sigma * Fraction(f)))
@@ -209,7 +210,8 @@ def test_discrete_gaussian_python_fallback_is_exact(monkeypatch: pytest.MonkeyPa
 def test_scalar_python_paths_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     # Batches of at most _SCALAR_MAX values run the same algorithms in Python integers; force that
     # path for whole samples and check it against the exact pmfs too.
-    monkeypatch.setattr(samplers, "_SCALAR_MAX", 10**9)
+    monkeypatch.setattr(laplace, "_SCALAR_MAX", 10**9)
+    monkeypatch.setattr(gaussian, "_SCALAR_MAX", 10**9)
     rng = SecureRng()
     n = 60_000
     sample = discrete_laplace(rng, 10, n)
@@ -261,7 +263,7 @@ def test_quadratic_parts_is_exact() -> None:
         ds.append(d_value)
     for x_value, d_value in zip(xs, ds, strict=True):
         x = np.array([x_value, -x_value], dtype=np.int64)
-        q, r, slow = samplers._quadratic_parts(x, d_value)
+        q, r, slow = gaussian._quadratic_parts(x, d_value)
         assert slow.size == 0
         expected_q, expected_r = divmod(x_value * x_value, d_value)
         assert q.tolist() == [expected_q, expected_q]
@@ -270,7 +272,7 @@ def test_quadratic_parts_is_exact() -> None:
 
 def test_quadratic_parts_flags_values_outside_the_fast_path() -> None:
     x = np.array([2**53, 5, 2**40], dtype=np.int64)
-    _, _, slow = samplers._quadratic_parts(x, 7)
+    _, _, slow = gaussian._quadratic_parts(x, 7)
     assert slow.tolist() == [0, 2]
 
 
@@ -395,7 +397,7 @@ def test_rational_trials_redraw_rejected_words() -> None:
     c = (2**64 - 1) // (3 * 2**24)
     limit = 3 * 2**24 * c
     rng = ScriptedRng([limit, limit + 1, 0])  # two rejected words, then 0 (< threshold): True
-    out = samplers._ratio_scalar(rng, np.array([2**24], dtype=np.uint64), 3 * 2**24)
+    out = bernoulli._ratio_scalar(rng, np.array([2**24], dtype=np.uint64), 3 * 2**24)
     assert out.tolist() == [True]
 
 
@@ -403,7 +405,7 @@ def test_python_fallback_agrees_with_vectorised_bernoulli_exp() -> None:
     rng = SecureRng()
     n = 20_000
     for num, den in [(1, 2), (5, 2), (2**70 + 1, 2**69)]:
-        successes = sum(samplers._bexp_python(rng, num, den) for _ in range(n))
+        successes = sum(bernoulli._bexp_python(rng, num, den) for _ in range(n))
         p = mpmath.exp(-MPF(num) / den)
         assert binomial_pvalue(successes, n, p) > ALPHA
 

@@ -35,7 +35,7 @@ import numpy.typing as npt
 from dpcurator._validation import check_int, check_positive, fail
 from dpcurator.core.numbers import fraction_up, to_fraction
 from dpcurator.random import Rng, default_rng
-from dpcurator.random.samplers import bernoulli_exp, bernoulli_exp_exact
+from dpcurator.random.samplers.bernoulli import bernoulli_exp, bernoulli_exp_exact
 
 _I64_MAX = 2**63 - 1
 #: Largest gap cap: keeps max q - clamp(q) inside int64 for any int64 or uint64 scores.

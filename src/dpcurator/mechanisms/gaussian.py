@@ -46,7 +46,7 @@ from dpcurator.mechanisms._grid import (
     to_grid,
 )
 from dpcurator.random import Rng, default_rng
-from dpcurator.random.samplers import MAX_SIGMA, discrete_gaussian
+from dpcurator.random.samplers.gaussian import MAX_SIGMA, discrete_gaussian
 
 #: Below this σ the CI half-width is found by summing the discrete pmf; above it the discrete and
 #: continuous tails agree to within exp(-2π²σ²) relative error (Poisson summation) and the normal

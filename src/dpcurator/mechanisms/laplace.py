@@ -39,7 +39,7 @@ from dpcurator.mechanisms._grid import (
     to_grid,
 )
 from dpcurator.random import Rng, default_rng
-from dpcurator.random.samplers import MAX_LAPLACE_SCALE, discrete_laplace
+from dpcurator.random.samplers.laplace import MAX_LAPLACE_SCALE, discrete_laplace
 
 #: Decimal digits of the closed-form tail computations.
 _DIGITS = 60

@@ -28,7 +28,7 @@ from scipy.special import ndtri
 from dpcurator._validation import check_int, check_positive, check_probability, fail
 from dpcurator.core.numbers import to_fraction
 from dpcurator.random import Rng, default_rng
-from dpcurator.random.samplers import bernoulli_rational
+from dpcurator.random.samplers.bernoulli import bernoulli_rational
 
 #: The smallest ε accepted (the documented minimum ε per query).
 MIN_EPSILON = Fraction(1, 10**9)

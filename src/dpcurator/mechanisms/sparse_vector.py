@@ -20,7 +20,7 @@ from dpcurator._validation import check_positive, check_real
 from dpcurator.core.numbers import to_fraction
 from dpcurator.mechanisms._grid import grid_exponent, grid_sensitivity, to_grid
 from dpcurator.random import Rng, default_rng
-from dpcurator.random.samplers import discrete_laplace
+from dpcurator.random.samplers.laplace import discrete_laplace
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,9 @@
 from __future__ import annotations
 
 from dpcurator.random.rng import Rng, SecureRng, SeededRng, default_rng
-from dpcurator.random.samplers import (
-    bernoulli_exp,
-    bernoulli_rational,
-    discrete_gaussian,
-    discrete_laplace,
-    geometric,
-)
+from dpcurator.random.samplers.bernoulli import bernoulli_exp, bernoulli_rational
+from dpcurator.random.samplers.gaussian import discrete_gaussian
+from dpcurator.random.samplers.laplace import discrete_laplace, geometric
 
 __all__ = [
     "Rng",
