@@ -9,17 +9,15 @@ import dp_accounting as dpa
 import mpmath as mp
 import pytest
 
-from dpcurator.accounting.accountants import (
+from dpcurator.accounting.accountants import BasicAccountant, ZCDPAccountant
+from dpcurator.accounting.accountants_advanced import (
     AdvancedCompositionAccountant,
-    BasicAccountant,
-    PLDAccountant,
-    RDPAccountant,
-    ZCDPAccountant,
     drv_epsilon,
-    group_privacy,
     kov_epsilon,
-    parallel_composition,
 )
+from dpcurator.accounting.accountants_pld import PLDAccountant
+from dpcurator.accounting.accountants_rdp import RDPAccountant
+from dpcurator.accounting.composition import group_privacy, parallel_composition
 from dpcurator.accounting.events import (
     ApproxEvent,
     GaussianEvent,

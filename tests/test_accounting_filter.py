@@ -9,12 +9,9 @@ from fractions import Fraction
 
 import pytest
 
-from dpcurator.accounting.accountants import (
-    AdvancedCompositionAccountant,
-    BasicAccountant,
-    PLDAccountant,
-    ZCDPAccountant,
-)
+from dpcurator.accounting.accountants import BasicAccountant, ZCDPAccountant
+from dpcurator.accounting.accountants_advanced import AdvancedCompositionAccountant
+from dpcurator.accounting.accountants_pld import PLDAccountant
 from dpcurator.accounting.budget import Budget
 from dpcurator.accounting.events import (
     ApproxEvent,

@@ -3,16 +3,10 @@ filters (charge before release) and calibration (noise scale <-> privacy paramet
 
 from __future__ import annotations
 
-from dpcurator.accounting.accountants import (
-    Accountant,
-    AdvancedCompositionAccountant,
-    BasicAccountant,
-    PLDAccountant,
-    RDPAccountant,
-    ZCDPAccountant,
-    group_privacy,
-    parallel_composition,
-)
+from dpcurator.accounting.accountants import Accountant, BasicAccountant, ZCDPAccountant
+from dpcurator.accounting.accountants_advanced import AdvancedCompositionAccountant
+from dpcurator.accounting.accountants_pld import PLDAccountant
+from dpcurator.accounting.accountants_rdp import RDPAccountant
 from dpcurator.accounting.budget import Budget
 from dpcurator.accounting.calibration import (
     gaussian_delta,
@@ -23,6 +17,7 @@ from dpcurator.accounting.calibration import (
     laplace_epsilon,
     laplace_scale,
 )
+from dpcurator.accounting.composition import group_privacy, parallel_composition
 from dpcurator.accounting.events import (
     ApproxEvent,
     GaussianEvent,
