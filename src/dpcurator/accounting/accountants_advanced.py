@@ -11,12 +11,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from dpcurator._validation import fail
-from dpcurator.accounting.accountants import (
-    Accountant,
-    _approx_terms,
-    _check_total_delta,
-    _events,
-)
+from dpcurator.accounting.accountants import Accountant, _approx_terms, _check_total_delta, _events
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ApproxDP
 from dpcurator.core.numbers import float_down, float_up, fraction_up

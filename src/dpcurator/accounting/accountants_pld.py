@@ -15,19 +15,9 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld.common import DifferentialPrivacyParameters
 
 from dpcurator._validation import check_positive, fail
-from dpcurator.accounting.accountants import (
-    Accountant,
-    _check_total_delta,
-    _events,
-    _unsupported,
-)
+from dpcurator.accounting.accountants import Accountant, _check_total_delta, _events, _unsupported
 from dpcurator.accounting.calibration import DISCRETE_GAUSSIAN_EXACT_MAX_SIGMA
-from dpcurator.accounting.events import (
-    GaussianEvent,
-    ParallelEvent,
-    PrivacyEvent,
-    RepeatedEvent,
-)
+from dpcurator.accounting.events import GaussianEvent, ParallelEvent, PrivacyEvent, RepeatedEvent
 from dpcurator.core.measures import ApproxDP
 from dpcurator.core.numbers import float_down, float_up, fraction_up, to_fraction, widen_up
 

@@ -17,12 +17,7 @@ from dp_accounting.rdp.rdp_privacy_accountant import (
 )
 
 from dpcurator._validation import fail
-from dpcurator.accounting.accountants import (
-    Accountant,
-    _check_total_delta,
-    _events,
-    _unsupported,
-)
+from dpcurator.accounting.accountants import Accountant, _check_total_delta, _events, _unsupported
 from dpcurator.accounting.events import (
     GaussianEvent,
     ParallelEvent,
