@@ -5,6 +5,12 @@ sample-and-aggregate, DP MLE, linear regression), each returning an :class:`Esti
 from __future__ import annotations
 
 from dpcurator.estimators.bounds import LogBins, bounds_from_noisy_counts, detection_threshold
+from dpcurator.estimators.hypothesis_tests import (
+    HypothesisTestResult,
+    difference_of_means_test,
+    goodness_of_fit_test,
+    independence_test,
+)
 from dpcurator.estimators.mle import MODELS, Model, dp_mle, dp_mle_sufficient
 from dpcurator.estimators.ptr import ptr_iqr, ptr_median
 from dpcurator.estimators.quantiles import (
@@ -24,14 +30,18 @@ __all__ = [
     "MODELS",
     "Covers",
     "Estimate",
+    "HypothesisTestResult",
     "LogBins",
     "Model",
     "QuantileBins",
     "bounds_from_noisy_counts",
     "detection_threshold",
+    "difference_of_means_test",
     "dp_mle",
     "dp_mle_sufficient",
     "dp_quantile",
+    "goodness_of_fit_test",
+    "independence_test",
     "linear_regression",
     "ptr_iqr",
     "ptr_median",
