@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TypeVar
 
@@ -62,6 +62,7 @@ from dpcurator.core.measures import ApproxDP, Measure, PureDP
 from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError
 from dpcurator.estimators.bounds import bounds_from_noisy_counts
 from dpcurator.query.backends import Backend, open_backend
+from dpcurator.query.backends.base import check_plan
 from dpcurator.query.builder import Query
 from dpcurator.query.ir import AggregatePlan, ExactResult
 from dpcurator.query.planner import Plan, plan_bounds, plan_query, precomputed_columns
@@ -340,6 +341,27 @@ class Session:
         with self._lock:
             self._metadata = self._metadata.with_bounds(plan.column, lower, upper)
         return lower, upper
+
+    def compute_exact(
+        self, plans: Sequence[AggregatePlan], event: PrivacyEvent, *, description: str
+    ) -> list[ExactResult]:
+        """Charge ``event`` once, then compute the EXACT aggregates of ``plans``.
+
+        For non-interactive releases that add their own noise (:mod:`dpcurator.synth`): the
+        caller derives ``event`` from public inputs and must not release the results without
+        noise. Each plan is checked against the table first (free); after the charge any failure
+        is ``BackendError(ENGINE_FAILURE_MESSAGE)``, as in :meth:`release`.
+        """
+        for exact in plans:
+            check_plan(exact, self._metadata.column_types())
+        reservation = self._filter.reserve(event, description=description)
+        reservation.commit()
+        return _after_charge(lambda: [self._compute(exact) for exact in plans])
+
+    @property
+    def rng(self) -> Rng | None:
+        """The session's randomness source (None: the process-wide SecureRng)."""
+        return self._rng
 
     def close(self) -> None:
         """Close the engine."""

@@ -1,0 +1,96 @@
+"""Exact marginals computed by the session's engine, and their noisy measurements.
+
+A marginal over a clique of columns is one GROUP BY query with public group keys (every cell of
+the public domain, :mod:`dpcurator.synth.domain`) and one ``count`` per group, built as an
+:class:`~dpcurator.query.ir.AggregatePlan` and run by the session's engine (DuckDB, Polars,
+Spark, memory): a large table never enters pandas, only the cell counts come back. User-level
+contribution bounding applies as for any grouped query: each person keeps at most ``g =
+max_groups_per_person`` cells of each marginal and ``r = max_rows_per_person`` rows in each.
+
+Sensitivities of one marginal's count vector (add/remove one person): L1 = r·g', L2 = r·sqrt(g')
+with g' = min(g, cells) (each kept row moves one count by one). Row-level privacy is r = g = 1.
+
+The charge is one event, derived from public inputs before any data is read, reserved through
+the session's budget filter (:meth:`~dpcurator.query.session.Session.compute_exact`); the
+engine runs after it, and nothing leaves this module without noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+
+from dpcurator.accounting.events import PrivacyEvent
+from dpcurator.core.numbers import fraction_up
+from dpcurator.query import ir
+from dpcurator.query.session import Session
+from dpcurator.synth.domain import Clique, SynthDomain
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """How much one person can move a marginal: ``rows`` per cell, in at most ``groups`` cells."""
+
+    rows: int
+    groups: int
+
+    @classmethod
+    def of(cls, session: Session) -> Contribution:
+        """The session metadata's declared limits (r, g)."""
+        metadata = session.metadata
+        return cls(metadata.max_rows_per_person, metadata.max_groups_per_person)
+
+    def l1(self, cells: int) -> int:
+        """L1 sensitivity of a marginal of ``cells`` cells: r·min(g, cells)."""
+        return self.rows * min(self.groups, cells)
+
+    def l2(self, cells: int) -> Fraction:
+        """L2 sensitivity r·sqrt(min(g, cells)), exact when the root is, else rounded up."""
+        groups = min(self.groups, cells)
+        root = math.isqrt(groups)
+        if root * root == groups:
+            return Fraction(self.rows * root)
+        return fraction_up(self.rows * math.sqrt(groups))
+
+
+def marginal_plan(session: Session, domain: SynthDomain, clique: Clique) -> ir.AggregatePlan:
+    """The GROUP BY plan of one marginal: every public cell a group, one count each."""
+    domain.check_marginal(clique)
+    metadata = session.metadata
+    return ir.AggregatePlan(
+        table=metadata.table,
+        aggregates=(ir.ExactAggregate("n", "count"),),
+        group_by=tuple(domain.column(name).group_column() for name in clique),
+        group_keys=domain.group_keys(clique),
+        bound=metadata.contribution_bound,
+    )
+
+
+def exact_marginals(
+    session: Session,
+    domain: SynthDomain,
+    cliques: Sequence[Clique],
+    event: PrivacyEvent,
+    *,
+    description: str,
+) -> dict[Clique, npt.NDArray[np.int64]]:
+    """Charge ``event`` (once), then the EXACT count array (shape: the clique's codes) of each
+    clique, computed by the session's engine. The caller must add noise before releasing."""
+    plans = [marginal_plan(session, domain, clique) for clique in cliques]
+    results = session.compute_exact(plans, event, description=description)
+    marginals: dict[Clique, npt.NDArray[np.int64]] = {}
+    for clique, plan, result in zip(cliques, plans, results, strict=True):
+        assert plan.group_keys is not None  # marginal plans always have public keys
+        index = {key: i for i, key in enumerate(plan.group_keys)}
+        counts = np.zeros(len(plan.group_keys), dtype=np.int64)
+        for key, values in result.groups.items():
+            cell = index.get(tuple(key))
+            if cell is not None:  # total: an unexpected group is ignored, never an error
+                counts[cell] = int(values.get("n", 0))  # type: ignore[call-overload]
+        marginals[clique] = counts.reshape(domain.shape(clique))
+    return marginals
