@@ -12,7 +12,7 @@ The names most users need are exported here; everything else lives in the subpac
 >>> s = dpc.Session.from_data(frame, metadata=meta, budget=dpc.Budget(1.0), rng=SeededRng(0))
 >>> r = s.sql("SELECT g, COUNT(*) AS n FROM t GROUP BY g", epsilon=0.5)
 >>> list(r.to_pandas()["g"]), str(s.remaining())
-(['a', 'b'], 'ε=0.5')
+(['a', 'b'], 'remaining: ε = 0.5')
 """
 
 from __future__ import annotations
