@@ -231,7 +231,7 @@ def test_histogram_chart_has_axes_labels_and_the_ci_level(console: Console, page
     expect(chart.locator("text.label")).to_have_text(["north", "south", "east", "west"])
     assert chart.locator("text.tick").count() >= 3
     expect(chart.locator("line.cap")).to_have_count(8)
-    expect(chart.locator("text.legend")).to_contain_text("95% confidence intervals")
+    expect(page.locator("#result .chart-note")).to_contain_text("95% confidence intervals")
     expect(page.locator("#result thead")).to_contain_text("95% CI")
     expect(page.locator("#result .release-note")).to_contain_text("95% confidence intervals")
 

@@ -4,6 +4,7 @@
 "use strict";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
+const TICK_FORMAT = new Intl.NumberFormat("en", { notation: "compact", maximumFractionDigits: 2 });
 
 function clearResult() {
   $("result").replaceChildren();
@@ -14,9 +15,12 @@ function clearEstimate() {
 }
 
 // Show released results ([{sql, release}]: one for a query, several for a published batch).
+// Charts are drawn once on the page, at the width they get there.
 function showResults(caption, results, stem) {
-  $("result").replaceChildren(el("p", caption, "result-caption"), ...results.map((r, i) =>
-    releaseBlock(r.sql, r.release, results.length > 1 ? `${stem}-${i + 1}` : stem)));
+  const blocks = results.map((r, i) =>
+    releaseBlock(r.sql, r.release, results.length > 1 ? `${stem}-${i + 1}` : stem));
+  $("result").replaceChildren(el("p", caption, "result-caption"), ...blocks.map((b) => b.block));
+  for (const b of blocks) b.draw();
 }
 
 function hasCi(estimate) {
@@ -45,8 +49,7 @@ function releaseBlock(sql, release, stem) {
     block.append(label);
   }
   block.append(chart);
-  drawChart(chart, release, columns[0]);
-  return block;
+  return { block, draw: () => drawChart(chart, release, columns[0]) };
 }
 
 function releaseTable(release, level) {
@@ -139,7 +142,8 @@ function chartSeries(release, column) {
   }
   const [row] = release.rows;
   return {
-    bars: release.value_columns.map((c) => ({ label: c, ...row.values[c] })),
+    // A bin's column is the histogram's name and the bin's range: label the bars by the range.
+    bars: release.value_columns.map((c) => ({ label: c.replace(release.mechanisms[0].column, "").trim(), ...row.values[c] })),
     xTitle: `${release.mechanisms[0].column} (bins)`,
     yTitle: "count",
   };
@@ -152,7 +156,8 @@ function niceTicks(lo, hi, count) {
   const magnitude = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 5, 10].map((m) => m * magnitude).find((s) => s >= raw);
   const ticks = [];
-  for (let i = Math.floor(lo / step); i <= Math.ceil(hi / step); i += 1) {
+  const first = Math.floor(lo / step), last = Math.max(Math.ceil(hi / step), first + 1);
+  for (let i = first; i <= last; i += 1) {
     ticks.push(Number((i * step).toPrecision(12)));
   }
   return ticks;
@@ -166,7 +171,8 @@ function drawChart(container, release, column) {
   const ends = bars.flatMap((b) => [b.value, hasCi(b) ? b.ci_low : b.value, hasCi(b) ? b.ci_high : b.value]);
   const ticks = niceTicks(Math.min(0, ...ends), Math.max(0, ...ends), 5);
   const bottom = ticks[0], top = ticks[ticks.length - 1];
-  const width = 600, height = 300, left = 70, right = 10, above = 12, below = 58;
+  const width = Math.min(900, Math.max(300, container.clientWidth || 600));
+  const height = 280, left = 62, right = 8, above = 12, below = 50;
   const slot = (width - left - right) / bars.length;
   const y = (v) => above + (height - above - below) * (top - v) / (top - bottom);
   const svg = document.createElementNS(SVG_NS, "svg");
@@ -182,10 +188,11 @@ function drawChart(container, release, column) {
   };
   for (const t of ticks) {
     add("line", { class: "grid", x1: left, x2: width - right, y1: y(t), y2: y(t) });
-    add("text", { class: "tick", x: left - 6, y: y(t) + 4, "text-anchor": "end" }, fmt(t));
+    add("text", { class: "tick", x: left - 6, y: y(t) + 4, "text-anchor": "end" }, TICK_FORMAT.format(t));
   }
   add("line", { class: "axis", x1: left, x2: left, y1: y(top), y2: y(bottom) });
   const maxChars = Math.max(3, Math.floor(slot / 7));
+  const fit = (text, chars) => (text.length > chars ? `${text.slice(0, chars - 1)}…` : text);
   bars.forEach((b, i) => {
     const x = left + i * slot + slot * 0.15, w = slot * 0.7, mid = x + w / 2;
     const bar = add("rect", { class: "bar", x, width: w, y: Math.min(y(b.value), y(0)), height: Math.abs(y(0) - y(b.value)) });
@@ -197,16 +204,15 @@ function drawChart(container, release, column) {
         add("line", { class: "cap", x1: mid - w / 4, x2: mid + w / 4, y1: y(end), y2: y(end) });
       }
     }
-    const label = b.label.length > maxChars ? `${b.label.slice(0, maxChars - 1)}…` : b.label;
-    add("text", { class: "label", x: mid, y: y(bottom) + 16, "text-anchor": "middle" }, label);
+    add("text", { class: "label", x: mid, y: y(bottom) + 16, "text-anchor": "middle" }, fit(b.label, maxChars));
   });
   add("line", { class: "axis", x1: left, x2: width - right, y1: y(0), y2: y(0) });
-  add("text", { class: "axis-title", x: left + (width - left - right) / 2, y: height - 24, "text-anchor": "middle" }, xTitle);
+  add("text", { class: "axis-title", x: left + (width - left - right) / 2, y: height - 8, "text-anchor": "middle" },
+    fit(xTitle, Math.floor((width - left) / 8)));
   add("text", { class: "axis-title", x: 0, y: 0, "text-anchor": "middle",
-    transform: `translate(14 ${(above + height - below) / 2}) rotate(-90)` }, yTitle);
-  add("text", { class: "legend", x: width - right, y: height - 4, "text-anchor": "end" },
-    `bars: noisy ${yTitle}; whiskers: ${level} confidence intervals`);
-  container.append(svg);
+    transform: `translate(14 ${(above + height - below) / 2}) rotate(-90)` }, fit(yTitle, Math.floor((height - below) / 8)));
+  container.append(svg, el("p", `Bars: noisy ${yTitle} by ${xTitle}; whiskers: ${level} confidence intervals.`,
+    "chart-note"));
 }
 
 // ---- estimate -----------------------------------------------------------------------------
