@@ -88,15 +88,24 @@ def console(tmp_path: Path) -> Iterator[Console]:
 
 @pytest.fixture
 def page() -> Iterator[Page]:
-    """A headless Chromium page (downloads allowed)."""
+    """A headless Chromium page (downloads allowed); the test fails on any uncaught script
+    error or CSP violation on it."""
     if not CHROMIUM.exists():
         pytest.skip("Chromium is not installed at /usr/bin/chromium")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM), headless=True, args=ARGS
         )
-        yield browser.new_page(accept_downloads=True)
+        page = browser.new_page(accept_downloads=True)
+        faults: list[str] = []  # uncaught script errors and Content-Security-Policy violations
+        page.on("pageerror", lambda error: faults.append(str(error)))
+        page.on(
+            "console",
+            lambda m: faults.append(m.text) if "Content Security Policy" in m.text else None,
+        )
+        yield page
         browser.close()
+        assert faults == []
 
 
 def sign_in(page: Page, console: Console, token: str, who: str) -> None:
@@ -319,6 +328,7 @@ def test_owner_history_names_analysts_and_renders_batches(console: Console, page
     expect(rows.nth(1).locator("td").nth(2)).to_have_text("alice")
     expect(rows.nth(0).locator("ol.batch li")).to_have_text(batch)
     expect(history).not_to_contain_text('["SELECT')
+    expect(page.locator("#app")).not_to_contain_text("Invalid Date")  # offset-aware timestamps
 
     rows.nth(0).locator("button.open").click()
     expect(page.locator("#result .release")).to_have_count(2)
