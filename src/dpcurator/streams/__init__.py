@@ -1,0 +1,16 @@
+"""Private statistics of streams (issue 16, part 3).
+
+* :class:`ContinualSum` — running counts and bounded sums released after every event by the
+  binary tree mechanism (Dwork, Naor, Pitassi & Rothblum 2010; Chan, Shi & Song 2011), event-level
+  ε-DP with error polylogarithmic in the horizon.
+* :class:`PanPrivateDensity` — the fraction of a public universe of users that appeared, with an
+  internal state that is itself ε-DP (Dwork, Naor, Pitassi, Rothblum & Yekhanin 2010), persisted
+  as that private state only.
+"""
+
+from __future__ import annotations
+
+from dpcurator.streams.pan_private import DensityEstimate, PanPrivateDensity
+from dpcurator.streams.tree import ContinualSum, sum_of_laplace_halfwidth
+
+__all__ = ["ContinualSum", "DensityEstimate", "PanPrivateDensity", "sum_of_laplace_halfwidth"]
