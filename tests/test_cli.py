@@ -214,7 +214,8 @@ def test_worker_processes_share_the_ledger_without_overspending_or_running_twice
         for thread in threads:
             thread.join()
         assert statuses.count(200) >= 10
-        assert set(statuses) <= {200, 409}
+        # beyond the answers the budget allows: refusals (409), then rate-limited refusals (429)
+        assert set(statuses) <= {200, 409, 429}
         for answers in by_key.values():  # one charge per key; a second copy: same answer or 409
             released = {charge for status, charge in answers if status == 200}
             assert len(released) <= 1
