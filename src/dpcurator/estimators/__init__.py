@@ -5,12 +5,14 @@ sample-and-aggregate, DP MLE, linear regression), each returning an :class:`Esti
 from __future__ import annotations
 
 from dpcurator.estimators.bounds import LogBins, bounds_from_noisy_counts, detection_threshold
+from dpcurator.estimators.clipping import ClippingBias
 from dpcurator.estimators.hypothesis_tests import (
     HypothesisTestResult,
     difference_of_means_test,
     goodness_of_fit_test,
     independence_test,
 )
+from dpcurator.estimators.logistic import logistic_regression
 from dpcurator.estimators.mle import MODELS, Model, dp_mle, dp_mle_sufficient
 from dpcurator.estimators.ptr import ptr_iqr, ptr_median
 from dpcurator.estimators.quantiles import (
@@ -28,6 +30,7 @@ from dpcurator.estimators.smooth import smooth_median, smooth_sensitivity_releas
 
 __all__ = [
     "MODELS",
+    "ClippingBias",
     "Covers",
     "Estimate",
     "HypothesisTestResult",
@@ -43,6 +46,7 @@ __all__ = [
     "goodness_of_fit_test",
     "independence_test",
     "linear_regression",
+    "logistic_regression",
     "ptr_iqr",
     "ptr_median",
     "quantile_mechanism",

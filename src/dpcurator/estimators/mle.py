@@ -15,6 +15,8 @@ Two routes:
   sufficient statistics (n, Σx[, Σx²]) of values clamped to public [lower, upper] get Laplace
   noise (L1 sensitivity 1 + B [+ B²], B = max(|lower|, |upper|): ε-DP), and the MLE is computed
   from them (post-processing). NR when the noisy count is below 2 (decided on the noisy value).
+  With ``clipping_share`` > 0 that share of ε releases the share of values clamping changed
+  (:mod:`dpcurator.estimators.clipping`, composed) as the release's ``clipping``.
 
 Intervals cover the population parameter (noise + sampling): for :func:`dp_mle` the noise
 interval at α/2 widened by z_{1-α/4}·sqrt(I(θ̂)⁻¹/ñ) at the released θ̂ and count (a union
@@ -28,7 +30,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import optimize
@@ -37,6 +39,7 @@ from scipy.special import ndtri
 from dpcurator._validation import check_positive, check_probability, fail
 from dpcurator.core.measures import PureDP
 from dpcurator.core.numbers import to_fraction
+from dpcurator.estimators.clipping import clipping_pure, outside
 from dpcurator.estimators.release import (
     Covers,
     Estimate,
@@ -217,11 +220,13 @@ def dp_mle_sufficient(
     lower: float,
     upper: float,
     alpha: float = 0.05,
+    clipping_share: float = 0.0,
     rng: Rng | None = None,
 ) -> Estimate:
     """ε-DP MLE of an exponential family from noisy sufficient statistics (module docstring).
 
     ``lower``/``upper`` bound the DATA values (public); NaN counts as ``lower``.
+    ``clipping_share`` of ε (default 0: none) pays for the clipping report.
     """
     owner = "dp_mle_sufficient"
     if model not in MODELS:
@@ -229,17 +234,22 @@ def dp_mle_sufficient(
     low, high = check_bounds(owner, lower, upper)
     eps = to_fraction(check_positive(owner, "epsilon", epsilon))
     level = float(check_probability(owner, "alpha", alpha, open_low=True, open_high=True))
-    x = as_float_array(owner, "data", data, ndim=1)
-    x = np.where(np.isnan(x), low, np.clip(x, low, high))
+    clip = to_fraction(check_probability(owner, "clipping_share", clipping_share, open_high=True))
+    raw = as_float_array(owner, "data", data, ndim=1)
+    x = np.where(np.isnan(raw), low, np.clip(raw, low, high))
     bound = max(abs(low), abs(high))
     columns = [np.ones_like(x), x] + ([x**2] if model == "gaussian" else [])
     sensitivity = to_fraction(1 + bound + (bound**2 if model == "gaussian" else 0))
-    laplace = Laplace.for_epsilon_floats(eps, sensitivity, len(columns))
+    laplace = Laplace.for_epsilon_floats(eps * (1 - clip), sensitivity, len(columns))
     source = rng or default_rng()
     stats = noisy(laplace, laplace.scale, [float(np.sum(c)) for c in columns], source)
     method = f"DP MLE from noisy sufficient statistics, {model}"
+    report = None
+    if clip > 0:
+        below, above = outside(raw, low, high)
+        report = clipping_pure(below, above, epsilon=eps * clip, rng=source, alpha=level)
     if stats[0] < 2:
-        return no_reply(PureDP(eps), method, level)
+        return replace(no_reply(PureDP(eps), method, level), clipping=report)
     theta = _from_stats(model, stats, low, high)
     mean, cov = _moments(model, theta)
     count = int(stats[0])
@@ -253,5 +263,6 @@ def dp_mle_sufficient(
     boot = _from_stats(model, simulated, low, high)
     q_low, q_high = np.quantile(boot - theta, [level / 2, 1 - level / 2], axis=0)
     return Estimate(
-        theta, theta - q_high, theta - q_low, Covers.NOISE_AND_SAMPLING, level, PureDP(eps), method
-    )
+        theta, theta - q_high, theta - q_low, Covers.NOISE_AND_SAMPLING, level, PureDP(eps), method,
+        report,
+    )  # fmt: skip

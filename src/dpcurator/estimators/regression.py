@@ -19,14 +19,16 @@ a finite answer, and a noisy count below p + 1 gives NR (decided on the noisy va
 **Intervals** (noise + sampling): a parametric bootstrap (Ferrando, Wang & Sheldon 2022) holding
 the released design fixed, drawing Uᵀv from its sampling distribution N(UᵀU θ̂, σ̂²UᵀU) at the
 fitted residual variance, adding fresh privacy noise of the released scales and refitting; the
-interval is the basic bootstrap interval in the original units. Clamping bias is not included.
+interval is the basic bootstrap interval in the original units. Clamping bias is not included
+in the interval; with ``clipping_share`` > 0 that share of ρ releases the share of rows clamping
+changed (:mod:`dpcurator.estimators.clipping`, ρ-zCDP, composed) as the release's ``clipping``.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -35,6 +37,7 @@ from scipy.special import ndtri
 from dpcurator._validation import check_positive, check_probability, fail
 from dpcurator.core.measures import ZCDP
 from dpcurator.core.numbers import to_fraction
+from dpcurator.estimators.clipping import clipping_zcdp, outside
 from dpcurator.estimators.release import (
     Covers,
     Estimate,
@@ -99,10 +102,14 @@ class Scaling:
 
     @classmethod
     def of(
-        cls, d: int, x_bounds: tuple[object, object], y_bounds: tuple[object, object], fit: bool
+        cls,
+        d: int,
+        x_bounds: tuple[object, object],
+        y_bounds: tuple[object, object],
+        fit: bool,
+        owner: str = "linear_regression",
     ) -> Scaling:
-        """Validate the public bounds of ``d`` columns and of y."""
-        owner = "linear_regression"
+        """Validate the public bounds of ``d`` columns and of y (errors name ``owner``)."""
         low = np.broadcast_to(np.asarray(x_bounds[0], np.float64), (d,))
         high = np.broadcast_to(np.asarray(x_bounds[1], np.float64), (d,))
         if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(low < high)):
@@ -185,12 +192,14 @@ def linear_regression(
     fit_intercept: bool = True,
     alpha: float = 0.05,
     eigen_share: float = 0.1,
+    clipping_share: float = 0.0,
     rng: Rng | None = None,
 ) -> Estimate:
     """ρ-zCDP least squares of ``y`` on ``X`` (numpy / pandas / Polars) with public bounds.
 
     Returns (intercept, coefficients...) when ``fit_intercept``, else the coefficients, with
-    noise + sampling intervals (module docstring). ``eigen_share`` of ρ pays for the ridge.
+    noise + sampling intervals (module docstring). ``eigen_share`` of ρ pays for the ridge,
+    ``clipping_share`` of ρ (default 0: none) for the clipping report.
     """
     owner = "linear_regression"
     design = as_float_array(owner, "X", X, ndim=2)
@@ -202,20 +211,28 @@ def linear_regression(
     total = to_fraction(check_positive(owner, "rho", rho))
     share = to_fraction(check_probability(owner, "eigen_share", eigen_share, open_low=True))
     level = float(check_probability(owner, "alpha", alpha, open_low=True, open_high=True))
+    clip = to_fraction(check_probability(owner, "clipping_share", clipping_share, open_high=True))
     p = d + 1 if fit_intercept else d
     first = 0 if fit_intercept else 1
     source = rng or default_rng()
     size = d + 2
-    gram_mech = gaussian_for_floats(total * (1 - share), Fraction(size), size * (size + 1) // 2)
-    eigen_mech = gaussian_for_floats(total * share, Fraction(d + 1), 1)
+    fit_rho = total * (1 - clip)
+    gram_mech = gaussian_for_floats(fit_rho * (1 - share), Fraction(size), size * (size + 1) // 2)
+    eigen_mech = gaussian_for_floats(fit_rho * share, Fraction(d + 1), 1)
     z = scaling.rows(design, target)
     exact = z.T @ z
     smallest = float(np.linalg.eigvalsh(exact[first : d + 1, first : d + 1])[0])
     gram = _symmetric(noisy(gram_mech, gram_mech.sigma, exact[np.triu_indices(size)], source), size)
     eigen = float(noisy(eigen_mech, eigen_mech.sigma, [smallest], source)[0])
     method = "DP linear regression (AdaSSP, Wang 2018; zCDP)"
+    report = None
+    if clip > 0:
+        rows = np.column_stack([design, target])
+        below, above = outside(rows, np.append(scaling.x_low, scaling.y_low), np.append(
+            scaling.x_high, scaling.y_high))  # fmt: skip
+        report = clipping_zcdp(below, above, rho=total * clip, rng=source, alpha=level)
     if gram[0, 0] < p + 1:
-        return no_reply(ZCDP(total), method, level)
+        return replace(no_reply(ZCDP(total), method, level), clipping=report)
     eigen_low = max(eigen - float(eigen_mech.sigma) * float(ndtri(1 - RIDGE_ETA)), 0.0)
     spread = 2 * math.sqrt(p) + math.sqrt(2 * math.log(1 / RIDGE_ETA))
     ridge = max(0.0, float(gram_mech.sigma) * spread - eigen_low)
@@ -224,5 +241,6 @@ def linear_regression(
     boot = _bootstrap(gram, b, ridge, gram_mech, scaling=scaling, rng=source)
     q_low, q_high = np.quantile(scaling.original(boot) - theta, [level / 2, 1 - level / 2], axis=0)
     return Estimate(
-        theta, theta - q_high, theta - q_low, Covers.NOISE_AND_SAMPLING, level, ZCDP(total), method
-    )
+        theta, theta - q_high, theta - q_low, Covers.NOISE_AND_SAMPLING, level, ZCDP(total), method,
+        report,
+    )  # fmt: skip

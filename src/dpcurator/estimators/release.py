@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +26,9 @@ from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
 from dpcurator.mechanisms import Gaussian
 from dpcurator.mechanisms._grid import grid_exponent
 from dpcurator.random import Rng
+
+if TYPE_CHECKING:
+    from dpcurator.estimators.clipping import ClippingBias
 
 FloatArray = npt.NDArray[np.float64]
 Cost = PureDP | ApproxDP | ZCDP
@@ -51,6 +54,9 @@ class Estimate:
         alpha: the interval's nominal miscoverage.
         cost: the privacy cost of the whole release (NR included: the test was paid for).
         method: a short name of the algorithm and paper.
+        clipping: when the estimator was asked for it, a DP estimate of the share of rows
+            clamping to the public bounds changed (:class:`~dpcurator.estimators.clipping.
+            ClippingBias`, its cost included in ``cost``); None otherwise.
     """
 
     value: FloatArray | None
@@ -60,6 +66,7 @@ class Estimate:
     alpha: float
     cost: Cost
     method: str
+    clipping: ClippingBias | None = None
 
     @property
     def replied(self) -> bool:

@@ -118,6 +118,12 @@ def default_blocks(noisy_count: int) -> int:
     return max(1, round(blocks))
 
 
+def noisy_people(rows: int, person: object, epsilon: Fraction, rng: Rng) -> int:
+    """The ε-DP (Laplace, sensitivity 1) number of persons (of rows when ``person`` is None)."""
+    people = rows if person is None else len(set(np.asarray(person).tolist()))
+    return int(Laplace.for_epsilon(epsilon, 1).release_integers([people], rng)[0])
+
+
 def sample_and_aggregate_with_count(
     estimator: BlockEstimator,
     data: object,
@@ -152,9 +158,7 @@ def sample_and_aggregate_with_count(
     if blocks is None:
         eps_count = Fraction(float_down(eps * share))
         eps_mean = eps - eps_count
-        people = table.shape[0] if person is None else len(set(np.asarray(person).tolist()))
-        mech = Laplace.for_epsilon(eps_count, 1)
-        count = int(mech.release_integers([people], source)[0])
+        count = noisy_people(table.shape[0], person, eps_count, source)
         blocks = default_blocks(count)
     ids = block_ids(table.shape[0], blocks, person, source)
     estimates = block_estimates(estimator, table, ids, blocks, box)
