@@ -1,0 +1,97 @@
+"""SuLQ mining on noisy aggregates (dpcurator.mining): recovery on well-separated synthetic data
+at large ε (a mutant that skips the noisy updates loses), exact costs, and clamped inputs."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dpcurator.errors import ParameterError
+from dpcurator.mechanisms import Laplace
+from dpcurator.mining import ID3, PCA, GaussianNB, KMeans
+from dpcurator.random import SeededRng
+
+TRUE_CENTRES = np.array([[-6.0, -6.0], [0.0, 6.0], [6.0, -2.0]])
+BOUNDS = ([-10.0, -10.0], [10.0, 10.0])
+
+
+def _blobs(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic blobs around TRUE_CENTRES (spread +-1 by a fixed quasi-random pattern)."""
+    labels = np.arange(n) % 3
+    wiggle = np.stack([np.sin(np.arange(n) * 1.7 + seed), np.cos(np.arange(n) * 2.3 + seed)], 1)
+    return TRUE_CENTRES[labels] + wiggle, labels
+
+
+def test_kmeans_recovers_separated_centres_at_large_epsilon() -> None:
+    X, _ = _blobs(3000, 0)
+    init = np.array([[-1.0, -1.0], [0.0, 1.0], [1.0, -0.5]])
+    model = KMeans(3, epsilon=50, bounds=BOUNDS, iterations=5, init=init).fit(X, SeededRng(1))
+    assert model.cluster_centers_ is not None
+    found = model.cluster_centers_[np.argsort(model.cluster_centers_[:, 0])]
+    np.testing.assert_allclose(found, TRUE_CENTRES, atol=0.2)
+    assert model.n_iter_ == 5
+
+
+def test_kmeans_cost_is_the_hand_computation() -> None:
+    model = KMeans(3, epsilon=1, bounds=BOUNDS, iterations=4)
+    model.fit(_blobs(300, 1)[0], SeededRng(2))
+    per_step = Fraction(1, 8)  # ε / iterations / 2 for the counts and for the sums
+    assert model.count_mechanism.scale == 1 / per_step
+    sums = Laplace.for_epsilon_floats(per_step, 20, 2)  # Σ (upper - lower) / 2 = 20
+    assert model.sum_mechanism == sums
+    expected = 4 * (per_step + sums.epsilon_for_floats(20, 2))
+    assert model.epsilon_spent_ == expected
+    assert expected <= 1
+
+
+def test_pca_finds_the_dominant_direction_at_large_epsilon() -> None:
+    t = np.linspace(-1, 1, 4000)
+    direction = np.array([3.0, 4.0, 0.0]) / 5
+    X = 5 * t[:, None] * direction + 0.05 * np.stack([np.sin(9 * t), np.cos(7 * t), t**2], 1)
+    bounds = ([-6.0] * 3, [6.0] * 3)
+    model = PCA(1, epsilon=100, bounds=bounds).fit(X, SeededRng(3))
+    assert model.components_ is not None
+    assert abs(float(model.components_[0] @ direction)) > 0.99
+    assert model.transform(X).shape == (4000, 1)
+    assert model.epsilon_spent_ <= 100
+    assert model.epsilon_spent_ == (
+        model.count_mechanism.epsilon(1)
+        + model.sum_mechanism.epsilon_for_floats(18, 3)  # Σ r_j = 3 x 6
+        + model.moment_mechanism.epsilon_for_floats(6 * 36, 6)  # 6 upper entries of r r^T
+    )
+
+
+def test_naive_bayes_classifies_separated_classes_at_large_epsilon() -> None:
+    X, y = _blobs(3000, 4)
+    model = GaussianNB(epsilon=50, bounds=BOUNDS, classes=[0, 1, 2]).fit(X, y, SeededRng(5))
+    test_X, test_y = _blobs(600, 9)
+    assert float(np.mean(model.predict(test_X) == test_y)) > 0.99
+    assert model.theta_ is not None
+    np.testing.assert_allclose(model.theta_, TRUE_CENTRES, atol=0.2)
+    assert model.epsilon_spent_ <= 50
+
+
+def test_id3_learns_a_two_level_rule_at_large_epsilon() -> None:
+    codes = np.array([[a, b, c] for a in range(3) for b in range(2) for c in range(2)] * 300)
+    labels = ((codes[:, 0] == 2) | (codes[:, 1] == 1)).astype(np.int64)  # c is irrelevant
+    model = ID3(epsilon=100, values=[3, 2, 2], classes=2, max_depth=2).fit(
+        codes, labels, SeededRng(6)
+    )
+    np.testing.assert_array_equal(model.predict(codes), labels)
+    assert model.root_ is not None and model.root_.attribute in (0, 1)
+    assert model.n_iter_ == 3
+    assert model.epsilon_spent_ == 100  # three levels of 100 / 3, split evenly within a node
+
+
+def test_inputs_are_clamped_not_refused_and_shapes_are_checked() -> None:
+    X = np.array([[np.nan, 1e300], [-np.inf, 0.0]])
+    model = KMeans(1, epsilon=1000, bounds=BOUNDS, iterations=1, init=[[0.0, 0.0]])
+    model.fit(X, SeededRng(7))
+    assert model.cluster_centers_ is not None
+    np.testing.assert_allclose(model.cluster_centers_, [[-5.0, 5.0]], atol=0.05)
+    with pytest.raises(ParameterError, match=r"'X'.*2 columns"):
+        model.fit(np.zeros((3, 3)), SeededRng(7))
+    with pytest.raises(ParameterError, match=r"'bounds'.*upper > lower"):
+        PCA(1, epsilon=1, bounds=([0.0], [0.0]))
