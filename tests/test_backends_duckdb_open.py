@@ -1,18 +1,26 @@
-"""Opening a table on DuckDB reports its progress (large tables take seconds to minutes)."""
+"""Opening a table on DuckDB reports its progress (large tables take seconds to minutes), and a
+user-level table's bounding columns are computed by the first plan that reads them."""
 
 from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 
 import pytest
 
 from dpcurator.query.backends.duckdb import DuckDBBackend
 from dpcurator.query.ir import (
+    AggregatePlan,
     BoundingColumn,
+    Col,
+    Compare,
     ContributionBound,
+    ExactAggregate,
     FixedPointColumn,
+    GroupColumn,
     KeyCodeColumn,
+    Lit,
     PrecomputedColumns,
 )
 
@@ -46,6 +54,46 @@ def test_opening_logs_each_step_with_its_time(
         done = [line for line in lines if step in line and "done in" in line]
         assert len(done) == 1, lines
         assert re.search(r"done in \d+\.\d\d s\.$", done[0]), lines
-    assert ("bounding" in lines[0]) is bounded
+    assert "bounding" not in lines[0]  # computed on first use (test below)
     assert "key-code" in lines[0]
     assert "fixed-point" in lines[0]
+
+
+def test_bounding_columns_are_computed_by_their_first_plan(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Opening a user-level table sorts nothing for its bounding columns: a filtered plan (which
+    cannot read them) leaves them absent, the first unfiltered plan of the column's shape adds
+    it (logged once), later ones reuse it, and every result equals query-time bounding (on data
+    within the bound; beyond it the conformance tests compare the engines)."""
+    bound = PRECOMPUTED.bounding[0].bound
+    source = {  # one row per person (within the bound): equal to query-time bounding
+        "x": [float(i % 7) for i in range(60)],
+        "g": ["a", "b", "c"] * 20,
+        "pid": [*range(59), None],
+    }
+    plan = AggregatePlan(
+        "t",
+        (ExactAggregate("n", "count"), ExactAggregate("s", "sum", Col("x"), 0.0, 10.0, 0.0)),
+        group_by=(GroupColumn("g", Col("g")),),
+        group_keys=(("a",), ("b",)),
+        bound=bound,
+    )
+    filtered = replace(plan, where=Compare(">", Col("x"), Lit(1.0)))
+    lazy = DuckDBBackend.from_source(source, table="t", precomputed=PRECOMPUTED)
+    windows = DuckDBBackend.from_source(
+        source, table="t", precomputed=PrecomputedColumns(key_codes=(KEYS,))
+    )
+    stored = lazy._connection.table("t").columns
+    assert not [name for name in stored if "bk" in name], stored
+    assert lazy.compute(filtered) == windows.compute(filtered)
+    assert not [name for name in lazy._connection.table("t").columns if "bk" in name]
+    with caplog.at_level(logging.INFO, logger="dpcurator.engine"):
+        first, again = lazy.compute(plan), lazy.compute(plan)
+    assert first == again == windows.compute(plan)
+    flags = [name for name in lazy._connection.table("t").columns if "bk" in name]
+    assert len(flags) == 1, flags
+    computed = [r.getMessage() for r in caplog.records if "bounding column" in r.getMessage()]
+    assert len(computed) == 2, computed  # its start and "done in"
+    lazy.close()
+    windows.close()

@@ -46,6 +46,7 @@ from dpcurator.query.backends.duckdb_query import (
     decode_groups,
     keys_after_grouping,
     paced,
+    precomputed_bounding,
     unbin,
 )
 from dpcurator.query.backends.duckdb_sql import CUBE_ROWS, SqlBuilder, quote
@@ -126,7 +127,6 @@ def _copy_step(hidden: Hidden, casts: Mapping[str, str]) -> str:
     parts = [f"{len(casts)} converted"] if casts else []
     parts += [f"{len(hidden.fixed_point)} fixed-point"] if hidden.fixed_point else []
     parts += [f"{len(hidden.key_codes)} key-code"] if hidden.key_codes else []
-    parts += [f"{len(hidden.bounding)} bounding"] if hidden.bounding else []
     made = f" with {', '.join(parts)} columns" if parts else ""
     return f"loading the private copy{made}"
 
@@ -179,6 +179,7 @@ class DuckDBBackend:
         self._queries: LruCache[AggregatePlan, _Built] = LruCache(256)
         self._hidden: dict[str, Hidden] = {}  # table -> its precomputed columns
         self._sizes: dict[str, int] = {}  # table -> rows of its materialised, private copy
+        self._flagged: set[str] = set()  # bounding columns computed so far (first use)
 
     @classmethod
     def from_source(
@@ -204,17 +205,20 @@ class DuckDBBackend:
         column) and bounding columns (specs naming absent columns are ignored) are computed once,
         which materialises the table in DuckDB's memory: a Parquet file or a frame is loaded, a
         given connection's table is copied into a private temporary table (memory: the table
-        once more, plus 1 to 8 bytes per row and precomputed column; time: one sort of the table
-        per bounding column). Pass none for data larger than memory.
+        once more, plus 1 to 8 bytes per row and precomputed column). Pass none for data larger
+        than memory.
 
         When precomputing pays: the fixed-point and key-code columns and the cube cost about one
         more pass over the table and make every row-level count and sum cheaper, so they pay
-        from the first few queries. Each bounding column costs about what one user-level query
-        that bounds its own rows costs (a sort of the table), and only unfiltered user-level
-        plans (ungrouped, or grouped by one public-key column with exactly its keys) read it: a
-        session that runs a few filtered user-level queries is faster without precomputing
-        (issue 17 measured 27.5 s against 14.6 s at 10^7 rows for one filtered query). Each step
-        of the open is logged with its time on ``dpcurator.engine`` (INFO).
+        from the first few queries. A bounding column is computed when the first plan that reads
+        it runs (an unfiltered user-level plan, ungrouped or grouped by one public-key column
+        with exactly its keys: see :meth:`_flag`), at about the cost of that one query bounding
+        its own rows (a sort of the table); later such plans read it with no window. So opening a
+        user-level table costs what opening a row-level one costs, and a session that runs only
+        filtered user-level queries never sorts for it (issue 17 measured 27.5 s against 14.6 s
+        at 10^7 rows for one filtered query when the columns were computed at open). Each step
+        of the open, and each bounding column, is logged with its time on ``dpcurator.engine``
+        (INFO).
         ``threads`` caps DuckDB's worker threads of a connection opened here (default: one per
         core), e.g. when several server processes share the cores.
         """
@@ -333,13 +337,6 @@ class DuckDBBackend:
                 )
             select = f"SELECT __dp_row.*, {', '.join(codes)} FROM ({select}) AS __dp_row"
             select += "".join(joins)
-        if hidden.bounding:  # ranked over the converted and coded columns
-            row = [quote(name) for name in types]
-            ranked = ", ".join(
-                f"{translator.bounding(spec, row, self._code(hidden, spec))} AS {quote(name)}"
-                for name, spec in hidden.bounding
-            )
-            select = f"SELECT *, {ranked} FROM ({select})"
         select += _clustering(hidden)
         kind = "TEMPORARY TABLE" if temporary else "TABLE"
         try:
@@ -363,10 +360,37 @@ class DuckDBBackend:
                     raise cast_error("DuckDB", table, name, casts[name], types[name]) from exc
             raise
 
-    @staticmethod
-    def _code(hidden: Hidden, spec: BoundingColumn) -> str | None:
-        """The quoted key-code column of a bounding column's group (None when ungrouped)."""
-        return None if spec.group is None else quote(hidden.key_codes[spec.group.column][0])
+    def _flag(self, table: str, name: str, spec: BoundingColumn) -> None:
+        """Add the bounding column ``name`` to the private copy of ``table`` (once; the caller
+        holds the lock): FALSE everywhere, then TRUE on the rows that ``spec`` keeps, found by
+        the same one-sort ranking as a query's own bounding (:meth:`.SqlBuilder.bounding`, over
+        the converted columns and the key codes). An UPDATE keeps the copy's key-code clustering
+        and needs no second copy of the table.
+
+        Which plans trigger it, and when, depends on the plans and the metadata only
+        (:func:`~.duckdb_query.precomputed_bounding`); the rows kept are those the plan's own
+        windows would keep, so no result depends on whether the column was already there.
+        """
+        if name in self._flagged:
+            return
+        hidden = self._hidden[table]
+        copy = self._relations.get(table, table)
+        relation = quote(copy)
+        translator = SqlBuilder()
+        row = [quote(column) for column in self._types(copy)]  # the columns the copy was made of
+        code = None if spec.group is None else quote(hidden.key_codes[spec.group.column][0])
+        kept = translator.bounding(spec, row, code)
+        with _step(table, f"computing its bounding column {name} (first use)"):
+            self._connection.execute(
+                f"ALTER TABLE {relation} ADD COLUMN {quote(name)} BOOLEAN DEFAULT FALSE"
+            )
+            self._connection.execute(
+                f"UPDATE {relation} SET {quote(name)} = TRUE FROM (SELECT __dp_row FROM"
+                f" (SELECT rowid AS __dp_row, {kept} AS __dp_kept FROM {relation})"
+                f" WHERE __dp_kept) AS __dp_flags WHERE {relation}.rowid = __dp_flags.__dp_row",
+                translator.params,
+            )
+        self._flagged.add(name)
 
     def _types(self, relation: str) -> dict[str, str]:
         """Column types of ``relation``, without this backend's hidden columns."""
@@ -449,7 +473,10 @@ class DuckDBBackend:
         size = self._sizes.get(plan.table) if built.whole_table_count else None
         if size is not None:  # COUNT(*) of a table that cannot change: its known size
             return collect_rows(plan, [(size,) * (1 + len(plan.aggregates))])
+        bounding = precomputed_bounding(plan, self._hidden.get(plan.table, Hidden()))
         with self._lock:
+            if bounding is not None:
+                self._flag(plan.table, *bounding)
             rows = self._connection.execute(built.query, built.params).fetchall()
         if built.paced:
             rows = [row[:-1] for row in rows]

@@ -31,8 +31,9 @@ The bounding hash is DuckDB's ``hash(person, group key..., seed)`` for groups an
 ``hash(person, aggregated values..., seed)`` for rows (see :mod:`.memory` on why ties are harmless).
 User-level tables also get bounding columns (:class:`~dpcurator.query.ir.BoundingColumn`): one
 flag per row saying whether the bounding of an unfiltered plan, ungrouped or grouped by one
-public-key column, keeps it (one sort of the table each, when it is opened; rows are ordered by
-a hash of the whole row, which also depends on the person's own rows only). Such a plan reads the
+public-key column, keeps it (one sort of the table each, when the first plan that reads it
+runs; rows are ordered by a hash of the whole row, which also depends on the person's own rows
+only). Such a plan reads the
 flag, the fixed-point and the key-code columns, with no window at query time.
 """
 
