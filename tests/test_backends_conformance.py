@@ -94,6 +94,11 @@ def _with_nan() -> pa.Table:
 
 @pytest.fixture(scope="module")
 def tables(shared_data: Path) -> dict[str, pa.Table]:
+    return load_tables(shared_data)
+
+
+def load_tables(shared_data: Path) -> dict[str, pa.Table]:
+    """The conformance tables by name (also read by tests/spark_cluster_driver.py)."""
     pums = shared_data / "pums_smartnoise"
     adult = _adult(shared_data / "adult_uci" / "adult.data")
     row = pa.array(np.arange(adult.num_rows, dtype=np.int64))
