@@ -66,12 +66,13 @@ def test_row_level_count_sum_mean_sensitivities() -> None:
     query = qb.Query("t").agg(qb.count(), qb.sum_("age"), qb.mean("age"), qb.sum_("x"))
     plan = plan_query(query, ROW, epsilon=1)
     count, total, mean, float_sum = plan.outputs
-    third = Fraction(1, 4)
+    # weights (planner docstring): 1 per count and sum, 1 + q^(1/3) = 1.6934 for the mean (q = 1/3)
+    third = Fraction(10_000, 46_934)
     assert _parts(count) == [("count", 1, 0, third)]
     assert _parts(total) == [("sum", 100, 0, third)]  # integer column: grid 1, max |value| 100
-    # mean: centre 50, centred values in [-50, 50]: sensitivity 50; ε/2 each for count and sum
+    # mean: centre 50, centred values in [-50, 50]: sensitivity 50; count : sum = 0.6934 : 1
     assert mean.centre == 50.0
-    assert _parts(mean) == [("count", 1, 0, third / 2), ("sum", 50, 0, third / 2)]
+    assert _parts(mean) == [("count", 1, 0, Fraction(6_934, 46_934)), ("sum", 50, 0, third)]
     # float sum over [-1, 3]: grid 2^(floor(log2 3) - 20) = 2^-19, max |value| = 3 * 2^19 units
     assert _parts(float_sum) == [("sum", 3 * 2**19, -19, third)]
     assert float_sum.parts[0].laplace.scale == Fraction(3 * 2**19) / third
@@ -105,10 +106,11 @@ def test_user_level_grouped_sensitivities_use_min_of_groups_and_keys() -> None:
     by_sex = qb.Query("t").group_by("sex").agg(qb.count(), qb.sum_("income"), qb.count_persons())
     plan = plan_query(by_sex, USER, epsilon=3)
     count, total, persons = plan.outputs
-    # r = 2 rows per group, g = min(3 groups per person, 2 keys) = 2
-    assert _parts(count) == [("count", 4, 0, Fraction(1))]
-    assert _parts(total) == [("sum", 4 * 500000, 0, Fraction(1))]
-    assert _parts(persons) == [("count", 2, 0, Fraction(1))]
+    # r = 2 rows per group, g = min(3 groups per person, 2 keys) = 2; the distinct-person count
+    # has sensitivity g instead of r·g: weight (2/4)^(2/3) = 0.63 against 1 and 1
+    assert _parts(count) == [("count", 4, 0, Fraction(300, 263))]
+    assert _parts(total) == [("sum", 4 * 500000, 0, Fraction(300, 263))]
+    assert _parts(persons) == [("count", 2, 0, Fraction(189, 263))]
     assert plan.exact.bound == ir.ContributionBound("pid", 2, 2)
     by_region = qb.Query("t").group_by("region").agg(qb.count())
     (count,) = plan_query(by_region, USER, epsilon=1).outputs
@@ -141,16 +143,18 @@ def test_variance_parts_and_quantile_step() -> None:
         qb.Query("t").group_by("region").agg(qb.variance("age"), qb.median("age")), USER, epsilon=2
     )
     variance, median = plan.outputs
-    # count r·g = 6; centred sum 6·50; centred squares 6·2500; ε/3 each of a share of 1
+    # count r·g = 6; centred sum 6·50; centred squares 6·2500; weights (1-2q)^(2/3) = 0.4807,
+    # (4q)^(1/3) = 1.1006 and 1 (q = 1/3): the variance weighs 2.5813 against the median's 1
+    total = Fraction(35_813, 10_000)
     assert _parts(variance) == [
-        ("count", 6, 0, Fraction(1, 3)),
-        ("sum", 300, 0, Fraction(1, 3)),
-        ("sum_squares", 15000, 0, Fraction(1, 3)),
+        ("count", 6, 0, 2 * Fraction(4_807, 10_000) / total),
+        ("sum", 300, 0, 2 * Fraction(11_006, 10_000) / total),
+        ("sum_squares", 15000, 0, 2 / total),
     ]
     step = median.quantile
     assert step is not None
     assert (step.bins.lower, step.bins.upper, step.bins.bins) == (-0.5, 100.5, 101)
-    assert step.epsilon_per_group == Fraction(1, 3)  # share 1 over 3 groups per person
+    assert step.epsilon_per_group == 2 / total / 3  # its share over 3 groups per person
     assert step.rows_per_person == 2
 
 

@@ -5,13 +5,21 @@ contribution bounds, the sensitivities, the noise scales, the budget split, the 
 keys) follows from the query, the metadata and the requested budget. Errors raised here charge
 nothing.
 
-Budget split (documented default): the query's ε is divided among its aggregates in proportion to
-their ``weight`` (1 each by default, so equal shares); when group keys are not public, DP partition
-selection counts as one more share of weight ``selection_weight`` and uses all of δ. Within an
-aggregate: a mean spends half its share on the count and half on the sum; a variance or standard
-deviation a third each on count, sum and sum of squares; a quantile and a histogram their whole
-share. All mechanisms are pure ε-DP, so by basic composition the query is ε-DP (ε, δ with
-partition selection).
+Budget split (documented default, :mod:`dpcurator.query.split`): when keys are not public, DP
+partition selection takes the share ``selection_weight`` / (number of aggregates +
+``selection_weight``) of ε and all of δ. The rest is divided among the aggregates so as to minimise
+the total relative variance of the released values: aggregate i gets a share proportional to the
+cube root of its first-order variance coefficient (minimising Σ c_i/ε_i² under Σ ε_i = ε), which is
+1 for a count, a sum, a histogram and a quantile, 1 + q^(1/3) for a mean, and so on. Within a mean,
+the count and the sum split its share to minimise the delta-method variance of c + S/N,
+(2/N²)(Δ_S²/ε_S² + m²·Δ_N²/ε_N²), with the unknown centred mean m replaced by the public stand-in
+m² = q·h² (q = 1/3 for bounds symmetric about the centre: m uniform over them), so ε_S : ε_N =
+1 : q^(1/3) (59% : 41%); n drops out at first order, so no table size is assumed. A variance or
+standard deviation splits its share among count, sum and sum of squares by the same rule. When the
+analyst gives weights (any ``weight`` other than 1), the shares follow the weights instead; an
+accuracy-first query (:mod:`dpcurator.query.accuracy`) passes the exact ``shares``. All
+mechanisms are pure ε-DP, so by basic composition the query is ε-DP (ε, δ with partition
+selection).
 
 Sensitivities (add/remove one person, who contributes at most r = ``max_rows_per_person`` rows to
 each of at most g = ``max_groups_per_person`` groups; g = 1 for an ungrouped query and at most the
@@ -46,6 +54,7 @@ from dpcurator.query.builder import Aggregate, Query
 from dpcurator.query.histogram import histogram_cuts
 from dpcurator.query.limits import MAX_BOUND_MAGNITUDE, MAX_PUBLIC_GROUPS, exceeded
 from dpcurator.query.schema import Metadata
+from dpcurator.query.split import moment_weights, output_weight, reference_ratio, split
 from dpcurator.query.validation import check_epsilon, check_query
 
 #: Grid steps spanned by the largest bound of a float sum (see the module docstring).
@@ -274,8 +283,12 @@ def plan_query(
     epsilon: object,
     delta: object = 0,
     selection_weight: float = 1.0,
+    shares: Sequence[Fraction] | None = None,
 ) -> Plan:
     """Plan a query for release at (ε, δ): validate, bound, split the budget. Reads no data.
+
+    ``shares``: the exact ε of each aggregate in query order (they sum to ε less the partition
+    selection's share); default: the split of the module docstring.
 
     Every check happens here, before any charge: the query's limits, names and types
     (:func:`~dpcurator.query.validation.check_query`), the value bounds, and the mechanisms,
@@ -306,22 +319,23 @@ def plan_query(
         _check_selection_possible(groups, metadata, dlt)
     groups_per_person = _groups_per_person(metadata, bool(groups), keys)
     context = _Context(metadata, metadata.max_rows_per_person, groups_per_person, [0])
-    weights = [to_fraction(a.weight) for a in checked.aggregates]
-    total_weight = sum(weights, Fraction(0)) + (
-        to_fraction(selection_weight) if needs_selection else 0
-    )
     exact: list[ir.ExactAggregate] = []
-    outputs = []
-    for aggregate, weight in zip(checked.aggregates, weights, strict=True):
-        share = eps * weight / total_weight
-        output, aggregates = _plan_aggregate(aggregate, share, context)
-        outputs.append(output)
+    planned = []
+    for aggregate in checked.aggregates:
+        output, aggregates = _plan_aggregate(aggregate, eps, context)
+        planned.append(output)
         exact.extend(aggregates)
+    selection_share = _selection_share(eps, len(planned), selection_weight, needs_selection)
+    if shares is None:
+        weights = _weights(checked.aggregates, planned, context)
+        chosen = split(eps - selection_share, weights)
+    else:
+        chosen = _check_shares(shares, eps - selection_share, len(planned))
+    outputs = [_with_share(o, share) for o, share in zip(planned, chosen, strict=True)]
     selection = None
     selection_exact = "__persons"
     if needs_selection:
-        share = eps * to_fraction(selection_weight) / total_weight
-        selection = partition_selection_threshold(share, dlt, groups_per_person)
+        selection = partition_selection_threshold(selection_share, dlt, groups_per_person)
         exact.append(ir.ExactAggregate(selection_exact, "count_persons"))
     bound = replace(metadata.contribution_bound, max_groups=groups_per_person)
     exact_plan = ir.AggregatePlan(
@@ -350,6 +364,56 @@ def plan_query(
         cost=cost,
         order_by=query.order_by,
     )
+
+
+def _selection_share(
+    eps: Fraction, aggregates: int, selection_weight: float, needs_selection: bool
+) -> Fraction:
+    """Partition selection's share of ε: one share of weight ``selection_weight`` beside one of
+    weight 1 per aggregate (0 without partition selection)."""
+    if not needs_selection:
+        return Fraction(0)
+    weight = to_fraction(selection_weight)
+    return eps * weight / (aggregates + weight)
+
+
+def _weights(
+    aggregates: Sequence[Aggregate], planned: Sequence[OutputPlan], context: _Context
+) -> list[Fraction]:
+    """The analyst's weights when any differs from 1, else the variance-minimising weights."""
+    given = [to_fraction(a.weight) for a in aggregates]
+    if any(w != 1 for w in given):
+        return given
+    ratio = context.groups / context.contributions
+    return [output_weight(o.kind, _reference_ratio(o), ratio) for o in planned]
+
+
+def _reference_ratio(output: OutputPlan) -> float:
+    if output.lower is None or output.upper is None:
+        return 1 / 3
+    return reference_ratio(output.lower, output.upper, output.centre)
+
+
+def _check_shares(shares: Sequence[Fraction], total: Fraction, count: int) -> list[Fraction]:
+    exact = [to_fraction(check_positive("plan_query", "shares", s)) for s in shares]
+    if len(exact) != count or sum(exact, Fraction(0)) != total:
+        raise fail(
+            "plan_query", "shares", f"{count} positive values summing to {total}", list(shares)
+        )
+    return exact
+
+
+def _with_share(output: OutputPlan, share: Fraction) -> OutputPlan:
+    """The output planned at ``share`` instead of its provisional share (same inner split)."""
+    factor = share / output.epsilon
+    parts = tuple(
+        _noisy(p.exact, p.role, p.sensitivity, p.grid_exponent, p.epsilon * factor)
+        for p in output.parts
+    )
+    step = output.quantile
+    if step is not None:
+        step = replace(step, epsilon_per_group=step.epsilon_per_group * factor)
+    return replace(output, epsilon=share, parts=parts, quantile=step)
 
 
 def _check_engine_invariants(plan: ir.AggregatePlan, metadata: Metadata) -> None:
@@ -565,8 +629,8 @@ def _plan_moments(
     summed, sum_bounds, sum_fill = (
         (shifted, (low, high), shifted_fill) if per_row else (expr, (lower, upper), fill)
     )
-    pieces = 2 if aggregate.kind == "mean" else 3
-    part_eps = share / pieces
+    inner = moment_weights(aggregate.kind, reference_ratio(lower, upper, centre))
+    part_eps = split(share, inner)  # count, sum[, sum of squares]: see the module docstring
     c = context.contributions
     if fill is None:
         count = _non_null_count(expr, context)
@@ -578,10 +642,10 @@ def _plan_moments(
     exact = [count, total]
     sensitivity = sum_sensitivity(*sum_bounds, k, c, offset)
     parts = [
-        _noisy(count.name, "count", c, 0, part_eps),
-        _noisy(total.name, "sum", sensitivity, k, part_eps),
+        _noisy(count.name, "count", c, 0, part_eps[0]),
+        _noisy(total.name, "sum", sensitivity, k, part_eps[1]),
     ]
-    if pieces == 3:
+    if len(part_eps) == 3:
         square_max = max(low * low, high * high)
         if not math.isfinite(square_max):
             raise UnsupportedQueryError(
@@ -596,7 +660,11 @@ def _plan_moments(
         exact.append(squares)
         parts.append(
             _noisy(
-                squares.name, "sum_squares", sum_sensitivity(0.0, square_max, k2, c), k2, part_eps
+                squares.name,
+                "sum_squares",
+                sum_sensitivity(0.0, square_max, k2, c),
+                k2,
+                part_eps[2],
             )
         )
     return (
