@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fractions import Fraction
+from typing import Any
 
 import pytest
 
@@ -238,9 +239,11 @@ def test_missing_bounds_give_a_hint_and_derived_columns_are_substituted() -> Non
         ({"epsilon": 0}, ParameterError, "'epsilon'"),
         ({"epsilon": float("nan")}, ParameterError, "'epsilon'"),
         ({"epsilon": 1, "delta": 1.5}, ParameterError, "'delta'"),
+        ({"epsilon": 1, "shares": [Fraction(1, 2)]}, ParameterError, "'shares'"),
+        ({"epsilon": 1, "shares": [Fraction(-1)]}, ParameterError, "'shares'"),
     ],
 )
-def test_invalid_budget_parameters(kwargs: dict[str, float], error: type, match: str) -> None:
+def test_invalid_budget_parameters(kwargs: dict[str, Any], error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         plan_query(qb.Query("t").agg(qb.count()), ROW, **kwargs)
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TypeVar
 
@@ -61,6 +61,7 @@ from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ApproxDP, Measure, PureDP
 from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError
 from dpcurator.estimators.bounds import bounds_from_noisy_counts
+from dpcurator.query.accuracy import check_targets, plan_for_accuracy
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.backends.base import check_plan
 from dpcurator.query.builder import Query
@@ -255,22 +256,48 @@ class Session:
         self,
         query: str | Query,
         *,
-        epsilon: float,
+        epsilon: float | None = None,
         delta: float = 0.0,
         selection_weight: float = 1.0,
+        accuracy: Mapping[str, float] | None = None,
+        alpha: float | None = None,
     ) -> Plan:
         """The private plan of a query (SQL text or builder Query), computed without data.
 
-        Plans are cached per (query, ε, δ, selection weight, metadata): see the module docstring.
+        Give ``epsilon``, or ``accuracy`` (``{output name: (1-α) CI half-width}``) for the
+        cheapest plan meeting those targets at level 1-``alpha`` (see
+        :mod:`dpcurator.query.accuracy`). Plans are cached per (query, ε or targets and α, δ,
+        selection weight, metadata): see the module docstring.
         """
         metadata = self._metadata
-        key: PlanKey = (query, epsilon, delta, selection_weight, metadata)
+        budget: object = epsilon
+        if (epsilon is None) == (accuracy is None):
+            raise fail("Session", "epsilon", "given, or accuracy given (exactly one)", epsilon)
+        level = self._level(alpha)
+        if accuracy is not None:
+            targets = check_targets(accuracy)
+            budget = ("accuracy", tuple(sorted(targets.items())), level)
+        key: PlanKey = (query, budget, delta, selection_weight, metadata)
         plan = self._plans.get(key)
         if plan is None:
             parsed = parse_sql(query, metadata) if isinstance(query, str) else query
-            plan = plan_query(
-                parsed, metadata, epsilon=epsilon, delta=delta, selection_weight=selection_weight
-            )
+            if accuracy is None:
+                plan = plan_query(
+                    parsed,
+                    metadata,
+                    epsilon=epsilon,
+                    delta=delta,
+                    selection_weight=selection_weight,
+                )
+            else:
+                plan = plan_for_accuracy(
+                    parsed,
+                    metadata,
+                    accuracy=accuracy,
+                    alpha=level,
+                    delta=delta,
+                    selection_weight=selection_weight,
+                )
             self._plans.put(key, plan)
         return plan
 
@@ -278,27 +305,48 @@ class Session:
         self,
         query: str | Query,
         *,
-        epsilon: float,
+        epsilon: float | None = None,
         delta: float = 0.0,
         alpha: float | None = None,
         selection_weight: float = 1.0,
+        accuracy: Mapping[str, float] | None = None,
     ) -> CostEstimate:
-        """The cost and expected CI half-widths of a query; touches no data, charges nothing."""
-        plan = self.plan(query, epsilon=epsilon, delta=delta, selection_weight=selection_weight)
+        """The cost and expected CI half-widths of a query; touches no data, charges nothing.
+
+        With ``accuracy`` instead of ``epsilon``: the smallest cost meeting those half-widths.
+        """
+        plan = self.plan(
+            query,
+            epsilon=epsilon,
+            delta=delta,
+            selection_weight=selection_weight,
+            accuracy=accuracy,
+            alpha=alpha,
+        )
         return estimate_plan(plan, self._level(alpha))
 
     def release(
         self,
         query: str | Query,
         *,
-        epsilon: float,
+        epsilon: float | None = None,
         delta: float = 0.0,
         alpha: float | None = None,
         selection_weight: float = 1.0,
+        accuracy: Mapping[str, float] | None = None,
     ) -> Release:
-        """Release a query at (ε, δ): plan, reserve, compute, noise (see the module docstring)."""
+        """Release a query at (ε, δ), or at the smallest cost meeting ``accuracy`` (1-α CI
+        half-widths per output): plan, reserve, compute, noise (see the module docstring). A
+        cost above the remaining budget is refused before any charge, naming the cost."""
         level = self._level(alpha)
-        plan = self.plan(query, epsilon=epsilon, delta=delta, selection_weight=selection_weight)
+        plan = self.plan(
+            query,
+            epsilon=epsilon,
+            delta=delta,
+            selection_weight=selection_weight,
+            accuracy=accuracy,
+            alpha=level,
+        )
         reservation = self._filter.reserve(_event(plan.cost), description=_describe(query))
         reservation.commit()
         return _after_charge(
@@ -309,16 +357,24 @@ class Session:
         self,
         query: str,
         *,
-        epsilon: float,
+        epsilon: float | None = None,
         delta: float = 0.0,
         alpha: float | None = None,
         selection_weight: float = 1.0,
+        accuracy: Mapping[str, float] | None = None,
     ) -> Release:
-        """Release a SQL query (see :mod:`dpcurator.query.sql` for the supported subset)."""
+        """Release a SQL query (see :mod:`dpcurator.query.sql` for the supported subset), at
+        ``epsilon`` or at the smallest cost meeting ``accuracy``, e.g.
+        ``s.sql(q, accuracy={"n": 50}, alpha=0.05)``."""
         if not isinstance(query, str):
             raise fail("Session.sql", "query", "SQL text", query)
         return self.release(
-            query, epsilon=epsilon, delta=delta, alpha=alpha, selection_weight=selection_weight
+            query,
+            epsilon=epsilon,
+            delta=delta,
+            alpha=alpha,
+            selection_weight=selection_weight,
+            accuracy=accuracy,
         )
 
     def dp_bounds(self, column: str, *, epsilon: float, beta: float = 0.01) -> tuple[float, float]:
