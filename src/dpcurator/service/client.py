@@ -12,9 +12,11 @@ NotFoundError (404), ConflictError (409), DPError otherwise.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import httpx
+import numpy as np
 
 from dpcurator.errors import (
     AuthError,
@@ -23,6 +25,8 @@ from dpcurator.errors import (
     ParameterError,
     UnsupportedQueryError,
 )
+from dpcurator.mechanisms.randomized_response import KaryRandomizedResponse
+from dpcurator.random import Rng
 from dpcurator.service.errors import ConflictError, NotFoundError
 
 
@@ -230,3 +234,34 @@ class CuratorClient:
         """Every ledger entry, newest first."""
         result: list[dict[str, Any]] = self._call("GET", f"/v1/ledger?limit={limit}")
         return result
+
+    def answer_survey(
+        self, survey_id: str, answers: list[str], *, rng: Rng | None = None
+    ) -> dict[str, Any]:
+        """Randomise ``answers`` HERE (:func:`randomize_answers`) and send only the reports."""
+        survey: dict[str, Any] = self._call("GET", f"/v1/surveys/{survey_id}")
+        reports = randomize_answers(
+            answers, survey["categories"], Fraction(survey["epsilon_exact"]), rng=rng
+        )
+        result: dict[str, Any] = self._call(
+            "POST", f"/v1/surveys/{survey_id}/responses", json={"reports": reports}
+        )
+        return result
+
+
+def randomize_answers(
+    answers: list[str], categories: list[str], epsilon: Fraction, *, rng: Rng | None = None
+) -> list[int]:
+    """Respondents' side of a local-model survey: each true answer (one of the public
+    ``categories``) becomes a k-ary randomized response report (a category index), ε-local-DP
+    (Kairouz, Oh & Viswanath 2016; :class:`~dpcurator.mechanisms.KaryRandomizedResponse`).
+
+    Only the reports leave the respondent's machine; the true answers are never sent.
+    """
+    index = {category: j for j, category in enumerate(categories)}
+    unknown = sorted({a for a in answers if a not in index})
+    if unknown:
+        raise ParameterError(f"answers must be among the survey's categories; got {unknown}.")
+    mechanism = KaryRandomizedResponse(epsilon, len(categories))
+    true = np.array([index[a] for a in answers], dtype=np.int64)
+    return [int(r) for r in mechanism.randomize(true, rng)]

@@ -19,6 +19,9 @@ Tables:
 * ``releases`` — published batch releases readable without further spending.
 * ``audit`` — everything else worth recording (tokens issued and revoked, budgets changed,
   refusals).
+* ``streams`` — private streams (:mod:`dpcurator.service.streams_store`): public parameters and
+  the mechanism's state only (for pan-private streams the ε-DP bit array, never an event).
+* ``surveys`` — local-model surveys: per category, how many randomised reports were received.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy import JSON, ForeignKey, Index, LargeBinary, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -169,3 +172,34 @@ class AuditEvent(Base):
     action: Mapped[str] = mapped_column(String(40))
     dataset_id: Mapped[str | None] = mapped_column(String(64), default=None)
     detail: Mapped[dict[str, Any]]
+
+
+class Stream(Base):
+    """A private stream of a dataset: public parameters, the charge paid at creation, and the
+    mechanism's persisted state (see :mod:`dpcurator.service.streams_store`)."""
+
+    __tablename__ = "streams"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    params: Mapped[dict[str, Any]]
+    charge_id: Mapped[int] = mapped_column(ForeignKey("charges.id"))
+    state: Mapped[bytes] = mapped_column(LargeBinary)
+    latest: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    created_by: Mapped[str] = mapped_column(ForeignKey("principals.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Survey(Base):
+    """A local-model survey: only the counts of randomised reports per public category."""
+
+    __tablename__ = "surveys"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    categories: Mapped[list[Any]]
+    epsilon: Mapped[str] = mapped_column(String(200))
+    counts: Mapped[list[Any]]
+    created_by: Mapped[str] = mapped_column(ForeignKey("principals.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -1,0 +1,188 @@
+"""The ``/v1`` endpoints of issue 16: sparse vector, private streams and local-model surveys.
+
+Authenticated like every other route (:mod:`dpcurator.service.routes`). Sparse vector and stream
+creation reserve their whole charge in the ledger before any data is read; reading a stream's
+latest release or a survey's estimates costs nothing (post-processing).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Annotated, Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from dpcurator.service import schemas as s
+from dpcurator.service.auth import Identity
+from dpcurator.service.ledger_budgets import cost_of
+from dpcurator.service.models import Stream, Survey
+from dpcurator.service.operations import CuratorService
+from dpcurator.service.routes import Caller, Owner, Service
+from dpcurator.service.sparse import MAX_QUERIES, SparseQuestion, answer_sparse
+from dpcurator.service.streams_store import StreamSpec, StreamStore
+from dpcurator.service.surveys import SurveyStore
+
+router = APIRouter(prefix="")
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+MAX_BATCH = 100_000
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SparseIn(_Strict):
+    """Which of these queries exceed ``threshold``? At most ``c`` positives, ε charged once."""
+
+    queries: Annotated[list[s.Sql], Field(min_length=1, max_length=MAX_QUERIES)]
+    threshold: Finite
+    c: Annotated[int, Field(ge=1, le=MAX_QUERIES)] = 1
+    epsilon: s.Epsilon
+
+
+class StreamIn(_Strict):
+    """A new stream: ``count``/``sum`` (horizon, bounds) or ``density`` (universe, outputs)."""
+
+    kind: Annotated[str, Field(pattern=r"^(count|sum|density)$")]
+    epsilon: s.Epsilon
+    horizon: Annotated[int, Field(ge=1, le=10**12)] | None = None
+    lower: Finite = 0.0
+    upper: Finite = 1.0
+    universe: Annotated[int, Field(ge=1, le=10**8)] | None = None
+    output_epsilon: s.Epsilon | None = None
+    outputs: Annotated[int, Field(ge=1, le=10_000)] = 1
+
+
+class EventsIn(_Strict):
+    """A batch of events: 0/1 or values for count/sum streams, user ids for density streams."""
+
+    values: Annotated[list[int | float], Field(max_length=MAX_BATCH)]
+
+
+class SurveyIn(_Strict):
+    """A new survey over public categories, randomised by respondents at ``epsilon``."""
+
+    name: s.Name
+    categories: Annotated[list[s.Name], Field(min_length=2, max_length=1_000)]
+    epsilon: s.Epsilon
+
+
+class ResponsesIn(_Strict):
+    """Already-randomised reports: category indices (see ``client.randomize_answers``)."""
+
+    reports: Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=MAX_BATCH)]
+
+
+def _stream_out(stream: Stream) -> dict[str, Any]:
+    return {
+        "id": stream.id,
+        "dataset_id": stream.dataset_id,
+        "kind": stream.kind,
+        "params": stream.params,
+        "latest": stream.latest,
+    }
+
+
+def _survey_out(survey: Survey) -> dict[str, Any]:
+    return {
+        "id": survey.id,
+        "name": survey.name,
+        "categories": survey.categories,
+        "epsilon": float(Fraction(survey.epsilon)),
+        "epsilon_exact": survey.epsilon,
+        "reports": sum(survey.counts),
+    }
+
+
+def _visible_stream(service: CuratorService, who: Identity, stream_id: str) -> Stream:
+    """The stream, if the caller may see its dataset (else 404, as for an unknown id)."""
+    stream = StreamStore(service.ledger).get(stream_id)
+    service.visible_dataset(who, stream.dataset_id)
+    return stream
+
+
+@router.post("/v1/datasets/{dataset_id}/sparse-vector", tags=["queries"])
+async def sparse_vector(
+    service: Service, who: Caller, dataset_id: str, body: SparseIn
+) -> dict[str, Any]:
+    """Sparse vector: flags for the queries above the threshold, stopping after ``c``."""
+    question = SparseQuestion(body.queries, body.threshold, body.c, s.exact(body.epsilon))
+    answer = await run_in_threadpool(answer_sparse, service, who, dataset_id, question)
+    charge = answer.charge
+    return {
+        "charge_id": charge.id,
+        "dataset_id": charge.dataset_id,
+        "cost": s.cost_json(cost_of(charge.epsilon, charge.delta)),
+        "remaining": None if answer.remaining is None else s.budget_json(answer.remaining),
+        "release": charge.result or {},
+    }
+
+
+@router.post("/v1/datasets/{dataset_id}/streams", tags=["streams"], status_code=201)
+def create_stream(service: Service, who: Owner, dataset_id: str, body: StreamIn) -> dict[str, Any]:
+    """Create a stream; its whole ε is charged to the dataset's cap now (owners)."""
+    spec = StreamSpec(
+        kind=body.kind,
+        epsilon=s.exact(body.epsilon),
+        horizon=body.horizon,
+        lower=body.lower,
+        upper=body.upper,
+        universe=body.universe,
+        output_epsilon=None if body.output_epsilon is None else s.exact(body.output_epsilon),
+        outputs=body.outputs,
+    )
+    stream = StreamStore(service.ledger).create(who, dataset_id, spec)
+    return {**_stream_out(stream), "cost": s.cost_json(spec.cost())}
+
+
+@router.get("/v1/streams/{stream_id}", tags=["streams"])
+def get_stream(service: Service, who: Caller, stream_id: str) -> dict[str, Any]:
+    """A stream's parameters and its latest private release with its CI (free)."""
+    return _stream_out(_visible_stream(service, who, stream_id))
+
+
+@router.post("/v1/streams/{stream_id}/events", tags=["streams"])
+def post_events(service: Service, who: Caller, stream_id: str, body: EventsIn) -> dict[str, Any]:
+    """Ingest a batch of events; count/sum streams release their running total after it."""
+    _visible_stream(service, who, stream_id)
+    stream = StreamStore(service.ledger).ingest(stream_id, body.values)
+    return {**_stream_out(stream), "accepted": len(body.values)}
+
+
+@router.post("/v1/streams/{stream_id}/estimates", tags=["streams"])
+def release_estimate(service: Service, who: Caller, stream_id: str) -> dict[str, Any]:
+    """Release a density stream's next paid estimate."""
+    _visible_stream(service, who, stream_id)
+    return _stream_out(StreamStore(service.ledger).estimate(stream_id))
+
+
+@router.post("/v1/surveys", tags=["surveys"], status_code=201)
+def create_survey(service: Service, who: Owner, body: SurveyIn) -> dict[str, Any]:
+    """Create a local-model survey (owners)."""
+    store = SurveyStore(service.ledger)
+    return _survey_out(store.create(who, body.name, body.categories, s.exact(body.epsilon)))
+
+
+@router.get("/v1/surveys/{survey_id}", tags=["surveys"])
+def get_survey(service: Service, _who: Caller, survey_id: str) -> dict[str, Any]:
+    """A survey's public parameters (what the client randomises with)."""
+    return _survey_out(SurveyStore(service.ledger).get(survey_id))
+
+
+@router.post("/v1/surveys/{survey_id}/responses", tags=["surveys"])
+def submit_responses(
+    service: Service, _who: Caller, survey_id: str, body: ResponsesIn
+) -> dict[str, Any]:
+    """Add already-randomised reports."""
+    total = SurveyStore(service.ledger).submit(survey_id, body.reports)
+    return {"accepted": len(body.reports), "reports": total}
+
+
+@router.get("/v1/surveys/{survey_id}/estimates", tags=["surveys"])
+def survey_estimates(service: Service, _who: Caller, survey_id: str) -> dict[str, Any]:
+    """Unbiased frequency estimates with (1-α) CIs (free: post-processing)."""
+    out = SurveyStore(service.ledger).estimate(survey_id)
+    return {"reports": out.reports, "alpha": out.alpha, "rows": out.rows}

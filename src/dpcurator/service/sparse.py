@@ -1,0 +1,206 @@
+"""Sparse vector in the service: "which of these queries exceed T?", charged once.
+
+The analyst sends a list of SQL counting/sum queries, a threshold T, a number c of positives and
+ε. Each query is planned by the normal planner (same limits and type checks; free refusals) and
+must release ONE ungrouped count or sum; its L1 sensitivity (in the table's units, user-level
+contribution bounding included) comes from its plan, and Δ is the largest of them.
+
+The mechanism is Sparse (Dwork & Roth 2014, Algorithm 2; the corrected analysis of Lyu, Su & Li
+2017): c successive runs of :class:`~dpcurator.mechanisms.AboveThreshold`, each at ε/c with a
+fresh noisy threshold, the next starting after the previous positive. Each run is (ε/c)-DP
+however many below-threshold answers it gives, so the whole list is ε-DP by composition of the
+c runs: one charge of ε, reserved in the ledger before any data is read. The answers to queries
+after the c-th positive are never looked at.
+
+What the analyst sees depends on public inputs and the noisy outcomes only: the list of flags
+has one entry per query (``true``/``false``, ``null`` after the halt), every refusal is decided
+from the plans before the charge, and after the charge a failure is the constant
+:data:`~dpcurator.errors.ENGINE_FAILURE_MESSAGE`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from numbers import Integral
+from typing import Any, cast
+
+from dpcurator.accounting.events import PureEvent
+from dpcurator.core.measures import ApproxDP
+from dpcurator.errors import BudgetExceededError, ParameterError, UnsupportedQueryError
+from dpcurator.mechanisms.sparse_vector import AboveThreshold
+from dpcurator.query.ir import AggregatePlan, ExactResult
+from dpcurator.query.planner import Plan
+from dpcurator.query.session import Session
+from dpcurator.service.auth import Identity
+from dpcurator.service.curator import LedgerFilter
+from dpcurator.service.ledger_budgets import BudgetView
+from dpcurator.service.ledger_charges import ChargeRequest
+from dpcurator.service.models import Charge
+from dpcurator.service.operations import CuratorService
+from dpcurator.service.refusals import audited_sql
+
+#: The most queries one sparse vector request may carry.
+MAX_QUERIES = 1_000
+_KINDS = ("count", "count_persons", "sum")
+
+
+@dataclass(frozen=True)
+class SparseQuestion:
+    """The public inputs of one sparse vector request."""
+
+    queries: list[str]
+    threshold: float
+    positives: int
+    epsilon: Fraction
+
+    def text(self) -> str:
+        """The request as stored in the ledger entry."""
+        return json.dumps(
+            {"queries": self.queries, "threshold": self.threshold, "c": self.positives},
+            sort_keys=True,
+        )
+
+
+@dataclass(frozen=True)
+class SparseAnswer:
+    """The completed ledger entry and the caller's budget afterwards."""
+
+    charge: Charge
+    remaining: BudgetView | None
+
+
+@dataclass(frozen=True)
+class _Scalar:
+    """One planned query: the exact plan, the aggregate read, its grid and L1 sensitivity."""
+
+    exact: AggregatePlan
+    name: str
+    exponent: int
+    sensitivity: Fraction
+
+    def value(self, result: ExactResult) -> float:
+        """The exact answer in table units (total: a missing or non-integer value is NaN, which
+        AboveThreshold reads as 0)."""
+        raw = result.groups.get((), {}).get(self.name)
+        if not isinstance(raw, Integral):
+            return math.nan
+        return float(int(raw) * Fraction(2) ** self.exponent)
+
+
+def _scalar(index: int, plan: Plan) -> _Scalar:
+    """The planned query as a scalar with its sensitivity in table units.
+
+    Raises:
+        UnsupportedQueryError: the query is not ONE ungrouped count or sum (free: plan time).
+    """
+    output = plan.outputs[0] if len(plan.outputs) == 1 else None
+    if plan.group_columns or output is None or output.kind not in _KINDS or len(output.parts) != 1:
+        raise UnsupportedQueryError(
+            f"Sparse vector query {index} must release exactly one ungrouped COUNT or SUM "
+            "(no GROUP BY, one aggregate)."
+        )
+    part = output.parts[0]
+    step = Fraction(2) ** part.grid_exponent
+    return _Scalar(plan.exact, part.exact, part.grid_exponent, part.sensitivity * step)
+
+
+def plan_sparse(session: Session, question: SparseQuestion) -> tuple[list[_Scalar], AboveThreshold]:
+    """Plan every query and build one run's mechanism, from public inputs only (free)."""
+    n = len(question.queries)
+    if not 1 <= n <= MAX_QUERIES:
+        raise ParameterError(f"queries must hold 1 to {MAX_QUERIES} queries; got {n}.")
+    if not 1 <= question.positives <= n:
+        raise ParameterError(
+            f"c (max positives) must be between 1 and the number of queries ({n}); "
+            f"got {question.positives}."
+        )
+    if not math.isfinite(question.threshold):
+        raise ParameterError(f"threshold must be finite; got {question.threshold}.")
+    epsilon = cast("float", question.epsilon)  # the planner reads any Real exactly
+    scalars = [
+        _scalar(i, session.plan(sql, epsilon=epsilon)) for i, sql in enumerate(question.queries)
+    ]
+    sensitivity = max(s.sensitivity for s in scalars)
+    mechanism = AboveThreshold(epsilon / question.positives, sensitivity, question.threshold)
+    return scalars, mechanism
+
+
+def sparse_flags(answers: list[float], mechanism: AboveThreshold, positives: int) -> list[Any]:
+    """Sparse: up to ``positives`` runs of AboveThreshold, each restarting after a positive.
+
+    One flag per answer: True (above), False (below) or None (not examined: after the halt).
+    """
+    flags: list[Any] = [None] * len(answers)
+    start = 0
+    for _ in range(positives):
+        hit = mechanism.first_above(answers[start:])
+        if hit is None:
+            flags[start:] = [False] * (len(answers) - start)
+            break
+        flags[start : start + hit] = [False] * hit
+        flags[start + hit] = True
+        start += hit + 1
+        if start == len(answers):
+            break
+    return flags
+
+
+def answer_sparse(
+    service: CuratorService, identity: Identity, dataset_id: str, question: SparseQuestion
+) -> SparseAnswer:
+    """Plan (free) -> reserve ε once in the ledger -> compute the exact answers -> Sparse."""
+    service.refusals.check(identity.principal_id)
+    access = service.access(identity, dataset_id)
+    runtime = service.catalog.runtime(access.dataset)
+    text = question.text()
+    template = ChargeRequest(
+        principal_id=identity.principal_id,
+        dataset_id=access.dataset.id,
+        kind="sparse_vector",
+        query_text=text,
+        fingerprint=hashlib.sha256(f"{text}\x00{question.epsilon}".encode()).hexdigest(),
+        cost=ApproxDP(0, 0),
+        events=[],
+        charge_grant=not identity.is_owner,
+    )
+    charge_filter = LedgerFilter(service.ledger, template)
+    session = Session(
+        runtime.backend,
+        runtime.metadata,
+        budget_filter=charge_filter,
+        plan_cache=runtime.plans,
+        result_cache=runtime.results,
+    )
+    scalars, mechanism = plan_sparse(session, question)
+    try:
+        results = session.compute_exact(
+            [s.exact for s in scalars],
+            PureEvent(question.epsilon),
+            description="sparse vector",
+        )
+        answers = [s.value(r) for s, r in zip(scalars, results, strict=True)]
+        flags = sparse_flags(answers, mechanism, question.positives)
+    except BudgetExceededError as exc:
+        if charge_filter.charge_id is not None:
+            raise service._failed(charge_filter.charge_id, exc) from None
+        service.refusals.spend(identity.principal_id)
+        service.ledger.audit(
+            "query_refused",
+            identity.principal_id,
+            access.dataset.id,
+            **audited_sql(text),
+            requested={"epsilon": str(question.epsilon), "delta": "0"},
+            reason=str(exc),
+        )
+        raise
+    except Exception as exc:
+        if charge_filter.charge_id is None:
+            raise
+        raise service._failed(charge_filter.charge_id, exc) from None
+    release = {"above": flags, "positives": sum(1 for f in flags if f)}
+    charge = service.ledger.complete(charge_filter.require_charge(), release)
+    return SparseAnswer(charge, charge_filter.budget)

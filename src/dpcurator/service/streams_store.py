@@ -1,0 +1,221 @@
+"""Private streams in the service, their state persisted in the ledger database (issue 16, §3).
+
+Kinds (public parameters fixed at creation by an owner):
+
+* ``count`` / ``sum`` — :class:`~dpcurator.streams.ContinualSum` (binary tree mechanism, Dwork,
+  Naor, Pitassi & Rothblum 2010; Chan, Shi & Song 2011): a running count of 0/1 events, or a
+  running sum of values clamped to public [lower, upper], released after every batch for a public
+  horizon T. The whole stream of releases is ε-DP at event level; ε is charged to the dataset at
+  creation. The persisted state is the tree's noisy node sums plus the exact running totals at
+  the dyadic boundaries it needs to continue (the curator is trusted; these are not pan-private).
+* ``density`` — :class:`~dpcurator.streams.PanPrivateDensity` (Dwork, Naor, Pitassi, Rothblum &
+  Yekhanin 2010): the fraction of a public universe of user ids that appeared. ONLY its ε-DP bit
+  array (:meth:`~dpcurator.streams.PanPrivateDensity.to_bytes`) touches disk; event ids are never
+  stored, logged or returned. Each estimate adds discrete Laplace noise at ``output_epsilon``;
+  at most ``outputs`` estimates, so the charge at creation is ε + outputs · output_epsilon
+  (the paper's Theorem 3.1 composition: one intrusion plus the outputs).
+
+Every change of a stream's state is one write transaction that reads the row (locked), updates
+the mechanism and writes it back, so concurrent batches are serialised and a restart resumes
+where the last committed batch left it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from sqlalchemy import select
+
+from dpcurator.core.measures import ApproxDP
+from dpcurator.errors import ParameterError
+from dpcurator.service.auth import Identity, random_id
+from dpcurator.service.errors import ConflictError, NotFoundError
+from dpcurator.service.ledger import Ledger
+from dpcurator.service.ledger_charges import ChargeRequest
+from dpcurator.service.models import Stream
+from dpcurator.streams import ContinualSum, PanPrivateDensity
+
+KINDS = ("count", "sum", "density")
+_ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """The public parameters of a new stream (see the module docstring)."""
+
+    kind: str
+    epsilon: Fraction
+    horizon: int | None = None
+    lower: float = 0.0
+    upper: float = 1.0
+    universe: int | None = None
+    output_epsilon: Fraction | None = None
+    outputs: int = 1
+
+    def params(self) -> dict[str, Any]:
+        """The parameters as stored (exact fractions as text)."""
+        if self.kind == "density":
+            return {
+                "epsilon": str(self.epsilon),
+                "universe": self.universe,
+                "output_epsilon": str(self.output_epsilon),
+                "outputs": self.outputs,
+            }
+        params: dict[str, Any] = {"epsilon": str(self.epsilon), "horizon": self.horizon}
+        if self.kind == "sum":
+            params.update(lower=self.lower, upper=self.upper)
+        return params
+
+    def cost(self) -> ApproxDP:
+        """The whole stream's ε, charged at creation."""
+        if self.kind == "density":
+            assert self.output_epsilon is not None  # checked by new_state
+            return ApproxDP(self.epsilon + self.outputs * self.output_epsilon, 0)
+        return ApproxDP(self.epsilon, 0)
+
+
+def _tree(kind: str, params: dict[str, Any]) -> ContinualSum:
+    epsilon = Fraction(params["epsilon"])
+    if kind == "count":
+        return ContinualSum.counter(epsilon, int(params["horizon"]))
+    return ContinualSum(epsilon, int(params["horizon"]), params["lower"], params["upper"])
+
+
+def new_state(spec: StreamSpec) -> bytes:
+    """The initial persisted state; every parameter is checked here, before any charge."""
+    if spec.kind not in KINDS:
+        raise ParameterError(f"kind must be one of {KINDS}; got {spec.kind!r}.")
+    if spec.kind == "density":
+        if spec.universe is None or spec.output_epsilon is None:
+            raise ParameterError("A density stream needs universe and output_epsilon.")
+        if spec.outputs < 1:
+            raise ParameterError(f"outputs must be >= 1; got {spec.outputs}.")
+        return PanPrivateDensity(spec.epsilon, spec.universe).to_bytes()
+    if spec.horizon is None:
+        raise ParameterError(f"A {spec.kind} stream needs a horizon (the public maximum T).")
+    return _encode_tree(_tree(spec.kind, spec.params()))
+
+
+def _encode_tree(tree: ContinualSum) -> bytes:
+    """The tree's position: time, exact running totals at the boundaries, noisy node sums."""
+    state = {
+        "time": tree.time,
+        "total": tree._total,
+        "anchor": tree._anchor,
+        "node": tree._node,
+    }
+    return json.dumps(state).encode()
+
+
+def _decode_tree(kind: str, params: dict[str, Any], data: bytes) -> ContinualSum:
+    tree = _tree(kind, params)
+    state = json.loads(data)
+    tree.time = int(state["time"])
+    tree._total = int(state["total"])
+    tree._anchor = [int(v) for v in state["anchor"]]
+    tree._node = [int(v) for v in state["node"]]
+    return tree
+
+
+class StreamStore:
+    """Create streams, ingest batches and release estimates, through the ledger's database."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    def create(self, identity: Identity, dataset_id: str, spec: StreamSpec) -> Stream:
+        """Check the parameters (free), charge the whole stream's ε to the dataset, store it."""
+        identity.require_owner()
+        state = new_state(spec)
+        stream_id = f"str_{random_id(9)}"
+        text = json.dumps({"stream": stream_id, "kind": spec.kind, **spec.params()})
+        reservation = self.ledger.reserve(
+            ChargeRequest(
+                principal_id=identity.principal_id,
+                dataset_id=dataset_id,
+                kind="stream",
+                query_text=text,
+                fingerprint=hashlib.sha256(text.encode()).hexdigest(),
+                cost=spec.cost(),
+                events=[{"epsilon": str(spec.cost().epsilon), "delta": "0"}],
+                charge_grant=False,
+            )
+        )
+        stream = Stream(
+            id=stream_id,
+            dataset_id=dataset_id,
+            kind=spec.kind,
+            params=spec.params(),
+            charge_id=reservation.charge_id,
+            state=state,
+            latest=None,
+            created_by=identity.principal_id,
+        )
+        with self.ledger._transaction(write=True) as s:
+            s.add(stream)
+        self.ledger.complete(reservation.charge_id, {"stream_id": stream_id})
+        return stream
+
+    def get(self, stream_id: str) -> Stream:
+        """The stream row, or NotFoundError."""
+        with self.ledger._transaction(write=False) as s:
+            stream = s.get(Stream, stream_id)
+        if stream is None:
+            raise NotFoundError(f"No stream with id {stream_id!r}.")
+        return stream
+
+    def ingest(self, stream_id: str, values: list[float] | list[int]) -> Stream:
+        """Ingest one batch (its length is public: the clock); a tree stream releases its
+        running total after it, a density stream releases nothing."""
+        with self.ledger._transaction(write=True) as s:
+            stream = s.scalar(select(Stream).where(Stream.id == stream_id).with_for_update())
+            if stream is None:
+                raise NotFoundError(f"No stream with id {stream_id!r}.")
+            if stream.kind == "density":
+                density = PanPrivateDensity.from_bytes(stream.state)
+                if any(not isinstance(v, int) for v in values):
+                    raise ParameterError("A density stream takes integer user ids.")
+                density.observe(values)
+                stream.state = density.to_bytes()
+                return stream
+            tree = _decode_tree(stream.kind, stream.params, stream.state)
+            released = tree.update(values)
+            stream.state = _encode_tree(tree)
+            if released.size:
+                half = tree.ci_halfwidth(alpha=_ALPHA)
+                value = float(released[-1])
+                stream.latest = _interval(tree.time, value, value - half, value + half)
+            return stream
+
+    def estimate(self, stream_id: str) -> Stream:
+        """Release a new estimate of a density stream (one of its paid ``outputs``)."""
+        with self.ledger._transaction(write=True) as s:
+            stream = s.scalar(select(Stream).where(Stream.id == stream_id).with_for_update())
+            if stream is None:
+                raise NotFoundError(f"No stream with id {stream_id!r}.")
+            if stream.kind != "density":
+                raise ConflictError(
+                    f"Stream {stream_id!r} is a {stream.kind} stream: it releases its running "
+                    "total after every batch; only density streams release on request."
+                )
+            used = 0 if stream.latest is None else int(stream.latest["outputs_used"])
+            if used >= int(stream.params["outputs"]):
+                raise ConflictError(f"Stream {stream_id!r} has released all {used} paid estimates.")
+            density = PanPrivateDensity.from_bytes(stream.state)
+            out = density.estimate(Fraction(stream.params["output_epsilon"]), alpha=_ALPHA)
+            stream.latest = {
+                **_interval(None, out.fraction, out.ci_low, out.ci_high),
+                "outputs_used": used + 1,
+            }
+            return stream
+
+
+def _interval(time: int | None, value: float, low: float, high: float) -> dict[str, Any]:
+    latest: dict[str, Any] = {"value": value, "ci_low": low, "ci_high": high, "alpha": _ALPHA}
+    if time is not None:
+        latest["time"] = time
+    return latest

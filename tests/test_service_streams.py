@@ -1,0 +1,263 @@
+"""Issue 16 in the service, over HTTP on a real uvicorn server: sparse vector (one charge, the
+neighbour rule), private streams (charged at creation, persisted across a restart, pan-private
+state without raw events on disk) and a local-model randomized-response survey."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dpcurator.core.measures import ApproxDP
+from dpcurator.random import SeededRng
+from dpcurator.service.app import create_app
+from dpcurator.service.client import CuratorClient
+from dpcurator.service.operations import CuratorService
+from dpcurator.service.server import build_service
+from tests.service_fixtures import PEOPLE_METADATA, ThreadServer, cheap_hasher, write_people
+
+ALL = "SELECT COUNT(*) AS n FROM people"
+NONE = "SELECT COUNT(*) AS n FROM people WHERE age < 0"
+
+
+@dataclass
+class Kit:
+    """A server with an owner, one analyst (alice, ε = 1) and the people dataset."""
+
+    service: CuratorService
+    server: ThreadServer
+    owner: httpx.Client
+    alice: httpx.Client
+    owner_token: str
+    alice_token: str
+
+
+@contextmanager
+def _kit(
+    tmp_path: Path, *, rows: int = 2000, first: bool = True, tokens: tuple[str, str] | None = None
+) -> Iterator[Kit]:
+    """Start a server on ``tmp_path``'s ledger; ``first``: register everything (else reuse the
+    stored ledger and ``tokens``, as after a restart)."""
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+    service = build_service(url, hasher=cheap_hasher(), data_root=tmp_path)
+    try:
+        with ThreadServer(create_app(service)) as server:
+            if first:
+                _, issued = service.create_principal("owner", "owner")
+                owner = server.client(issued.token)
+                csv = write_people(tmp_path / "people.csv", rows)
+                created = owner.post(
+                    "/v1/datasets",
+                    json={
+                        "id": "people",
+                        "source": {"path": str(csv)},
+                        "metadata": PEOPLE_METADATA,
+                        "cap_epsilon": 100,
+                    },
+                )
+                assert created.status_code == 201, created.text
+                analyst = owner.post("/v1/analysts", json={"name": "alice"}).json()
+                grant = owner.put(
+                    f"/v1/analysts/{analyst['principal']['id']}/grants/people",
+                    json={"epsilon": 1},
+                )
+                assert grant.status_code == 200, grant.text
+                tokens = (issued.token, analyst["token"])
+            assert tokens is not None
+            yield Kit(
+                service,
+                server,
+                server.client(tokens[0]),
+                server.client(tokens[1]),
+                tokens[0],
+                tokens[1],
+            )
+    finally:
+        service.close()
+
+
+@pytest.fixture
+def kit(tmp_path: Path) -> Iterator[Kit]:
+    with _kit(tmp_path) as made:
+        yield made
+
+
+def _spent(kit: Kit) -> ApproxDP:
+    return kit.service.ledger.charged_total("people")
+
+
+# -- sparse vector ------------------------------------------------------------------------------
+
+
+def test_sparse_vector_flags_above_threshold_and_charges_epsilon_once(kit: Kit) -> None:
+    # Exact answers 0, 2000, 0, 2000, 2000 against T = 1000: Δ = 1, so the noise (scales 2/ε·c
+    # and 4/ε·c grid steps) is negligible next to the gap of 1000.
+    body = {"queries": [NONE, ALL, NONE, ALL, ALL], "threshold": 1000, "c": 2, "epsilon": 0.5}
+    response = kit.alice.post("/v1/datasets/people/sparse-vector", json=body)
+    assert response.status_code == 200, response.text
+    out = response.json()
+    assert out["release"] == {"above": [False, True, False, True, None], "positives": 2}
+    # Hand computation: c runs of AboveThreshold at ε/c each compose to ε, charged once.
+    assert out["cost"]["epsilon_exact"] == "1/2"
+    assert out["remaining"]["remaining"]["epsilon_exact"] == "1/2"
+    assert _spent(kit) == ApproxDP(Fraction(1, 2), 0)
+    history = kit.alice.get("/v1/datasets/people/queries").json()
+    assert [h["kind"] for h in history] == ["sparse_vector"]
+
+
+def test_sparse_vector_refusals_are_free(kit: Kit) -> None:
+    grouped = "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex"
+    cases = [
+        ({"queries": [ALL, grouped], "threshold": 5, "epsilon": 0.5}, "unsupported-query"),
+        ({"queries": [ALL], "threshold": 5, "c": 2, "epsilon": 0.5}, "invalid-parameter"),
+        ({"queries": [ALL], "threshold": 5, "epsilon": 2}, "budget-exceeded"),
+    ]
+    for body, slug in cases:
+        response = kit.alice.post("/v1/datasets/people/sparse-vector", json=body)
+        assert response.status_code in (409, 422), response.text
+        assert response.json()["type"].endswith(slug)
+    assert _spent(kit) == ApproxDP(0, 0)
+
+
+def test_sparse_vector_neighbours_differ_only_in_noisy_flags(tmp_path: Path) -> None:
+    # D (2000 people) and D minus one person: a query right at the threshold, others far off.
+    body = {
+        "queries": [NONE, "SELECT COUNT(*) AS n FROM people WHERE sex = 'F'", ALL],
+        "threshold": 1000,
+        "c": 1,
+        "epsilon": 0.5,
+    }
+    seen = []
+    for rows in (2000, 1999):
+        folder = tmp_path / str(rows)
+        folder.mkdir()
+        with _kit(folder, rows=rows) as kit:
+            response = kit.alice.post("/v1/datasets/people/sparse-vector", json=body)
+            out = response.json()
+            seen.append(
+                (
+                    response.status_code,
+                    sorted(out),
+                    sorted(out["release"]),
+                    len(out["release"]["above"]),
+                    out["cost"],
+                    out["remaining"],
+                )
+            )
+    assert seen[0] == seen[1]
+    assert seen[0][0] == 200
+
+
+# -- streams ------------------------------------------------------------------------------------
+
+
+def test_count_stream_is_charged_at_creation_and_releases_with_ci(kit: Kit) -> None:
+    refused = kit.alice.post(
+        "/v1/datasets/people/streams", json={"kind": "count", "epsilon": 1, "horizon": 1000}
+    )
+    assert refused.status_code == 403
+    created = kit.owner.post(
+        "/v1/datasets/people/streams", json={"kind": "count", "epsilon": 1, "horizon": 1000}
+    )
+    assert created.status_code == 201, created.text
+    stream = created.json()
+    assert stream["cost"]["epsilon_exact"] == "1"
+    assert _spent(kit) == ApproxDP(1, 0)
+    for _ in range(3):
+        posted = kit.alice.post(f"/v1/streams/{stream['id']}/events", json={"values": [1] * 100})
+        assert posted.status_code == 200, posted.text
+    latest = kit.alice.get(f"/v1/streams/{stream['id']}").json()["latest"]
+    assert latest["time"] == 300
+    assert latest["ci_low"] <= latest["value"] <= latest["ci_high"]
+    assert latest["ci_low"] <= 300 <= latest["ci_high"]  # the 95% CI (seen fixed: alpha 0.05)
+    too_many = kit.alice.post(f"/v1/streams/{stream['id']}/events", json={"values": [1] * 701})
+    assert too_many.status_code == 422
+    assert kit.alice.get(f"/v1/streams/{stream['id']}").json()["latest"]["time"] == 300
+    assert _spent(kit) == ApproxDP(1, 0)  # ingesting and reading cost nothing more
+
+
+def test_streams_survive_a_restart(tmp_path: Path) -> None:
+    with _kit(tmp_path) as kit:
+        tokens = (kit.owner_token, kit.alice_token)
+        count = kit.owner.post(
+            "/v1/datasets/people/streams", json={"kind": "count", "epsilon": 1, "horizon": 4096}
+        ).json()
+        total = kit.owner.post(
+            "/v1/datasets/people/streams",
+            json={"kind": "sum", "epsilon": 1, "horizon": 4096, "lower": 0, "upper": 10},
+        ).json()
+        kit.alice.post(f"/v1/streams/{count['id']}/events", json={"values": [1] * 300})
+        kit.alice.post(f"/v1/streams/{total['id']}/events", json={"values": [5.0] * 300})
+        before = kit.alice.get(f"/v1/streams/{count['id']}").json()["latest"]
+    with _kit(tmp_path, first=False, tokens=tokens) as kit:
+        assert kit.alice.get(f"/v1/streams/{count['id']}").json()["latest"] == before
+        kit.alice.post(f"/v1/streams/{count['id']}/events", json={"values": [1] * 212})
+        kit.alice.post(f"/v1/streams/{total['id']}/events", json={"values": [5.0] * 212})
+        after = kit.alice.get(f"/v1/streams/{count['id']}").json()["latest"]
+        summed = kit.alice.get(f"/v1/streams/{total['id']}").json()["latest"]
+        assert _spent(kit) == ApproxDP(2, 0)
+    assert after["time"] == 512
+    assert after["ci_low"] <= 512 <= after["ci_high"]
+    assert summed["time"] == 512
+    assert summed["ci_low"] <= 2560 <= summed["ci_high"]
+
+
+def test_pan_private_stream_keeps_no_raw_event_on_disk(kit: Kit, tmp_path: Path) -> None:
+    created = kit.owner.post(
+        "/v1/datasets/people/streams",
+        json={
+            "kind": "density",
+            "epsilon": 1,
+            "universe": 2_000_000,
+            "output_epsilon": 0.5,
+            "outputs": 2,
+        },
+    )
+    assert created.status_code == 201, created.text
+    stream_id = created.json()["id"]
+    assert _spent(kit) == ApproxDP(2, 0)  # ε + outputs · output_epsilon
+    users = list(range(1_357_000, 1_357_500))  # 7 digits: no timestamp holds such a run
+    posted = kit.alice.post(f"/v1/streams/{stream_id}/events", json={"values": users})
+    assert posted.status_code == 200, posted.text
+    assert posted.json()["latest"] is None
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("ledger.sqlite3*"))
+    for user in users:
+        assert str(user).encode() not in stored
+        assert user.to_bytes(8, "little") not in stored
+    for _ in range(2):
+        estimate = kit.alice.post(f"/v1/streams/{stream_id}/estimates")
+        assert estimate.status_code == 200, estimate.text
+    latest = estimate.json()["latest"]
+    assert latest["ci_low"] <= 500 / 2_000_000 <= latest["ci_high"]
+    assert latest["outputs_used"] == 2
+    assert kit.alice.post(f"/v1/streams/{stream_id}/estimates").status_code == 409
+    assert _spent(kit) == ApproxDP(2, 0)
+
+
+# -- local-model survey -------------------------------------------------------------------------
+
+
+def test_survey_estimates_from_client_randomised_reports(kit: Kit) -> None:
+    created = kit.owner.post(
+        "/v1/surveys", json={"name": "q1", "categories": ["yes", "no", "maybe"], "epsilon": 2}
+    )
+    assert created.status_code == 201, created.text
+    survey_id = created.json()["id"]
+    truth = {"yes": 0.6, "no": 0.3, "maybe": 0.1}
+    answers = [c for c, share in truth.items() for _ in range(int(share * 4000))]
+    with CuratorClient(kit.server.url, kit.alice_token) as client:
+        sent = client.answer_survey(survey_id, answers, rng=SeededRng(7))
+    assert sent == {"accepted": 4000, "reports": 4000}
+    out = kit.alice.get(f"/v1/surveys/{survey_id}/estimates").json()
+    assert out["reports"] == 4000
+    # Seeded (deterministic); each interval is a 95% CI (alpha 0.05).
+    for row in out["rows"]:
+        assert row["ci_low"] <= truth[row["category"]] <= row["ci_high"], row
+    assert _spent(kit) == ApproxDP(0, 0)
+    bad = kit.alice.post(f"/v1/surveys/{survey_id}/responses", json={"reports": [3]})
+    assert bad.status_code == 422
