@@ -175,6 +175,25 @@ def test_public_keys_give_the_full_cross_product() -> None:
     assert plan.selection is None
 
 
+def test_small_bounded_int_columns_have_their_integers_as_public_keys() -> None:
+    plan = plan_query(qb.Query("t").group_by("age").agg(qb.count()), ROW, epsilon=1)
+    assert plan.keys == tuple((age,) for age in range(101))  # age: int in [0, 100]
+    assert plan.selection is None
+    assert public_keys(ir.Col("age"), ROW) == tuple(range(101))
+    # beyond MAX_KEYS_FROM_BOUNDS integers (income: int in [0, 500000]), or a float column: none
+    with pytest.raises(UnsupportedQueryError, match="needs public keys"):
+        plan_query(qb.Query("t").group_by("income").agg(qb.count()), USER, epsilon=1)
+    assert public_keys(ir.Col("x"), ROW) is None
+    many = Metadata.from_dict(
+        {"table": "t", "columns": {"k": {"type": "int", "lower": -0.5, "upper": 1_000.5}}}
+    )
+    assert public_keys(ir.Col("k"), many) is None  # 1,001 integers
+    few = Metadata.from_dict(
+        {"table": "t", "columns": {"k": {"type": "int", "lower": -0.5, "upper": 999.5}}}
+    )
+    assert public_keys(ir.Col("k"), few) == tuple(range(1_000))
+
+
 def test_partition_selection_needs_delta() -> None:
     query = qb.Query("t").group_by("city").agg(qb.count())
     with pytest.raises(UnsupportedQueryError, match="delta > 0"):

@@ -177,7 +177,8 @@ def test_external_budget_filter_and_estimate(pums: Path, meta: Metadata) -> None
         "SELECT COUNT(*) AS n, AVG(age) AS a, MEDIAN(age) m FROM PUMS", epsilon=1
     )
     assert estimate.cost == PureDP(1)
-    third = Laplace.for_epsilon(Fraction(1, 3), 1)  # the count's share of ε = 1
+    # the count's share of ε = 1: weights 1, 1.6934 (mean) and 1 (median), planner docstring
+    third = Laplace.for_epsilon(Fraction(5_000, 18_467), 1)
     assert estimate.ci_halfwidths["n"] == third.ci_halfwidth(0.05)
     assert estimate.ci_halfwidths["a"] is None
     assert spy.calls == 0
@@ -242,7 +243,8 @@ QUERIES = 120
 
 def _discrete_laplace_pmf(scale: float, support: np.ndarray) -> np.ndarray:
     p = math.exp(-1 / scale)
-    return (1 - p) / (1 + p) * p ** np.abs(support)
+    pmf: np.ndarray = (1 - p) / (1 + p) * p ** np.abs(support)
+    return pmf
 
 
 @pytest.mark.statistical
@@ -304,11 +306,31 @@ def test_builtin_demo_dataset() -> None:
     assert table.n.to_dict() == groups.size().to_dict()
     for sex, expected in groups.income.mean().items():
         # float sums are exact on the grid 2^-3 used for [0, 400000]: half a step per row at most
-        assert table.loc[sex, "mean_income"] == pytest.approx(expected, abs=2.0**-4)
+        assert table.at[str(sex), "mean_income"] == pytest.approx(expected, abs=2.0**-4)
     for sex, expected in groups.hours.mean().items():  # NULLs skipped, as in SQL AVG
-        assert table.loc[sex, "mean_hours"] == pytest.approx(expected, rel=1e-9)
+        assert table.at[str(sex), "mean_hours"] == pytest.approx(expected, rel=1e-9)
     by_region = session.release(
         session.table().group_by("region", "employed").agg(qb.count(), qb.mean("hours")),
         epsilon=1.0,
     )
     assert len(by_region.rows) == 8
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "memory"])
+def test_group_by_a_small_bounded_int_column_releases_every_key(engine: str) -> None:
+    """age (int in [18, 90], no declared keys) has the public keys 18..90: every one is released,
+    even ages absent from the data, without partition selection (δ = 0)."""
+    demo = Path(__file__).resolve().parents[1] / "src" / "dpcurator" / "demo"
+    meta = Metadata.from_yaml(demo / "people.yaml")
+    session = Session.from_data(
+        str(demo / "people.csv"), metadata=meta, budget=Budget(1e12), engine=engine
+    )
+    frame = pd.read_csv(demo / "people.csv")
+    release = session.sql(
+        "SELECT age, COUNT(*) AS n FROM people WHERE age <> 50 GROUP BY age", epsilon=HUGE
+    )
+    counts = {key[0]: estimates[0].value for key, estimates in release.rows}
+    assert list(counts) == list(range(18, 91))
+    expected = frame[frame.age != 50].groupby("age").size()
+    assert counts == {age: float(expected.get(age, 0)) for age in range(18, 91)}
+    assert counts[50] == 0

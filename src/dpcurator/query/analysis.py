@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 
 from dpcurator.query import ir
+from dpcurator.query.limits import MAX_KEYS_FROM_BOUNDS
 from dpcurator.query.schema import Metadata
 
 
@@ -25,11 +26,19 @@ _PREDICATES = (ir.Compare, ir.And, ir.Or, ir.Not, ir.IsNull, ir.In, ir.Between)
 def public_keys(node: ir.Expr, metadata: Metadata) -> tuple[ir.ScalarValue, ...] | None:
     """The public key set of a grouping expression, or None if it is not public.
 
-    Columns with declared keys (and bool columns), CASE expressions whose results are all
-    literals, and predicates (True/False) have public key sets.
+    Columns with declared keys (and bool columns), int columns whose public bounds span at most
+    :data:`~dpcurator.query.limits.MAX_KEYS_FROM_BOUNDS` integers (the keys are those integers),
+    CASE expressions whose results are all literals, and predicates (True/False) have public key
+    sets.
     """
     if isinstance(node, ir.Col):
-        return metadata.column(node.name).public_keys
+        column = metadata.column(node.name)
+        bounds = (column.lower, column.upper)
+        if column.public_keys is None and column.type == "int" and None not in bounds:
+            low, high = math.ceil(bounds[0] or 0), math.floor(bounds[1] or 0)
+            if 0 < high - low + 1 <= MAX_KEYS_FROM_BOUNDS:
+                return tuple(range(low, high + 1))
+        return column.public_keys
     if isinstance(node, _PREDICATES):
         return (False, True)
     if isinstance(node, ir.Case):

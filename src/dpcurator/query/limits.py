@@ -17,6 +17,8 @@ limit                         value           what it bounds
 ``MAX_AGGREGATES``            64              aggregates per query (engine work per row)
 ``MAX_HISTOGRAM_BINS``        10,000          bins of one HISTOGRAM (plan size, engine memory)
 ``MAX_PUBLIC_GROUPS``         100,000         released groups: the product of the key sets
+``MAX_KEYS_FROM_BOUNDS``      1,000           integers an int column's bounds may span to give
+                                              it public keys (GROUP BY without declared keys)
 ``MIN_EPSILON``               1e-9            ε of one query (noise scales stay exact in int64)
 ``MAX_BOUND_MAGNITUDE``       1e300           |bounds| of an aggregated value (finite sums,
                                               differences and grids)
@@ -39,6 +41,7 @@ MAX_EXPRESSION_DEPTH: Final = 32
 MAX_AGGREGATES: Final = 64
 MAX_HISTOGRAM_BINS: Final = 10_000
 MAX_PUBLIC_GROUPS: Final = 100_000
+MAX_KEYS_FROM_BOUNDS: Final = 1_000
 MIN_EPSILON: Final = 1e-9
 MAX_BOUND_MAGNITUDE: Final = 1e300
 

@@ -228,14 +228,16 @@ def fixed_point_columns(metadata: Metadata) -> tuple[ir.FixedPointColumn, ...]:
 
 
 def key_code_columns(metadata: Metadata) -> tuple[ir.KeyCodeColumn, ...]:
-    """One :class:`~dpcurator.query.ir.KeyCodeColumn` per column with public keys, other than
-    the person column (engines may precompute them)."""
+    """One :class:`~dpcurator.query.ir.KeyCodeColumn` per column with declared (or bool) public
+    keys, other than the person column (engines may precompute them; int columns whose keys
+    come from their bounds are grouped without precomputed codes, so opening a table does not
+    grow with every bounded int column)."""
     return tuple(
         ir.KeyCodeColumn(name, keys)
         for name, kind in metadata.column_types().items()
         if kind in ("string", "int", "bool")
         and name != metadata.person_column
-        and (keys := public_keys(ir.Col(name), metadata)) is not None
+        and (keys := metadata.column(name).public_keys) is not None
     )
 
 
