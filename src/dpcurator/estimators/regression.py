@@ -212,35 +212,63 @@ def linear_regression(
     share = to_fraction(check_probability(owner, "eigen_share", eigen_share, open_low=True))
     level = float(check_probability(owner, "alpha", alpha, open_low=True, open_high=True))
     clip = to_fraction(check_probability(owner, "clipping_share", clipping_share, open_high=True))
-    p = d + 1 if fit_intercept else d
-    first = 0 if fit_intercept else 1
     source = rng or default_rng()
-    size = d + 2
-    fit_rho = total * (1 - clip)
-    gram_mech = gaussian_for_floats(fit_rho * (1 - share), Fraction(size), size * (size + 1) // 2)
-    eigen_mech = gaussian_for_floats(fit_rho * share, Fraction(d + 1), 1)
-    z = scaling.rows(design, target)
-    exact = z.T @ z
-    smallest = float(np.linalg.eigvalsh(exact[first : d + 1, first : d + 1])[0])
-    gram = _symmetric(noisy(gram_mech, gram_mech.sigma, exact[np.triu_indices(size)], source), size)
-    eigen = float(noisy(eigen_mech, eigen_mech.sigma, [smallest], source)[0])
-    method = "DP linear regression (AdaSSP, Wang 2018; zCDP)"
     report = None
     if clip > 0:
         rows = np.column_stack([design, target])
         below, above = outside(rows, np.append(scaling.x_low, scaling.y_low), np.append(
             scaling.x_high, scaling.y_high))  # fmt: skip
         report = clipping_zcdp(below, above, rho=total * clip, rng=source, alpha=level)
+    z = scaling.rows(design, target)
+    release = regression_from_gram(
+        z.T @ z, scaling, rho=total * (1 - clip), eigen_share=share, alpha=level, rng=source
+    )
+    return replace(release, cost=ZCDP(total), clipping=report)
+
+
+def regression_from_gram(
+    exact: FloatArray,
+    scaling: Scaling,
+    *,
+    rho: Fraction,
+    eigen_share: Fraction,
+    alpha: float,
+    rng: Rng,
+    rows_per_person: int = 1,
+) -> Estimate:
+    """AdaSSP from the EXACT Gram matrix Σ z zᵀ of the scaled rows z = (1, u, v): ρ-zCDP.
+
+    The sufficient statistics may come from anywhere (numpy here, an engine's SUMs in
+    :mod:`dpcurator.query.fit`) as long as every entry one row adds lies in [-1, 1]: the upper
+    triangle then moves by at most d + 2 in L2 and the design block's smallest eigenvalue by at
+    most d + 1 (Weyl), per row. A person owning ``rows_per_person`` rows moves both by that many
+    times as much, so both sensitivities are multiplied by it (user-level privacy). Never raises
+    on the values (module docstring).
+    """
+    size = exact.shape[0]
+    d = size - 2
+    p = d + 1 if scaling.fit_intercept else d
+    first = 0 if scaling.fit_intercept else 1
+    k = Fraction(rows_per_person)
+    width = size * (size + 1) // 2
+    gram_mech = gaussian_for_floats(rho * (1 - eigen_share), k * size, width)
+    eigen_mech = gaussian_for_floats(rho * eigen_share, k * (d + 1), 1)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        design = np.nan_to_num(exact[first : d + 1, first : d + 1])
+        smallest = float(np.linalg.eigvalsh(design)[0])
+    gram = _symmetric(noisy(gram_mech, gram_mech.sigma, exact[np.triu_indices(size)], rng), size)
+    eigen = float(noisy(eigen_mech, eigen_mech.sigma, [smallest], rng)[0])
+    method = "DP linear regression (AdaSSP, Wang 2018; zCDP)"
     if gram[0, 0] < p + 1:
-        return replace(no_reply(ZCDP(total), method, level), clipping=report)
+        return no_reply(ZCDP(rho), method, alpha)
     eigen_low = max(eigen - float(eigen_mech.sigma) * float(ndtri(1 - RIDGE_ETA)), 0.0)
     spread = 2 * math.sqrt(p) + math.sqrt(2 * math.log(1 / RIDGE_ETA))
     ridge = max(0.0, float(gram_mech.sigma) * spread - eigen_low)
     b = fit_from_gram(gram, scaling, ridge)
     theta = scaling.original(b)
-    boot = _bootstrap(gram, b, ridge, gram_mech, scaling=scaling, rng=source)
-    q_low, q_high = np.quantile(scaling.original(boot) - theta, [level / 2, 1 - level / 2], axis=0)
+    boot = _bootstrap(gram, b, ridge, gram_mech, scaling=scaling, rng=rng)
+    q_low, q_high = np.quantile(scaling.original(boot) - theta, [alpha / 2, 1 - alpha / 2], axis=0)
     return Estimate(
-        theta, theta - q_high, theta - q_low, Covers.NOISE_AND_SAMPLING, level, ZCDP(total), method,
-        report,
-    )  # fmt: skip
+        theta, theta - q_high, theta - q_low, Covers.NOISE_AND_SAMPLING, alpha, ZCDP(rho), method
+    )

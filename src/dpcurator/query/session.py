@@ -52,7 +52,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dpcurator._cache import LruCache
 from dpcurator._validation import check_probability, fail
@@ -61,6 +61,7 @@ from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ApproxDP, Measure, PureDP
 from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError
 from dpcurator.estimators.bounds import bounds_from_noisy_counts
+from dpcurator.estimators.release import Estimate
 from dpcurator.query.accuracy import check_targets, plan_for_accuracy
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.backends.base import check_plan
@@ -397,6 +398,23 @@ class Session:
         with self._lock:
             self._metadata = self._metadata.with_bounds(plan.column, lower, upper)
         return lower, upper
+
+    def fit(
+        self,
+        kind: str,
+        *,
+        epsilon: float,
+        delta: float = 0.0,
+        alpha: float | None = None,
+        **options: Any,
+    ) -> Estimate:
+        """Fit an estimator on the table (:mod:`dpcurator.query.fit`): planned from the metadata
+        (refusals free), charged (ε, δ), computed by the engine; ``options`` are those of
+        :func:`~dpcurator.query.fit.plan_fit` (``y``, ``x``, ``model``, ``lower``, ...)."""
+        from dpcurator.query.fit import plan_fit, run_fit  # noqa: PLC0415 (fit imports session)
+
+        plan = plan_fit(self._metadata, kind, epsilon=epsilon, delta=delta, **options)
+        return run_fit(self, plan, self._level(alpha))
 
     def compute_exact(
         self, plans: Sequence[AggregatePlan], event: PrivacyEvent, *, description: str
