@@ -134,6 +134,11 @@ def _exact(value: Fraction) -> float:
     return cast("float", value)
 
 
+def _budget(epsilon: Fraction | None, accuracy: dict[str, float] | None) -> float | None:
+    """ε for the Session, or None when accuracy targets choose it."""
+    return None if accuracy is not None or epsilon is None else _exact(epsilon)
+
+
 @dataclass
 class DatasetRuntime:
     """A registered dataset opened for querying: public metadata, engine and caches."""
@@ -157,21 +162,36 @@ class DatasetRuntime:
         )
 
     def estimate(
-        self, sql: str, epsilon: Fraction, delta: Fraction
+        self,
+        sql: str,
+        epsilon: Fraction | None,
+        delta: Fraction,
+        accuracy: dict[str, float] | None = None,
     ) -> tuple[ApproxDP, dict[str, Any]]:
-        """Cost and expected accuracy from public metadata only."""
+        """Cost and expected accuracy from public metadata only (``accuracy`` instead of ε: the
+        smallest cost meeting those CI half-widths, :mod:`dpcurator.query.accuracy`)."""
         session = self._session(PrivacyFilter(Budget(0)))
-        estimate = session.estimate(sql, epsilon=_exact(epsilon), delta=_exact(delta))
+        estimate = session.estimate(
+            sql, epsilon=_budget(epsilon, accuracy), delta=_exact(delta), accuracy=accuracy
+        )
         cost = estimate.cost
         exact_cost = cost.to_approx() if isinstance(cost, PureDP) else cost
         return exact_cost, estimate.to_dict()
 
     def run(
-        self, sql: str, epsilon: Fraction, delta: Fraction, budget_filter: BudgetFilter
+        self,
+        sql: str,
+        epsilon: Fraction,
+        delta: Fraction,
+        budget_filter: BudgetFilter,
+        accuracy: dict[str, float] | None = None,
     ) -> dict[str, Any]:
-        """Plan, reserve through ``budget_filter``, compute and release; the release as JSON."""
+        """Plan, reserve through ``budget_filter``, compute and release; the release as JSON.
+        With ``accuracy``, the plan meeting those targets (its cost is ``epsilon``)."""
         session = self._session(budget_filter)
-        release = session.sql(sql, epsilon=_exact(epsilon), delta=_exact(delta))
+        release = session.sql(
+            sql, epsilon=_budget(epsilon, accuracy), delta=_exact(delta), accuracy=accuracy
+        )
         return release.to_dict()
 
 

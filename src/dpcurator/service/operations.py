@@ -56,9 +56,13 @@ def normalise_sql(sql: str) -> str:
     return _SQL_PIECES.sub(_piece, sql).strip().rstrip(";").rstrip()
 
 
-def fingerprint(sql: str, epsilon: Fraction, delta: Fraction) -> str:
-    """Identifies a question (normalised SQL and requested cost) for replay and retries."""
-    text = f"{normalise_sql(sql)}\x00{epsilon}\x00{delta}"
+def fingerprint(
+    sql: str, epsilon: Fraction, delta: Fraction, accuracy: dict[str, float] | None = None
+) -> str:
+    """Identifies a question (normalised SQL, requested cost and accuracy targets, if any) for
+    replay and retries."""
+    targets = "" if accuracy is None else f"\x00{sorted(accuracy.items())}"
+    text = f"{normalise_sql(sql)}\x00{epsilon}\x00{delta}{targets}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -203,8 +207,10 @@ class CuratorService:
         delta: Fraction,
         *,
         request_key: str | None = None,
+        accuracy: dict[str, float] | None = None,
     ) -> Answer:
         """Answer a query: replay or reserve -> run -> commit. A refusal changes nothing.
+        With ``accuracy``, ``epsilon`` is the cost those targets need (see :meth:`estimate`).
 
         Raises:
             RefusalsLimitedError: this analyst was refused too often recently (429).
@@ -213,7 +219,7 @@ class CuratorService:
         access = self.access(identity, dataset_id)
         dataset = access.dataset
         runtime = self.catalog.runtime(dataset)
-        print_ = fingerprint(sql, epsilon, delta)
+        print_ = fingerprint(sql, epsilon, delta, accuracy)
         if dataset.replay_enabled and (
             request_key is None
             or self.ledger.charge_by_key(identity.principal_id, request_key) is None
@@ -235,7 +241,7 @@ class CuratorService:
         )
         charge_filter = LedgerFilter(self.ledger, template)
         try:
-            release = runtime.run(sql, epsilon, delta, charge_filter)
+            release = runtime.run(sql, epsilon, delta, charge_filter, accuracy)
         except AlreadyCharged as done:
             charge = self.ledger.charge(done.charge_id)
             return self._keyed_answer(dataset, charge, print_, access.budget)
@@ -290,12 +296,20 @@ class CuratorService:
         return Answer(charge, charge.kind == "replay", budget)
 
     def estimate(
-        self, identity: Identity, dataset_id: str, sql: str, epsilon: Fraction, delta: Fraction
+        self,
+        identity: Identity,
+        dataset_id: str,
+        sql: str,
+        epsilon: Fraction | None,
+        delta: Fraction,
+        *,
+        accuracy: dict[str, float] | None = None,
     ) -> Estimate:
-        """Cost and expected accuracy of a query from public metadata; nothing is run."""
+        """Cost and expected accuracy of a query from public metadata; nothing is run. With
+        ``accuracy`` instead of ε: the smallest cost meeting those CI half-widths."""
         access = self.access(identity, dataset_id)
         dataset, budget = access.dataset, access.budget
-        cost, details = self.catalog.runtime(dataset).estimate(sql, epsilon, delta)
+        cost, details = self.catalog.runtime(dataset).estimate(sql, epsilon, delta, accuracy)
         cap = dataset_budget(dataset)
         fits = (cap.spent + cost).fits_within(cap.total) and (
             budget is None or (budget.spent + cost).fits_within(budget.total)

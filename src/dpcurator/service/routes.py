@@ -204,9 +204,23 @@ async def run_query(
     A retry with the same ``Idempotency-Key`` header returns the first answer at no cost. The
     work runs in the thread pool in ONE hop (a sync endpoint would add hops for serialisation).
     """
-    epsilon, delta = s.exact(body.epsilon), s.exact(body.delta)
+    delta = s.exact(body.delta)
+    if body.accuracy is None:
+        epsilon = s.exact(body.epsilon or 0)
+    else:  # the cost the targets need, from public inputs (refusals are free)
+        needed = await run_in_threadpool(
+            service.estimate, who, dataset_id, body.sql, None, delta, accuracy=body.accuracy
+        )
+        epsilon = needed.cost.epsilon
     answer = await run_in_threadpool(
-        service.answer, who, dataset_id, body.sql, epsilon, delta, request_key=idempotency_key
+        service.answer,
+        who,
+        dataset_id,
+        body.sql,
+        epsilon,
+        delta,
+        request_key=idempotency_key,
+        accuracy=body.accuracy,
     )
     charge = answer.charge
     remaining = answer.remaining
@@ -230,8 +244,9 @@ def estimate_query(
     service: Service, who: Caller, dataset_id: str, body: s.QueryIn
 ) -> s.EstimateOut:
     """The cost and expected accuracy of a query; nothing runs and nothing is charged."""
+    epsilon = None if body.epsilon is None else s.exact(body.epsilon)
     estimate = service.estimate(
-        who, dataset_id, body.sql, s.exact(body.epsilon), s.exact(body.delta)
+        who, dataset_id, body.sql, epsilon, s.exact(body.delta), accuracy=body.accuracy
     )
     return s.EstimateOut(
         dataset_id=dataset_id,

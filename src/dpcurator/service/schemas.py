@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from dpcurator.core.measures import ApproxDP
 from dpcurator.service.ledger_budgets import BudgetView
@@ -23,6 +23,13 @@ Epsilon = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False, description=
 Delta = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False, description="δ in [0, 1)")]
 BudgetEpsilon = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
 Sql = Annotated[str, Field(min_length=1, max_length=20_000)]
+Accuracy = Annotated[
+    dict[
+        Annotated[str, Field(min_length=1, max_length=200)],
+        Annotated[float, Field(ge=0, allow_inf_nan=False)],
+    ],
+    Field(min_length=1, max_length=64, description="CI half-width per output column"),
+]
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[\w .@-]+$")]
 DatasetId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 
@@ -87,11 +94,20 @@ class BudgetOut(BaseModel):
 
 
 class QueryIn(_Strict):
-    """A SQL query and the privacy cost the analyst is willing to pay for it."""
+    """A SQL query and the privacy cost the analyst is willing to pay for it: ``epsilon``, or
+    ``accuracy`` (95% CI half-width per output column, e.g. ``{"n": 50}``) for the smallest cost
+    meeting those targets (exactly one of the two)."""
 
     sql: Sql
-    epsilon: Epsilon
+    epsilon: Epsilon | None = None
     delta: Delta = 0.0
+    accuracy: Accuracy | None = None
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> QueryIn:
+        if (self.epsilon is None) == (self.accuracy is None):
+            raise ValueError("give exactly one of 'epsilon' and 'accuracy'")
+        return self
 
 
 class QueryOut(BaseModel):
@@ -225,11 +241,19 @@ class GrantOut(BaseModel):
     budget: BudgetOut
 
 
+class BatchQueryIn(_Strict):
+    """One query of a published batch, at a given ε (accuracy targets are for queries)."""
+
+    sql: Sql
+    epsilon: Epsilon
+    delta: Delta = 0.0
+
+
 class BatchIn(_Strict):
     """A batch of queries to run once and publish."""
 
     name: Name
-    queries: Annotated[list[QueryIn], Field(min_length=1, max_length=100)]
+    queries: Annotated[list[BatchQueryIn], Field(min_length=1, max_length=100)]
 
 
 class ReleaseOut(BaseModel):
