@@ -78,6 +78,8 @@ def test_serve_query_and_budget_commands(
         assert "remaining: ε=0.75" in capsys.readouterr().out
         assert main(["query", *args, "--epsilon", "5", sql]) == 1
         assert "exhausted" in capsys.readouterr().err
+        assert main(["query", *args, "--accuracy", "n=400", sql]) == 0  # costs ε ≈ 0.009
+        assert "cost: ε=0.00" in capsys.readouterr().out
     finally:
         server.stop()
 
@@ -252,7 +254,10 @@ def test_importing_the_cli_loads_no_engine() -> None:
         (["--epsilon", "0"], "--epsilon: expected a finite number > 0"),
         (["--epsilon", "1", "--delta", "1"], "--delta: expected a finite number >= 0 and < 1"),
         (["--epsilon", "1", "--token", " "], "--token: the token is empty"),
-        ([], "the following arguments are required: --epsilon"),
+        ([], "one of the arguments --epsilon --accuracy is required"),
+        (["--accuracy", "n"], "--accuracy: expected NAME=WIDTH (e.g. n=50), got 'n'"),
+        (["--accuracy", "n=-1"], "--accuracy: expected a finite number >= 0"),
+        (["--epsilon", "1", "--accuracy", "n=5"], "not allowed with argument --epsilon"),
     ],
 )
 def test_bad_query_arguments_are_usage_errors(

@@ -30,6 +30,7 @@ A trusted curator for differentially private statistics.
   dpcurator serve --demo                       try it: demo data, prints tokens and the URL
   dpcurator serve --data F.csv --metadata M.yaml [--ledger URL]
   dpcurator query --token T --dataset D --epsilon 0.5 "SELECT COUNT(*) AS n FROM t"
+  dpcurator query --token T --dataset D --accuracy n=50 "SELECT COUNT(*) AS n FROM t"
   dpcurator budget --token T --dataset D
   dpcurator admin --ledger URL create-owner NAME    (and other ledger commands)
   dpcurator check-metadata --data F.csv --metadata M.yaml   (owner only, NOT DP)
@@ -62,6 +63,15 @@ def _number(low: float, *, low_inclusive: bool, high: float = math.inf) -> Calla
 
 _positive = _number(0, low_inclusive=False)
 _delta = _number(0, low_inclusive=True, high=1)
+_width = _number(0, low_inclusive=True)
+
+
+def _target(text: str) -> tuple[str, float]:
+    """An argparse type: ``NAME=WIDTH``, a (1-α) CI half-width target for one output."""
+    name, sep, width = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=WIDTH (e.g. n=50), got {text!r}")
+    return name.strip(), _width(width)
 
 
 def _token(text: str) -> str:
@@ -95,8 +105,15 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--token", type=_token, required=True, help="your API token")
         sub.add_argument("--dataset", required=True, help="the dataset id")
         if name == "query":
-            sub.add_argument(
-                "--epsilon", type=_positive, required=True, help="the privacy cost ε (> 0)"
+            cost = sub.add_mutually_exclusive_group(required=True)
+            cost.add_argument("--epsilon", type=_positive, help="the privacy cost ε (> 0)")
+            cost.add_argument(
+                "--accuracy",
+                type=_target,
+                action="append",
+                metavar="NAME=WIDTH",
+                help="instead of --epsilon: the 95%% CI half-width of output NAME (repeat per "
+                "output); the smallest cost meeting every target is charged",
             )
             sub.add_argument(
                 "--delta", type=_delta, default=0.0, help="the privacy cost δ in [0, 1) (default 0)"
@@ -305,7 +322,10 @@ def _client(args: argparse.Namespace) -> Iterator[CuratorClient]:
 
 def _query(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        answer = client.query(args.dataset, args.sql, epsilon=args.epsilon, delta=args.delta)
+        accuracy = None if args.accuracy is None else dict(args.accuracy)
+        answer = client.query(
+            args.dataset, args.sql, epsilon=args.epsilon, delta=args.delta, accuracy=accuracy
+        )
     print(format_release(answer["release"]))
     cost = answer["cost"]
     print(f"cost: ε={cost['epsilon']:.6g} δ={cost['delta']:.3g}")

@@ -122,16 +122,20 @@ class CuratorClient:
         dataset_id: str,
         sql: str,
         *,
-        epsilon: float,
+        epsilon: float | None = None,
         delta: float = 0.0,
         idempotency_key: str | None = None,
+        accuracy: dict[str, float] | None = None,
     ) -> dict[str, Any]:
-        """Run a query; the answer has ``release``, ``cost`` and ``remaining``."""
+        """Run a query at ``epsilon``, or at the smallest cost meeting ``accuracy`` (CI
+        half-width per output); the answer has ``release``, ``cost`` and ``remaining``."""
         headers = None if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+        body: dict[str, Any] = {"sql": sql, "delta": delta}
+        body.update({"epsilon": epsilon} if accuracy is None else {"accuracy": accuracy})
         result: dict[str, Any] = self._call(
             "POST",
             f"/v1/datasets/{dataset_id}/queries",
-            json={"sql": sql, "epsilon": epsilon, "delta": delta},
+            json=body,
             headers=headers,
         )
         return result
