@@ -2,7 +2,10 @@
 
 Run ``python benchmarks/noise.py`` (or ``make bench``); ``--quick`` for a smaller run. Prints one
 markdown table of samples per second, each the median over several runs of one call producing
-10^6 samples (10^5 with ``--quick``).
+10^6 samples (10^5 with ``--quick``). ``--large`` adds a table of single calls for 10^6 and 10^7
+samples: samples per second of CPU time and the peak of the memory they allocate (tracemalloc),
+which shows that large calls draw in blocks of bounded size
+(:mod:`dpcurator.random.samplers.chunks`).
 
 * dpcurator: exact integer samplers (Canonne, Kamath & Steinke 2020) fed by a ChaCha20 CSPRNG.
 * numpy: ``numpy.random.default_rng().laplace`` / ``.normal`` — textbook floating-point noise from
@@ -22,7 +25,9 @@ import platform
 import statistics
 import subprocess
 import time
+import tracemalloc
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 from peers import ensure_peer_venv
@@ -110,6 +115,26 @@ def bench_python(n: int, runs: int, quick: bool) -> list[tuple[str, str, float |
     return rows
 
 
+def large_calls(runs: int) -> list[str]:
+    """Markdown rows (sampler, samples, CPU samples/s, peak MB allocated) of single calls for
+    10^6 and 10^7 samples (median CPU time of ``runs`` calls; peak of the last call)."""
+    rng = SecureRng()
+    rows = []
+    for n in (10**6, 10**7):
+        cases: list[tuple[str, Callable[[], object]]] = [
+            ("discrete_laplace(scale=10)", partial(discrete_laplace, rng, 10, n)),
+            ("discrete_gaussian(sigma=10)", partial(discrete_gaussian, rng, 10, n)),
+        ]
+        for name, function in cases:
+            _, cpu = time_runs(function, runs)
+            tracemalloc.start()
+            function()
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            rows.append(f"| {name} | {n:.0e} | {rate_text(n / cpu)} | {peak / 2**20:,.0f} |")
+    return rows
+
+
 def rate_text(rate: float | None) -> str:
     """A rate as "12.34 M" or "56.7 k"."""
     if rate is None:
@@ -147,6 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="10^5 samples per call, 3 runs")
     parser.add_argument("--runs", type=int, default=None, help="runs per sampler (median)")
     parser.add_argument("--no-opendp", action="store_true", help="skip the OpenDP comparison")
+    parser.add_argument("--large", action="store_true", help="also time 10^6 and 10^7 calls")
     args = parser.parse_args(argv)
     n = 10**5 if args.quick else 10**6
     runs = args.runs or (3 if args.quick else 7)
@@ -165,6 +191,10 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---:|---|")
     for library, name, rate, note in rows:
         print(f"| {library} | {name} | {rate_text(rate)} | {note} |")
+    if args.large:
+        print("\n| sampler | samples per call | samples/s (CPU) | peak allocated (MB) |")
+        print("|---|---:|---:|---:|")
+        print("\n".join(large_calls(3)))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from dpcurator.random import (
     geometric,
     samplers,
 )
-from dpcurator.random.samplers import bernoulli, gaussian, laplace
+from dpcurator.random.samplers import bernoulli, chunks, gaussian, laplace
 from tests.stat_tools import ALPHA, chi_square_pvalue
 
 N = 1_000_000
@@ -510,3 +510,30 @@ def test_docstrings_cite_cks_and_timing() -> None:
         assert "Canonne, Kamath & Steinke 2020" in doc
         assert "constant-time" in doc
     assert "Jin" in (samplers.__doc__ or "")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda rng, n: discrete_laplace(rng, 10, n),
+        lambda rng, n: discrete_gaussian(rng, 10, n),
+        lambda rng, n: geometric(rng, 1, 10, n),
+    ],
+)
+def test_large_calls_work_in_bounded_memory(call: Callable[[Rng, int], np.ndarray]) -> None:
+    """A call for 3·10^6 samples holds its output (24 MB) plus bounded temporaries (blocks of
+    ``CHUNK`` samples: under 16 MB here), not several arrays of the whole length (issue 17:
+    960 MB for 10^7 Gaussian samples). The chi-square tests above draw 10^6 samples, so they
+    check the distribution of chunked calls."""
+    import tracemalloc  # noqa: PLC0415 (only this test traces allocations)
+
+    n = 3_000_000
+    assert n > 10 * chunks.CHUNK
+    tracemalloc.start()
+    try:
+        values = call(SeededRng(5), n)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert values.shape == (n,)
+    assert peak < values.nbytes + 16 * 2**20, peak

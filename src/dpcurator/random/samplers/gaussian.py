@@ -24,6 +24,7 @@ from dpcurator.random.samplers.bernoulli import (
     _bexp_parts,
     _bexp_python,
 )
+from dpcurator.random.samplers.chunks import CHUNK, in_chunks
 from dpcurator.random.samplers.laplace import (
     _SCALAR_MAX,
     _discrete_laplace_core,
@@ -112,6 +113,8 @@ def _discrete_gaussian_core(rng: Rng, t: int, c: int, big_l: int, n: int) -> Int
             if _bexp_python(rng, x * x, d):
                 values.append(proposal)
         return np.array(values, dtype=np.int64)
+    if n > CHUNK:
+        return in_chunks(lambda m: _discrete_gaussian_core(rng, t, c, big_l, m), n)
     out = np.empty(n, dtype=np.int64)
     filled = 0
     max_y = (_FAST_X - 1 + c) // big_l  # |Y| <= max_y keeps |L|Y| - c| < 2^53

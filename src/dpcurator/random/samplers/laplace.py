@@ -26,6 +26,7 @@ from dpcurator.random.samplers.bernoulli import (
     _bexp_python,
     _randbelow,
 )
+from dpcurator.random.samplers.chunks import CHUNK, in_chunks
 
 __all__ = ["MAX_LAPLACE_SCALE", "discrete_laplace", "geometric"]
 
@@ -110,6 +111,8 @@ def _geometric_core(rng: Rng, t: int, s: int, n: int) -> IntArray:
     """
     if n <= _SCALAR_MAX:
         return np.array([_geometric_python(rng, t, s) for _ in range(n)], dtype=np.int64)
+    if n > CHUNK:
+        return in_chunks(lambda m: _geometric_core(rng, t, s, m), n)
     if s >= t:
         return _geometric_by_trials(rng, s, t, n)
     out = np.empty(n, dtype=np.int64)
@@ -209,6 +212,8 @@ def _discrete_laplace_core(rng: Rng, t: int, s: int, n: int) -> IntArray:
     """CKS20 Algorithm 2: discrete Laplace with scale t/s (t < 2^63, s >= 1 Python integers)."""
     if n <= _SCALAR_MAX:
         return np.array([_discrete_laplace_python(rng, t, s) for _ in range(n)], dtype=np.int64)
+    if n > CHUNK:
+        return in_chunks(lambda m: _discrete_laplace_core(rng, t, s, m), n)
     out = np.empty(n, dtype=np.int64)
     filled = 0
     acceptance = 1.0 - 0.5 * -math.expm1(-s / t)  # P[not "-0"] (a batch size, not a sample)
