@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, int]] = [
     ("dpcurator.synth", 4),
     ("dpcurator.streams", 4),
     ("dpcurator.mining", 5),
+    ("dpcurator.interactive", 5),
     ("dpcurator.service", 5),
     ("dpcurator.cli", 5),
     ("dpcurator.demo", 1),

@@ -16,7 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpcurator._validation import check_positive, check_real
+from dpcurator._validation import check_positive, check_real, fail
 from dpcurator.core.numbers import to_fraction
 from dpcurator.mechanisms._grid import grid_exponent, grid_sensitivity, to_grid
 from dpcurator.random import Rng, default_rng
@@ -69,12 +69,16 @@ class AboveThreshold:
         ``answers`` may be a lazy iterable: each answer is read only when needed, so an interactive
         analyst can stop early. Nothing is revealed about answers after the returned index.
         """
-        source, noisy_threshold = self._start(rng)
+        run = self.start(rng)
         for index, answer in enumerate(answers):
-            noise = int(discrete_laplace(source, self.query_scale, 1)[0])
-            if int(to_grid([answer], self.grid)[0]) + noise >= noisy_threshold:
+            if run.test(answer):
                 return index
         return None
+
+    def start(self, rng: Rng | None = None) -> AboveThresholdRun:
+        """A run for queries asked one at a time (an interactive curator): draws the noisy
+        threshold now; :meth:`AboveThresholdRun.test` each answer until one is above."""
+        return AboveThresholdRun(self, *self._start(rng))
 
     def first_above_batch(self, answers: np.ndarray, rng: Rng | None = None) -> int | None:
         """Vectorised :meth:`first_above` for answers already computed (same distribution)."""
@@ -83,3 +87,25 @@ class AboveThreshold:
         noise = discrete_laplace(source, self.query_scale, units.size)
         hits = np.flatnonzero(units.astype(object) + noise.astype(object) >= noisy_threshold)
         return int(hits[0]) if hits.size else None
+
+
+class AboveThresholdRun:
+    """One run of :class:`AboveThreshold` over answers that arrive one at a time (same
+    distribution as :meth:`AboveThreshold.first_above`); it ends at the first answer above."""
+
+    def __init__(self, mechanism: AboveThreshold, source: Rng, noisy_threshold: int) -> None:
+        self._mechanism = mechanism
+        self._source = source
+        self._threshold = noisy_threshold
+        self.halted = False
+
+    def test(self, answer: float) -> bool:
+        """Whether ``answer``'s noisy value reaches the noisy threshold (then the run halts).
+
+        Raises ParameterError after the run halted: a new run needs a fresh threshold."""
+        if self.halted:
+            raise fail("AboveThresholdRun.test", "run", "not halted (start a new run)", "halted")
+        mechanism = self._mechanism
+        noise = int(discrete_laplace(self._source, mechanism.query_scale, 1)[0])
+        self.halted = int(to_grid([answer], mechanism.grid)[0]) + noise >= self._threshold
+        return self.halted

@@ -1,0 +1,227 @@
+"""Private multiplicative weights: an interactive curator for many linear queries, one budget.
+
+Hardt & Rothblum (2010), "A multiplicative weights mechanism for privacy-preserving data
+analysis" (the "HR10 ... log|Q| sqrt(n)" line of Ligett's tutorial); the online variant through
+the sparse vector test of Dwork & Roth (2014), section 4.2, with the noisy-answer update of
+Hardt, Ligett & McSherry (2012, MWEM).
+
+The curator keeps a PUBLIC synthetic distribution ``p`` over the public domain ``X`` (product of
+the columns' public keys or bins, :class:`~dpcurator.synth.domain.SynthDomain`), starting
+uniform, and a noisy row count ``n~``. For each linear query ``w`` (a weight in [0, 1] per cell;
+counting queries are 0/1), with ``x`` the exact histogram:
+
+1. the synthetic answer is ``a = n~ * <w, p>``;
+2. the sparse vector test (:class:`~dpcurator.mechanisms.AboveThreshold`, one run per update)
+   asks whether ``|<w, x> - a|`` is above the threshold ``T``; if not, ``a`` is the answer and
+   nothing more is spent;
+3. if it is, the curator releases ``y = <w, x> + Laplace`` (the project's
+   :class:`~dpcurator.mechanisms.Laplace` on the float grid), answers ``y``, and updates
+   ``p_i <- p_i * exp(w_i * s) / Z`` with ``s = clip((y - a) / (2 n~), -1, 1)``, replayed
+   ``passes`` times over every update so far (MWEM's replay: post-processing of released
+   values, free; ``passes=1`` is HR10's single step); a new sparse vector run starts (fresh
+   threshold noise) for the next query.
+
+After ``max_updates`` updates every further query is refused (BudgetExceededError, free): how
+many updates happened is a function of released sparse-vector outcomes, so the refusal is public.
+
+**Privacy** (pure ε-DP, by basic composition of the releases, not HR10's advanced-composition
+analysis): a noisy count at ``ε_n = size_fraction·ε``, and ``c = max_updates`` rounds each of one
+AboveThreshold run at ``ε_s`` and one Laplace release at ``ε_u``, where ``ε_s = svt_fraction·ε_r``,
+``ε_u = ε_r - ε_s``, ``ε_r = (ε - ε_n) / c``; all of sensitivity ``Δ = r·min(g, |X|)`` (a person
+moves the bounded histogram by at most ``Δ`` in L1, so any query with weights in [0, 1] by at
+most ``Δ``). Total ``ε_n + c(ε_s + ε_u) = ε``, charged once, as one PureEvent of ε, at
+construction, before the engine computes the histogram ONCE (one GROUP BY with the public cells
+as keys, through the session: user-level bounding and the budget filter apply). Queries never
+touch the engine again.
+
+**Accuracy** (:meth:`PrivateMultiplicativeWeights.error_bound`, exact discrete tails): with
+probability at least 1 - β, each of the first ``k`` answers is within
+``max(T + t_thr + t_q + grid, t_upd)`` of the truth, with ``t_thr`` the tail of the threshold
+noise at level β/(3c), ``t_q`` of the query noise at β/(3k), ``t_upd`` of the update noise at
+β/(3c). The bound holds whatever the data; what the multiplicative weights buy is that the
+updates do not run out: each update on a query whose error is at least ``T'`` (normalised:
+``T'/n``) lowers ``KL(x/n || p)`` by about ``(T'/n)²/4`` and it starts at most ``ln|X|``, so
+about ``4 n² ln|X| / T'²`` updates suffice for ANY number of queries (HR10, Theorem 1.2's
+potential argument). Balancing ``T`` against the sparse-vector noise (order ``c·ln(k)/ε`` under
+basic composition) gives error ``O((n² ln|X| ln(k) / ε)^(1/3))`` per query for k queries; HR10's
+``O(sqrt(n)·ln(k)·ln|X|^(1/4)/sqrt(ε))`` needs advanced composition (δ > 0), not offered here.
+Independent Laplace answers at the same total ε have error of order ``k/ε``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+
+from dpcurator._validation import check_int, check_positive, check_probability, fail
+from dpcurator.accounting import PureEvent
+from dpcurator.core.numbers import to_fraction
+from dpcurator.errors import BudgetExceededError
+from dpcurator.interactive.linear import Weights, counting_query, linear_query
+from dpcurator.mechanisms import AboveThreshold, Laplace
+from dpcurator.mechanisms.sparse_vector import AboveThresholdRun
+from dpcurator.query.limits import MAX_PUBLIC_GROUPS
+from dpcurator.query.session import Session
+from dpcurator.synth.domain import DEFAULT_MAX_BINS, SynthDomain
+from dpcurator.synth.measure import Contribution, exact_marginals
+
+_OWNER = "PrivateMultiplicativeWeights"
+
+
+class PrivateMultiplicativeWeights:
+    """An interactive PMW curator over ``columns`` of a session's table (see the module).
+
+    Args:
+        session: the private table (any engine; a pandas frame: ``Session.from_data(frame, ...)``).
+        columns: the columns of the domain (default: all but the person column); each needs
+            public keys or public bounds (binned into ``max_bins``).
+        epsilon: the total ε, charged once at construction.
+        max_updates: ``c``, the number of updates (sparse vector rounds) the budget pays for.
+        threshold: ``T``, in the units of the answers (rows): a query whose synthetic answer
+            is off by clearly less than ``T`` is answered from the synthetic distribution.
+        size_fraction: the share of ε spent on the noisy row count.
+        svt_fraction: the share of each round's ε spent on the sparse vector test (the rest on
+            the noisy answer of the update).
+        max_cells: the largest domain accepted (refused before any charge above it).
+        passes: sweeps of multiplicative-weights steps over every measured update after each
+            update (1: HR10's single step; more: MWEM's replay, post-processing, free).
+
+    Raises (all before the charge, free): ParameterError for a bad parameter or column,
+    UnsupportedQueryError for a column without a public domain or a domain over ``max_cells``.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        columns: Sequence[str] | None = None,
+        *,
+        epsilon: object,
+        max_updates: int,
+        threshold: object,
+        size_fraction: object = Fraction(1, 20),
+        svt_fraction: object = Fraction(1, 2),
+        max_bins: int = DEFAULT_MAX_BINS,
+        max_cells: int = MAX_PUBLIC_GROUPS,
+        passes: int = 10,
+    ) -> None:
+        if not isinstance(session, Session):
+            raise fail(_OWNER, "session", "a Session", session)
+        eps = to_fraction(check_positive(_OWNER, "epsilon", epsilon))
+        updates = check_int(_OWNER, "max_updates", max_updates, minimum=1)
+        self.threshold = float(check_positive(_OWNER, "threshold", threshold))
+        size_share = to_fraction(
+            check_probability(_OWNER, "size_fraction", size_fraction, open_low=True, open_high=True)
+        )
+        svt_share = to_fraction(
+            check_probability(_OWNER, "svt_fraction", svt_fraction, open_low=True, open_high=True)
+        )
+        check_int(_OWNER, "max_cells", max_cells, minimum=1)
+        self.passes = check_int(_OWNER, "passes", passes, minimum=1)
+        self.domain = SynthDomain.from_metadata(session.metadata, columns, max_bins=max_bins)
+        clique = self.domain.names
+        self.domain.check_marginal(clique, max_cells)
+        self.cells = self.domain.cells(clique)
+        self.sensitivity = Contribution.of(session).l1(self.cells)
+        self.epsilon = eps
+        self.max_updates = updates
+        self.size_epsilon = eps * size_share
+        round_epsilon = (eps - self.size_epsilon) / updates
+        self.svt_epsilon = round_epsilon * svt_share
+        self.update_epsilon = round_epsilon - self.svt_epsilon
+        # every mechanism is built (and a noise scale over 2^52 refused) before the charge
+        self._size = Laplace.for_epsilon(self.size_epsilon, self.sensitivity)
+        self._svt = AboveThreshold(self.svt_epsilon, self.sensitivity, self.threshold)
+        self._update = Laplace.for_epsilon_floats(self.update_epsilon, self.sensitivity)
+        self._rng = session.rng
+        histogram = exact_marginals(
+            session,
+            self.domain,
+            [clique],
+            PureEvent(eps),
+            description=f"private multiplicative weights over {list(clique)}",
+        )[clique]
+        self._histogram = histogram.reshape(-1).astype(np.float64)
+        noisy_size = self._size.release_integers(np.array([histogram.sum()]), self._rng)[0]
+        self.noisy_size = float(max(int(noisy_size), 1))
+        self._distribution = np.full(self.cells, 1.0 / self.cells)
+        self._run: AboveThresholdRun | None = None
+        self._measured: list[tuple[npt.NDArray[np.intp], Weights, float]] = []
+        self.updates_used = 0
+
+    # ------------------------------------------------------------------------------------------
+
+    @property
+    def updates_left(self) -> int:
+        """Updates the budget still pays for (public: a function of released outcomes)."""
+        return self.max_updates - self.updates_used
+
+    @property
+    def synthetic(self) -> npt.NDArray[np.float64]:
+        """The public synthetic distribution over the domain (domain shape, sums to 1)."""
+        return self._distribution.reshape(self.domain.shape(self.domain.names)).copy()
+
+    def count(self, where: Mapping[str, object] | None = None) -> float:
+        """Answer ``COUNT(*) WHERE`` every ``column IN values`` of ``where`` (see
+        :func:`~dpcurator.interactive.linear.counting_query`)."""
+        return self._answer(counting_query(self.domain, where or {}))
+
+    def answer_linear(self, weights: npt.ArrayLike) -> float:
+        """Answer the linear query ``sum(weights * histogram)`` (weights in [0, 1] per cell)."""
+        return self._answer(linear_query(self.domain, weights))
+
+    def error_bound(self, queries: int, beta: object = 0.05) -> float:
+        """A bound that, with probability at least 1 - ``beta``, every one of the first
+        ``queries`` answers is within of the truth (module docstring, "Accuracy")."""
+        k = check_int(f"{_OWNER}.error_bound", "queries", queries, minimum=1)
+        level = to_fraction(
+            check_probability(f"{_OWNER}.error_bound", "beta", beta, open_low=True, open_high=True)
+        )
+        svt, c = self._svt, self.max_updates
+        step = math.ldexp(1.0, svt.grid)
+        threshold_tail = Laplace(svt.threshold_scale).ci_halfwidth(level / (3 * c)) * step
+        query_tail = Laplace(svt.query_scale).ci_halfwidth(level / (3 * k)) * step
+        # rounding the answer and the threshold to the grid moves each by at most step / 2
+        synthetic = self.threshold + threshold_tail + query_tail + step
+        rounding = float(self._update.scale) * 2.0**-30  # at most half the update's grid step
+        updated = self._update.ci_halfwidth_floats(level / (3 * c)) + rounding
+        return max(synthetic, updated)
+
+    # ------------------------------------------------------------------------------------------
+
+    def _answer(self, weights: Weights) -> float:
+        if self.updates_used >= self.max_updates:
+            raise BudgetExceededError(
+                "one more update", "0 updates", what=f"update budget ({self.max_updates} updates)"
+            )
+        synthetic = self.noisy_size * float(weights @ self._distribution)
+        exact = float(weights @ self._histogram)
+        if self._run is None:
+            self._run = self._svt.start(self._rng)
+        if not self._run.test(abs(exact - synthetic)):
+            return synthetic
+        self._run = None
+        self.updates_used += 1
+        noisy = float(self._update.release_floats([exact], self._rng)[0])
+        support = np.flatnonzero(weights)
+        self._measured.append((support, weights[support], noisy))
+        for _ in range(self.passes):
+            for cells, cell_weights, value in self._measured:
+                self._step(cells, cell_weights, value)
+        return noisy
+
+    def _step(self, cells: npt.NDArray[np.intp], weights: Weights, measured: float) -> None:
+        """One multiplicative-weights step towards the measured answer of the query with
+        ``weights`` on ``cells`` (zero elsewhere); only those cells are touched, then all are
+        renormalised."""
+        distribution = self._distribution
+        before = distribution[cells]
+        synthetic = self.noisy_size * float(weights @ before)
+        step = min(max((measured - synthetic) / (2 * self.noisy_size), -1.0), 1.0)
+        after = before * np.exp(step * weights)
+        total = 1.0 + float(after.sum()) - float(before.sum())
+        distribution[cells] = after
+        distribution /= total
