@@ -31,7 +31,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 
@@ -46,10 +46,13 @@ from dpcurator.estimators.regression import Scaling, regression_from_gram
 from dpcurator.estimators.release import Estimate, FloatArray
 from dpcurator.estimators.sample_aggregate import BlockEstimator, Box, sample_and_aggregate
 from dpcurator.query import ir
+from dpcurator.query.after_charge import after_charge
 from dpcurator.query.schema import ColumnMeta, Metadata
-from dpcurator.query.session import Session, _after_charge
 from dpcurator.query.validation import check_epsilon
 from dpcurator.random import Rng, default_rng
+
+if TYPE_CHECKING:
+    from dpcurator.query.session import Session
 
 FitKind = Literal["linear_regression", "logistic_regression", "mle", "sample_and_aggregate"]
 FIT_KINDS: Final = ("linear_regression", "logistic_regression", "mle", "sample_and_aggregate")
@@ -396,4 +399,4 @@ def run_fit(session: Session, plan: FitPlan, alpha: float) -> Estimate:
     """
     (result,) = session.compute_exact([plan.exact], plan.event, description=plan.describe())
     rng = session.rng or default_rng()
-    return _after_charge(lambda: plan.finish(result, alpha, rng))
+    return after_charge(lambda: plan.finish(result, alpha, rng))

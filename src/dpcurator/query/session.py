@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -59,13 +59,14 @@ from dpcurator._validation import check_probability, fail
 from dpcurator.accounting import ApproxEvent, Budget, BudgetFilter, PrivacyFilter, PureEvent
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ApproxDP, Measure, PureDP
-from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError
 from dpcurator.estimators.bounds import bounds_from_noisy_counts
 from dpcurator.estimators.release import Estimate
 from dpcurator.query.accuracy import check_targets, plan_for_accuracy
+from dpcurator.query.after_charge import after_charge
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.backends.base import check_plan
 from dpcurator.query.builder import Query
+from dpcurator.query.fit import plan_fit, run_fit
 from dpcurator.query.ir import AggregatePlan, ExactResult
 from dpcurator.query.planner import Plan, plan_bounds, plan_query, precomputed_columns
 from dpcurator.query.release import CostEstimate, Release, estimate_plan, release_plan
@@ -350,7 +351,7 @@ class Session:
         )
         reservation = self._filter.reserve(_event(plan.cost), description=_describe(query))
         reservation.commit()
-        return _after_charge(
+        return after_charge(
             lambda: release_plan(plan, self._compute(plan.exact), alpha=level, rng=self._rng)
         )
 
@@ -388,7 +389,7 @@ class Session:
         plan = plan_bounds(self._metadata, column, epsilon=epsilon, beta=beta)
         reservation = self._filter.reserve(_event(plan.cost), description=f"dp_bounds({column})")
         reservation.commit()
-        exact = _after_charge(lambda: self._compute(plan.exact))
+        exact = after_charge(lambda: self._compute(plan.exact))
         counts = [
             int(exact.groups.get((i,), {}).get("n", 0))  # type: ignore[call-overload]
             for i in range(plan.bins.bins)
@@ -411,8 +412,6 @@ class Session:
         """Fit an estimator on the table (:mod:`dpcurator.query.fit`): planned from the metadata
         (refusals free), charged (ε, δ), computed by the engine; ``options`` are those of
         :func:`~dpcurator.query.fit.plan_fit` (``y``, ``x``, ``model``, ``lower``, ...)."""
-        from dpcurator.query.fit import plan_fit, run_fit  # noqa: PLC0415 (fit imports session)
-
         plan = plan_fit(self._metadata, kind, epsilon=epsilon, delta=delta, **options)
         return run_fit(self, plan, self._level(alpha))
 
@@ -430,7 +429,7 @@ class Session:
             check_plan(exact, self._metadata.column_types())
         reservation = self._filter.reserve(event, description=description)
         reservation.commit()
-        return _after_charge(lambda: [self._compute(exact) for exact in plans])
+        return after_charge(lambda: [self._compute(exact) for exact in plans])
 
     @property
     def rng(self) -> Rng | None:
@@ -468,20 +467,6 @@ class Session:
         if alpha is None:
             return self._alpha
         return float(check_probability("Session", "alpha", alpha, open_low=True, open_high=True))
-
-
-def _after_charge(work: Callable[[], _T]) -> _T:
-    """Run the post-charge part of a release; any exception becomes
-    ``BackendError(ENGINE_FAILURE_MESSAGE)``, the original logged on ``dpcurator.engine``.
-
-    Once charged, the class and text of an error could depend on the data (an engine's message
-    may quote a value), so the analyst gets one constant answer and the owner the details.
-    """
-    try:
-        return work()
-    except Exception as exc:
-        _ENGINE_LOG.exception("the engine failed after the charge: %s", type(exc).__name__)
-        raise BackendError(ENGINE_FAILURE_MESSAGE) from None
 
 
 def _describe(query: str | Query) -> str:
