@@ -86,3 +86,25 @@ def test_bootstrap_ci_covers_the_true_slope(n: int) -> None:
     reps = 100
     assert stats.binomtest(coverage(n, 1.0, reps), reps, 0.90, alternative="less").pvalue > ALPHA
     assert stats.binomtest(coverage(n, 0.25, reps), reps, 0.90, alternative="less").pvalue < ALPHA
+
+
+def test_large_sums_are_not_clipped_by_the_noise_grid() -> None:
+    """Gram entries of ~10^3 rows at ρ = 10^6 lie millions of noise scales from 0: the released
+    coefficients must still match least squares (they were clamped at 2^21 scales before)."""
+    generator = np.random.default_rng(3)
+    n = 5_000
+    x = generator.uniform(18, 90, size=(n, 2))
+    y = 16_000 + 400 * x[:, 0] + 25 * x[:, 1] + generator.normal(0, 5_000, n)
+    est = linear_regression(
+        x,
+        y,
+        rho=1e6,
+        x_lower=[18, 18],
+        x_upper=[90, 90],
+        y_lower=0,
+        y_upper=250_000,
+        rng=SeededRng(1),
+    )
+    design = np.c_[np.ones(n), x]
+    exact = np.linalg.lstsq(design, np.clip(y, 0, 250_000), rcond=None)[0]
+    np.testing.assert_allclose(np.asarray(est.value), exact, rtol=1e-3)

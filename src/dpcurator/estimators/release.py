@@ -24,7 +24,7 @@ import numpy.typing as npt
 from dpcurator._validation import check_real, fail
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
 from dpcurator.mechanisms import Gaussian
-from dpcurator.mechanisms._grid import grid_exponent
+from dpcurator.mechanisms._grid import MAX_UNITS, grid_exponent
 from dpcurator.random import Rng
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ def representable(values: FloatArray, scale: Fraction) -> FloatArray:
     Clamping is 1-Lipschitz per coordinate, so it never increases a sensitivity; it turns the
     grid's overflow refusal (which would depend on the data) into saturation.
     """
-    limit = math.ldexp(1.0, grid_exponent(scale) + 51)  # 2^51 grid steps: well inside 2^52
+    limit = math.ldexp(float(MAX_UNITS), grid_exponent(scale))  # the grid's own range
     return np.clip(np.nan_to_num(values, nan=0.0), -limit, limit)
 
 
@@ -147,7 +147,7 @@ def noisy(
 ) -> FloatArray:
     """``mechanism.release_floats`` of the values made representable (total: never raises).
 
-    The grid of a small noise scale only spans about 2^22 scales around 0, so a public
+    The grid of a noise scale spans 2^(62 - GRID_BITS) = 2^32 scales around 0, so a public
     ``centre`` (e.g. the middle of the values' range) is subtracted first and added back after.
     """
     offset = np.asarray(centre, np.float64)
