@@ -36,7 +36,10 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WORKERS = 2
 CORES = 2  # per worker: task slots (one per application using the cluster), not CPUs
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"  # short-lived JVMs: less start-up CPU
 APP_CONF = {  # each application: one 1-core executor on each worker (so two share the cluster)
+    "spark.driver.extraJavaOptions": JAVA_OPTIONS,
+    "spark.executor.extraJavaOptions": JAVA_OPTIONS,
     "spark.cores.max": str(WORKERS),
     "spark.executor.cores": "1",
     "spark.executor.memory": "1g",
@@ -47,6 +50,7 @@ APP_CONF = {  # each application: one 1-core executor on each worker (so two sha
 }
 START_TIMEOUT = 120.0  # seconds for the daemons to come up on a loaded 2-core machine
 EXIT_GRACE = 20.0  # seconds for executors to exit after their worker
+DRIVER_TIMEOUT = 900.0  # seconds for the drivers' checks (a hang: they take minutes at most)
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 CONNECT_APP = "dpcurator-connect"  # the application names the master lists
 CLASSIC_APP = "dpcurator-cluster-tests"
@@ -97,6 +101,7 @@ class SparkCluster:
             SPARK_LOG_DIR=str(self.root / "logs"),
             SPARK_WORKER_DIR=str(self.root / "work"),
             SPARK_LOCAL_DIRS=str(self.root / "local"),
+            SPARK_DAEMON_JAVA_OPTS=JAVA_OPTIONS,
             PYSPARK_PYTHON=sys.executable,
             PYSPARK_DRIVER_PYTHON=sys.executable,
         )
@@ -104,14 +109,17 @@ class SparkCluster:
             env.pop(inherited, None)
         return env
 
-    def launch(self, name: str, *command: str) -> None:
-        """Start one daemon in its own process group, its output in ``logs/<name>.log``."""
+    def launch(
+        self, name: str, program: str, *args: str, env: dict[str, str] | None = None
+    ) -> None:
+        """Start one process (a Spark script by name, or a path) in its own process group, its
+        output in ``logs/<name>.log``."""
         log = (self.root / "logs" / f"{name}.log").open("wb")
         process = subprocess.Popen(
-            [str(spark_home() / "bin" / command[0]), *command[1:]],
+            [program if os.sep in program else str(spark_home() / "bin" / program), *args],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=self.env(),
+            env=self.env() if env is None else env,
             cwd=self.root,
             start_new_session=True,
         )
@@ -254,25 +262,38 @@ def _conf(settings: dict[str, str]) -> list[str]:
     return [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
 
 
-def run_driver(cluster: SparkCluster, mode: str, output: Path, *args: str) -> object:
-    """Run :mod:`tests.spark_cluster_driver` against the cluster (``mode`` "classic" or
-    "connect") and return what it pickled to ``output``; fail with its output and the daemons'
-    logs if it fails."""
-    url = cluster.master_url if mode == "classic" else cluster.connect_url
-    command = [sys.executable, "-m", "tests.spark_cluster_driver", mode, url, str(output), *args]
+def run_drivers(cluster: SparkCluster, modes: tuple[str, ...]) -> dict[str, object]:
+    """Run :mod:`tests.spark_cluster_driver` once per mode ("classic": a driver of the master;
+    "connect": a client of the Connect server), concurrently, and return what each pickled.
+    Fails with a driver's output and the daemons' logs if a driver fails or overruns
+    :data:`DRIVER_TIMEOUT`."""
     env = cluster.env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run(  # noqa: PLW1510 (the return code is checked below)
-        command, cwd=cluster.root, env=env, capture_output=True, timeout=300
-    )  # in the cluster's directory, so that stop() also sees a driver JVM left behind
-    if done.returncode != 0:
-        pytest.fail(
-            f"the {mode} driver failed ({done.returncode}):\n"
-            f"{done.stdout.decode(errors='replace')[-4000:]}\n"
-            f"{done.stderr.decode(errors='replace')[-6000:]}\n{cluster.logs()}"
-        )
-    with output.open("rb") as handle:
-        return pickle.load(handle)  # written by our own driver just now
+    running = {}
+    for mode in modes:
+        url = cluster.master_url if mode == "classic" else cluster.connect_url
+        output = cluster.root / f"driver-{mode}.pickle"
+        # in the cluster's directory, so that stop() also sees a driver JVM left behind
+        cluster.launch(
+            f"driver-{mode}",
+            sys.executable, "-m", "tests.spark_cluster_driver", mode, url, str(output),
+            env=env,
+        )  # fmt: skip
+        running[mode] = (cluster.processes.pop(), output)
+    deadline = time.monotonic() + DRIVER_TIMEOUT
+    results = {}
+    for mode, (process, output) in running.items():
+        try:
+            code = process.wait(timeout=max(deadline - time.monotonic(), 1.0))
+        except subprocess.TimeoutExpired:
+            code = None
+        if code != 0:
+            for other, _ in running.values():
+                _end(other)
+            pytest.fail(f"the {mode} driver failed ({code}):\n{cluster.logs()}")
+        with output.open("rb") as handle:
+            results[mode] = pickle.load(handle)  # written by our own driver just now
+    return results
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from tests.spark_cluster import (  # noqa: F401 (the spark_cluster fixture)
     CLASSIC_APP,
     CONNECT_APP,
     SparkCluster,
-    run_driver,
+    run_drivers,
     spark_cluster,
 )
 from tests.test_backends_conformance import load_tables
@@ -43,14 +43,9 @@ def oracle() -> dict[str, object]:
 @pytest.fixture(scope="session")
 def on_cluster(
     spark_cluster: SparkCluster,  # noqa: F811
-    tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, dict[str, object]]:
     """Every case's outcome through each kind of driver (each run once, on first use)."""
-    results: dict[str, dict[str, object]] = {}
-    for mode in MODES:
-        output = tmp_path_factory.mktemp("spark-driver") / f"{mode}.pickle"
-        results[mode] = run_driver(spark_cluster, mode, output)  # type: ignore[assignment]
-    return results
+    return run_drivers(spark_cluster, MODES)  # type: ignore[return-value]
 
 
 @pytest.mark.parametrize("case", driver.case_ids())
