@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 import dpcurator as dpc
 from dpcurator._cache import LruCache
-from dpcurator.errors import BackendError, DPError
+from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError, DPError
 from dpcurator.query import session as session_module
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.ir import AggregatePlan, ExactResult
@@ -451,8 +451,20 @@ def observe_session(session: dpc.Session, query: NeighbourQuery) -> Observation:
 
 
 def differences(left: Observation, right: Observation) -> list[str]:
-    """The fields in which two observations differ, each as ``field: left != right``."""
-    found = []
+    """The fields in which two observations differ, each as ``field: left != right``, and
+    whether either answer is the constant engine failure.
+
+    That failure (``ENGINE_FAILURE_MESSAGE``: the engine or a mechanism raised after the charge)
+    is a finding even when both tables give it: it is the last resort for bugs, and whether it
+    happens can depend on the data (docs/PRIVACY.md), so the supported grammar must never reach
+    it. A leak that fails on D and on D' alike (e.g. a mechanism whose precision follows the
+    data, refusing at tiny ε on both) is found here though the observations are equal.
+    """
+    found = [
+        f"{side}: the constant engine failure was reached ({obs.outcome})"
+        for side, obs in (("left", left), ("right", right))
+        if ENGINE_FAILURE_MESSAGE in obs.detail
+    ]
     for name in Observation.__dataclass_fields__:
         a, b = getattr(left, name), getattr(right, name)
         if a != b:
