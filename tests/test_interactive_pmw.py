@@ -67,13 +67,14 @@ def test_total_charge_equals_the_hand_computation() -> None:
     curator = PrivateMultiplicativeWeights(
         session, COLUMNS, epsilon=Fraction(3, 4), max_updates=5, threshold=100
     )
-    # by hand: eps_n = 3/4 * 1/20 = 3/80; each of 5 rounds (3/4 - 3/80) / 5 = 57/400,
-    # half to the sparse vector, half to the update; 3/80 + 5 * (57/800 + 57/800) = 3/4
-    assert curator.size_epsilon == Fraction(3, 80)
-    assert curator.svt_epsilon == curator.update_epsilon == Fraction(57, 800)
-    assert curator._svt.epsilon == Fraction(57, 800)
-    assert curator._size.epsilon(1) == Fraction(3, 80)
-    assert curator._update.epsilon_for_floats(1) <= Fraction(57, 800)
+    # by hand: eps_n = 3/4 * 1/10 = 3/40 for the 4 one-way marginals (sensitivity 4); each of
+    # 5 rounds (3/4 - 3/40) / 5 = 27/200, half to the sparse vector, half to the update:
+    # 3/40 + 5 * (27/400 + 27/400) = 3/4
+    assert curator.prior_epsilon == Fraction(3, 40)
+    assert curator._prior.epsilon(4) == Fraction(3, 40)
+    assert curator.svt_epsilon == curator.update_epsilon == Fraction(27, 400)
+    assert curator._svt.epsilon == Fraction(27, 400)
+    assert curator._update.epsilon_for_floats(1) <= Fraction(27, 400)
     assert session.spent() == PureDP(Fraction(3, 4))
     _ask_until_refused(curator, _workload(200, seed=1))  # queries and updates spend nothing
     assert session.spent() == PureDP(Fraction(3, 4))
@@ -90,16 +91,30 @@ def test_huge_epsilon_answers_exactly() -> None:
     assert round(curator.count()) == len(frame)
 
 
-def _answers_within_bound(curator: PrivateMultiplicativeWeights, queries: int, beta: float) -> bool:
-    """Whether all ``queries`` random 2-way counts are answered within ``error_bound``."""
+def _correlated() -> pd.DataFrame:
+    """The demo table with strong 2-way dependence (employment follows education, women live in
+    the North), so that the product of one-way marginals PMW starts from is far off and the
+    updates must do the work."""
     frame = pd.read_csv(demo_path("people.csv"))
+    frame["employed"] = frame["education"].isin(["bachelor", "master", "doctorate"])
+    frame.loc[frame["sex"] == "F", "region"] = "North"
+    return frame
+
+
+def _answers_within_bound(queries: int, beta: float) -> tuple[bool, int]:
+    """Whether a PMW curator answers all ``queries`` random 2-way counts on :func:`_correlated`
+    within its ``error_bound`` (and the updates it used)."""
+    frame = _correlated()
+    curator = PrivateMultiplicativeWeights(
+        _session(frame=frame), COLUMNS, epsilon=20, max_updates=100, threshold=60
+    )
     bound = curator.error_bound(queries, beta)
-    queries_asked = _workload(queries, seed=3)
-    answers, refusal = _ask_until_refused(curator, queries_asked)
+    asked = _workload(queries, seed=3)
+    answers, refusal = _ask_until_refused(curator, asked)
     if refusal is not None:
-        return False
-    errors = [abs(a - _truth(frame, q)) for a, q in zip(answers, queries_asked, strict=True)]
-    return max(errors) <= bound
+        return False, curator.updates_used
+    errors = [abs(a - _truth(frame, q)) for a, q in zip(answers, asked, strict=True)]
+    return max(errors) <= bound, curator.updates_used
 
 
 # alpha = 0.01: the stated bound fails with probability at most beta = 0.01 for a given seed
@@ -107,20 +122,17 @@ ALPHA = 0.01
 
 
 def test_error_bound_holds() -> None:
-    curator = PrivateMultiplicativeWeights(
-        _session(), COLUMNS, epsilon=5, max_updates=40, threshold=300
-    )
-    assert _answers_within_bound(curator, 300, ALPHA)
-    assert curator.updates_used < curator.max_updates
+    holds, updates = _answers_within_bound(300, ALPHA)
+    assert holds
+    assert updates < 100
 
 
 def test_error_bound_check_fails_without_updates(monkeypatch: pytest.MonkeyPatch) -> None:
     """Power check: a mutant whose synthetic distribution never moves runs out of updates."""
     monkeypatch.setattr(PrivateMultiplicativeWeights, "_step", lambda *args: None)
-    curator = PrivateMultiplicativeWeights(
-        _session(), COLUMNS, epsilon=5, max_updates=40, threshold=300
-    )
-    assert not _answers_within_bound(curator, 300, ALPHA)
+    holds, updates = _answers_within_bound(300, ALPHA)
+    assert not holds
+    assert updates == 100
 
 
 def test_refuses_after_its_updates_free_and_public() -> None:

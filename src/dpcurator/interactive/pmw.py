@@ -6,9 +6,15 @@ the sparse vector test of Dwork & Roth (2014), section 4.2, with the noisy-answe
 Hardt, Ligett & McSherry (2012, MWEM).
 
 The curator keeps a PUBLIC synthetic distribution ``p`` over the public domain ``X`` (product of
-the columns' public keys or bins, :class:`~dpcurator.synth.domain.SynthDomain`), starting
-uniform, and a noisy row count ``n~``. For each linear query ``w`` (a weight in [0, 1] per cell;
-counting queries are 0/1), with ``x`` the exact histogram:
+the columns' public keys or bins, :class:`~dpcurator.synth.domain.SynthDomain`) and a noisy row
+count ``n~``. Both start from one Laplace release of every column's one-way marginal: ``p`` is
+the product of the (non-negative, +1 smoothed) noisy marginals, ``n~`` the mean of their totals.
+HR10 start from the uniform distribution; their analysis holds for any public starting point
+(it enters only through ``KL(x/n || p)``, at most ``ln|X|`` for uniform), and this one is much
+closer to real data, so far fewer updates are needed.
+
+For each linear query ``w`` (a weight in [0, 1] per cell; counting queries are 0/1), with ``x``
+the exact histogram:
 
 1. the synthetic answer is ``a = n~ * <w, p>``;
 2. the sparse vector test (:class:`~dpcurator.mechanisms.AboveThreshold`, one run per update)
@@ -25,9 +31,10 @@ After ``max_updates`` updates every further query is refused (BudgetExceededErro
 many updates happened is a function of released sparse-vector outcomes, so the refusal is public.
 
 **Privacy** (pure ε-DP, by basic composition of the releases, not HR10's advanced-composition
-analysis): a noisy count at ``ε_n = size_fraction·ε``, and ``c = max_updates`` rounds each of one
+analysis): the one-way marginals at ``ε_n = prior_fraction·ε`` (L1 sensitivity ``d·Δ`` for ``d``
+columns: each is a 0/1 map of the histogram), and ``c = max_updates`` rounds each of one
 AboveThreshold run at ``ε_s`` and one Laplace release at ``ε_u``, where ``ε_s = svt_fraction·ε_r``,
-``ε_u = ε_r - ε_s``, ``ε_r = (ε - ε_n) / c``; all of sensitivity ``Δ = r·min(g, |X|)`` (a person
+``ε_u = ε_r - ε_s``, ``ε_r = (ε - ε_n) / c``, each of sensitivity ``Δ = r·min(g, |X|)`` (a person
 moves the bounded histogram by at most ``Δ`` in L1, so any query with weights in [0, 1] by at
 most ``Δ``). Total ``ε_n + c(ε_s + ε_u) = ε``, charged once, as one PureEvent of ε, at
 construction, before the engine computes the histogram ONCE (one GROUP BY with the public cells
@@ -40,9 +47,10 @@ probability at least 1 - β, each of the first ``k`` answers is within
 noise at level β/(3c), ``t_q`` of the query noise at β/(3k), ``t_upd`` of the update noise at
 β/(3c). The bound holds whatever the data; what the multiplicative weights buy is that the
 updates do not run out: each update on a query whose error is at least ``T'`` (normalised:
-``T'/n``) lowers ``KL(x/n || p)`` by about ``(T'/n)²/4`` and it starts at most ``ln|X|``, so
-about ``4 n² ln|X| / T'²`` updates suffice for ANY number of queries (HR10, Theorem 1.2's
-potential argument). Balancing ``T`` against the sparse-vector noise (order ``c·ln(k)/ε`` under
+``T'/n``) lowers ``KL(x/n || p)`` by about ``(T'/n)²/4``, and it starts at ``K0 =
+KL(x/n || p0)`` (at most ``ln|X|`` from uniform), so about ``4 n² K0 / T'²`` updates suffice for
+ANY number of queries (HR10, Theorem 1.2's potential argument).
+Balancing ``T`` against the sparse-vector noise (order ``c·ln(k)/ε`` under
 basic composition) gives error ``O((n² ln|X| ln(k) / ε)^(1/3))`` per query for k queries; HR10's
 ``O(sqrt(n)·ln(k)·ln|X|^(1/4)/sqrt(ε))`` needs advanced composition (δ > 0), not offered here.
 Independent Laplace answers at the same total ε have error of order ``k/ε``.
@@ -83,7 +91,8 @@ class PrivateMultiplicativeWeights:
         max_updates: ``c``, the number of updates (sparse vector rounds) the budget pays for.
         threshold: ``T``, in the units of the answers (rows): a query whose synthetic answer
             is off by clearly less than ``T`` is answered from the synthetic distribution.
-        size_fraction: the share of ε spent on the noisy row count.
+        prior_fraction: the share of ε spent on the noisy one-way marginals (the starting
+            distribution and the noisy row count).
         svt_fraction: the share of each round's ε spent on the sparse vector test (the rest on
             the noisy answer of the update).
         max_cells: the largest domain accepted (refused before any charge above it).
@@ -102,7 +111,7 @@ class PrivateMultiplicativeWeights:
         epsilon: object,
         max_updates: int,
         threshold: object,
-        size_fraction: object = Fraction(1, 20),
+        prior_fraction: object = Fraction(1, 10),
         svt_fraction: object = Fraction(1, 2),
         max_bins: int = DEFAULT_MAX_BINS,
         max_cells: int = MAX_PUBLIC_GROUPS,
@@ -113,8 +122,10 @@ class PrivateMultiplicativeWeights:
         eps = to_fraction(check_positive(_OWNER, "epsilon", epsilon))
         updates = check_int(_OWNER, "max_updates", max_updates, minimum=1)
         self.threshold = float(check_positive(_OWNER, "threshold", threshold))
-        size_share = to_fraction(
-            check_probability(_OWNER, "size_fraction", size_fraction, open_low=True, open_high=True)
+        prior_share = to_fraction(
+            check_probability(
+                _OWNER, "prior_fraction", prior_fraction, open_low=True, open_high=True
+            )
         )
         svt_share = to_fraction(
             check_probability(_OWNER, "svt_fraction", svt_fraction, open_low=True, open_high=True)
@@ -128,12 +139,14 @@ class PrivateMultiplicativeWeights:
         self.sensitivity = Contribution.of(session).l1(self.cells)
         self.epsilon = eps
         self.max_updates = updates
-        self.size_epsilon = eps * size_share
-        round_epsilon = (eps - self.size_epsilon) / updates
+        self.prior_epsilon = eps * prior_share
+        round_epsilon = (eps - self.prior_epsilon) / updates
         self.svt_epsilon = round_epsilon * svt_share
         self.update_epsilon = round_epsilon - self.svt_epsilon
         # every mechanism is built (and a noise scale over 2^52 refused) before the charge
-        self._size = Laplace.for_epsilon(self.size_epsilon, self.sensitivity)
+        self._prior = Laplace.for_epsilon(
+            self.prior_epsilon, self.sensitivity * len(self.domain.columns)
+        )
         self._svt = AboveThreshold(self.svt_epsilon, self.sensitivity, self.threshold)
         self._update = Laplace.for_epsilon_floats(self.update_epsilon, self.sensitivity)
         self._rng = session.rng
@@ -145,9 +158,7 @@ class PrivateMultiplicativeWeights:
             description=f"private multiplicative weights over {list(clique)}",
         )[clique]
         self._histogram = histogram.reshape(-1).astype(np.float64)
-        noisy_size = self._size.release_integers(np.array([histogram.sum()]), self._rng)[0]
-        self.noisy_size = float(max(int(noisy_size), 1))
-        self._distribution = np.full(self.cells, 1.0 / self.cells)
+        self.noisy_size, self._distribution = self._start(histogram)
         self._run: AboveThresholdRun | None = None
         self._measured: list[tuple[npt.NDArray[np.intp], Weights, float]] = []
         self.updates_used = 0
@@ -191,6 +202,20 @@ class PrivateMultiplicativeWeights:
         return max(synthetic, updated)
 
     # ------------------------------------------------------------------------------------------
+
+    def _start(self, histogram: npt.NDArray[np.int64]) -> tuple[float, npt.NDArray[np.float64]]:
+        """The noisy row count and the starting distribution, from one Laplace release of the
+        one-way marginals of ``histogram`` (module docstring)."""
+        axes = range(histogram.ndim)
+        marginals = [histogram.sum(axis=tuple(a for a in axes if a != j)) for j in axes]
+        noisy = self._prior.release_integers(np.concatenate(marginals), self._rng)
+        parts = np.split(noisy, np.cumsum([m.size for m in marginals])[:-1])
+        size = max(float(np.mean([int(part.sum()) for part in parts])), 1.0)
+        distribution = np.ones(1, dtype=np.float64)
+        for part in parts:
+            smoothed = np.maximum(part, 0).astype(np.float64) + 1.0
+            distribution = np.multiply.outer(distribution, smoothed / smoothed.sum())
+        return size, distribution.reshape(-1)
 
     def _answer(self, weights: Weights) -> float:
         if self.updates_used >= self.max_updates:
