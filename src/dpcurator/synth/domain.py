@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -221,7 +221,7 @@ class SynthDomain:
         """Every cell's group values, in row-major (C) order of the codes."""
         return tuple(itertools.product(*(self.column(n).group_values() for n in clique)))
 
-    def decode(self, codes: dict[str, npt.NDArray[np.integer]]) -> pd.DataFrame:
+    def decode(self, codes: Mapping[str, npt.NDArray[np.int64]]) -> pd.DataFrame:
         """A frame with the input's columns and types from per-column codes."""
         return pd.DataFrame({c.name: c.decode(codes[c.name]) for c in self.columns})
 

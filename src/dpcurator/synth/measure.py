@@ -45,13 +45,14 @@ class Contribution:
         metadata = session.metadata
         return cls(metadata.max_rows_per_person, metadata.max_groups_per_person)
 
-    def l1(self, cells: int) -> int:
-        """L1 sensitivity of a marginal of ``cells`` cells: r·min(g, cells)."""
-        return self.rows * min(self.groups, cells)
+    def l1(self, cells: int | None = None) -> int:
+        """L1 sensitivity of a marginal of ``cells`` cells: r·min(g, cells) (None: r·g, for
+        every marginal)."""
+        return self.rows * (self.groups if cells is None else min(self.groups, cells))
 
-    def l2(self, cells: int) -> Fraction:
+    def l2(self, cells: int | None = None) -> Fraction:
         """L2 sensitivity r·sqrt(min(g, cells)), exact when the root is, else rounded up."""
-        groups = min(self.groups, cells)
+        groups = self.groups if cells is None else min(self.groups, cells)
         root = math.isqrt(groups)
         if root * root == groups:
             return Fraction(self.rows * root)

@@ -1,0 +1,178 @@
+"""AIM (McKenna, Mullins, Sheldon & Miklau 2022, "AIM: an adaptive and iterative mechanism for
+differentially private synthetic data"), on mbi's inference with our noise and accounting.
+
+Under ρ-zCDP with d columns, a workload W of marginals (default: every 2-way marginal) and its
+downward closure as candidates, each candidate r weighted w_r = Σ_{s∈W} |r ∩ s|:
+
+* T = 16d, α = 0.9: a measurement spends ρ_m = αρ/T (discrete Gaussian, L2 sensitivity r·sqrt(g))
+  and a selection ε = sqrt(8(1-α)ρ/T) (exponential mechanism, ε²/8-zCDP);
+* first every 1-way marginal is measured; then each round keeps the candidates whose model
+  stays within ``max_model_size`` MB scaled by the share of ρ spent, selects one by the
+  exponential mechanism on w_r·(‖M_r(D) - M_r(model)‖₁ - sqrt(2/π)·σ·n_r) (sensitivity
+  max w·r·g), measures it and refits with mbi (warm start); when the refit moves that marginal
+  by at most sqrt(2/π)·σ·n_r in L1, ρ_m is multiplied by 4 and ε by 2 (annealing);
+* when what is left is below twice one round's cost, the last round spends it all (ρ_m = α·rest,
+  ε = sqrt(8(1-α)·rest)).
+
+The charge is ρ, fixed in advance (each σ is rounded up and ε down, so the rounds' exact costs,
+``SyntheticData.steps``, sum to at most ρ). Every candidate's exact marginal is computed by the
+engine after that one charge.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+import numpy as np
+
+from dpcurator._validation import check_positive, fail
+from dpcurator.accounting import ZCDPEvent
+from dpcurator.mechanisms import Gaussian
+from dpcurator.query.session import Session
+from dpcurator.random import Rng
+from dpcurator.synth import _mbi
+from dpcurator.synth.common import Step, SyntheticData, select, selection_epsilon, synthetic
+from dpcurator.synth.domain import DEFAULT_MAX_BINS, Clique, SynthDomain
+from dpcurator.synth.measure import Contribution, exact_marginals
+from dpcurator.synth.mst import positive_rho
+
+#: AIM's share of each round spent on measurement.
+ALPHA = Fraction(9, 10)
+#: mbi model size limit (MB) of the reference implementation.
+DEFAULT_MAX_MODEL_SIZE = 80.0
+
+
+def candidates_of(workload: Sequence[Clique]) -> dict[Clique, int]:
+    """The downward closure of ``workload`` with AIM's weights w_r = Σ_s |r ∩ s|."""
+    closure = {
+        sub
+        for clique in workload
+        for k in range(1, len(clique) + 1)
+        for sub in itertools.combinations(clique, k)
+    }
+    return {r: sum(len(set(r) & set(s)) for s in workload) for r in sorted(closure)}
+
+
+def _candidates(
+    domain: SynthDomain, workload: tuple[Clique, ...], max_model_size: float
+) -> tuple[dict[Clique, int], tuple[Clique, ...]]:
+    """The weighted candidates and the 1-way cliques; free refusals of sizes over limits."""
+    for clique in workload:
+        domain.check_marginal(clique)
+    weights = candidates_of(workload)
+    ones = tuple((n,) for n in domain.names)
+    weights.update({c: weights.get(c, 0) for c in ones})
+    one_way_size = _mbi.model_size_mb(domain, ones)
+    if one_way_size > max_model_size:
+        raise fail(
+            "aim", "max_model_size", f">= the 1-way model's {one_way_size:.3g} MB", max_model_size
+        )
+    return weights, ones
+
+
+def _scored(
+    domain: SynthDomain,
+    weights: dict[Clique, int],
+    exact: dict[Clique, np.ndarray],
+    model: object,
+    cliques: list[Clique],
+    *,
+    limit: float,
+    bias: float,
+) -> tuple[list[Clique], list[float]]:
+    """The candidates whose model fits within ``limit`` MB (the 1-way ones when none does) and
+    their AIM scores w_r·(‖M_r(D) - M_r(model)‖₁ - bias·n_r)."""
+    allowed = [r for r in weights if _mbi.model_size_mb(domain, [*cliques, r]) <= limit]
+    allowed = allowed or [r for r in weights if len(r) == 1]
+    marginals = _mbi.model_marginals(model, allowed)
+    scores = [
+        weights[r] * (float(np.abs(exact[r] - marginals[r]).sum()) - bias * domain.cells(r))
+        for r in allowed
+    ]
+    return allowed, scores
+
+
+def aim(
+    session: Session,
+    *,
+    rho: object,
+    columns: Sequence[str] | None = None,
+    workload: Sequence[Sequence[str]] | None = None,
+    max_bins: int = DEFAULT_MAX_BINS,
+    max_model_size: float = DEFAULT_MAX_MODEL_SIZE,
+    rng: Rng | None = None,
+    iters: int = _mbi.DEFAULT_ITERS,
+    round_iters: int = 100,
+) -> SyntheticData:
+    """AIM synthetic data under ``rho``-zCDP (see the module docstring).
+
+    Free refusals: a column without a public domain, a workload marginal over the cell limit,
+    or a 1-way model already over ``max_model_size`` (sizes and limits named).
+    """
+    total = positive_rho("aim", rho)
+    check_positive("aim", "max_model_size", max_model_size)
+    domain = SynthDomain.from_metadata(session.metadata, columns, max_bins=max_bins)
+    names = domain.names
+    chosen = (
+        tuple(itertools.combinations(names, 2))
+        if workload is None
+        else tuple(tuple(domain.column(n).name for n in c) for c in workload)
+    )
+    weights, ones = _candidates(domain, chosen, max_model_size)
+    contribution = Contribution.of(session)
+    l2, l1 = contribution.l2(), contribution.l1()
+    rounds = 16 * len(names)
+    rho_m = ALPHA * total / rounds
+    gaussian = Gaussian.for_rho(rho_m, l2)
+    epsilon = selection_epsilon((1 - ALPHA) * total / rounds)
+    event = ZCDPEvent(total)
+    source = rng if rng is not None else session.rng
+    exact = exact_marginals(session, domain, tuple(weights), event, description=f"AIM rho={total}")
+    steps = [Step("measure", c, gaussian.rho(l2)) for c in ones]
+    measured = [
+        _mbi.Measurement(
+            c, gaussian.release_integers(exact[c], source).astype(float), float(gaussian.sigma)
+        )
+        for c in ones
+    ]
+    model = _mbi.estimate(domain, measured, iters=round_iters)
+    spent = sum((s.cost for s in steps), Fraction(0))
+    sensitivity = max(weights.values()) * l1
+    final = False
+    while not final:
+        rest = total - spent
+        if rest < 2 * (gaussian.rho(l2) + epsilon**2 / 8):
+            gaussian = Gaussian.for_rho(ALPHA * rest, l2)
+            epsilon = selection_epsilon((1 - ALPHA) * rest)
+            final = True
+        sigma = float(gaussian.sigma)
+        bias = math.sqrt(2 / math.pi) * sigma
+        allowed, scores = _scored(
+            domain,
+            weights,
+            exact,
+            model,
+            [m.clique for m in measured],
+            limit=float(spent / total) * max_model_size,
+            bias=bias,
+        )
+        r = allowed[select(scores, sensitivity, epsilon, source)]
+        steps.append(Step("select", r, epsilon**2 / 8))
+        before = _mbi.model_marginal(model, r)
+        noisy = gaussian.release_integers(exact[r], source).astype(float)
+        measured.append(_mbi.Measurement(r, noisy, sigma))
+        steps.append(Step("measure", r, gaussian.rho(l2)))
+        spent += gaussian.rho(l2) + epsilon**2 / 8
+        model = _mbi.estimate(domain, measured, iters=round_iters, warm_start=model)
+        moved = float(np.abs(_mbi.model_marginal(model, r) - before).sum())
+        if not final and moved <= bias * domain.cells(r):
+            rho_m *= 4
+            gaussian = Gaussian.for_rho(rho_m, l2)
+            epsilon *= 2
+    del exact
+    model = _mbi.estimate(domain, measured, iters=iters, warm_start=model)
+    records = _mbi.sample(model, domain, max(round(float(model.total)), 1), source)
+    return synthetic(records, domain, "aim", event, steps)
