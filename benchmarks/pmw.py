@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from dpcurator.accounting import Budget
+from dpcurator.errors import BudgetExceededError
 from dpcurator.interactive import PrivateMultiplicativeWeights
 from dpcurator.mechanisms import Laplace
 from dpcurator.query.schema import Metadata
@@ -80,8 +81,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--queries", type=int, default=1000)
-    parser.add_argument("--updates", type=int, default=40)
-    parser.add_argument("--threshold", type=float, default=500.0)
+    parser.add_argument("--updates", type=int, default=60)
+    parser.add_argument("--threshold", type=float, default=1500.0)
     parser.add_argument("--svt-fraction", type=float, default=0.75)
     parser.add_argument("--passes", type=int, default=10)
     parser.add_argument("--runs", type=int, default=3)
@@ -110,7 +111,7 @@ def main() -> None:
         for query in queries:
             try:
                 pmw.append(curator.count(query))
-            except Exception:  # the update budget ran out: count the rest as unanswered
+            except BudgetExceededError:  # updates used up: the rest are unanswered
                 break
         seconds += time.perf_counter() - start
         answered.append(len(pmw))
