@@ -13,7 +13,7 @@ from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.errors import DomainError, ParameterError, UnsupportedQueryError
 from dpcurator.query import ir
 from dpcurator.query.analysis import infer_bounds, is_integer_valued, public_keys
-from dpcurator.query.backends.base import bin_index
+from dpcurator.query.backends.grid import bin_index
 from dpcurator.query.limits import MAX_AGGREGATES, MIN_EPSILON
 from dpcurator.query.planner import (
     choose_grid_exponent,
@@ -364,7 +364,7 @@ def test_integer_histogram_edges_are_the_first_integer_each_engine_bins_there(
     lower: int, upper: int, bins: int
 ) -> None:
     """Labels of integer histograms use these edges: each must be exactly where the engines'
-    bin formula (backends.base.bin_index) moves an integer into the next bin."""
+    bin formula (backends.grid.bin_index) moves an integer into the next bin."""
     query = qb.Query("t").agg(qb.histogram("age", bins, lower=lower, upper=upper))
     plan = plan_query(query, ROW, epsilon=1)
     (exact,) = plan.exact.aggregates

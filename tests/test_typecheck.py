@@ -14,7 +14,7 @@ from dpcurator.accounting.filter import Reservation
 from dpcurator.core.measures import Measure
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.query import ir
-from dpcurator.query.backends.base import check_plan
+from dpcurator.query.backends.plan_checks import check_plan
 from dpcurator.query.planner import plan_query
 from dpcurator.query.schema import Metadata
 from dpcurator.query.sql import parse_sql

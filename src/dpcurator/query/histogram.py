@@ -2,7 +2,7 @@
 
 Every engine puts a value in bin ``min(floor((v - lower) / (upper - lower) * bins), bins - 1)``
 after clamping it to [lower, upper] (:mod:`dpcurator.query.ir`; the reference is
-:func:`~dpcurator.query.backends.base.bin_index`). Clamping is what keeps the L1 sensitivity of
+:func:`~dpcurator.query.backends.grid.bin_index`). Clamping is what keeps the L1 sensitivity of
 the whole histogram at r·g (one person moves at most r·g rows, each into exactly one bin), so
 out-of-range values are counted, not dropped: values below ``lower`` fall in the first bin and
 values at or above the last cut in the last one. The labels say so: the first bin is ``<c1``,
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpcurator.query import ir
-from dpcurator.query.backends.base import bin_index
+from dpcurator.query.backends.grid import bin_index
 
 #: Integer cuts are used while the bounds stay within ±2^53 (consecutive integers are doubles).
 MAX_INTEGER_CUT = 2**53

@@ -14,10 +14,10 @@ Semantics that every backend must reproduce bit-for-bit (the in-memory backend i
 
 Expression evaluation is TOTAL: no data value makes an engine raise, because whether a release
 answers must not depend on private data. Each expression has a static type decided from the
-column types and literals alone (:func:`~dpcurator.query.backends.base.expr_type`): int (int64),
-float (IEEE double), string, bool. Type mismatches (arithmetic on strings, string compared with
-number, ...) are refused by the planner before any charge; a backend that meets one anyway fails
-with the one constant ``ENGINE_FAILURE_MESSAGE``.
+column types and literals alone (:func:`~dpcurator.query.backends.plan_checks.expr_type`): int
+(int64), float (IEEE double), string, bool. Type mismatches (arithmetic on strings, string
+compared with number, ...) are refused by the planner before any charge; a backend that meets
+one anyway fails with the one constant ``ENGINE_FAILURE_MESSAGE``.
 
 * S1 ``+ - *`` of two ints is the exact integer result, or NULL when it leaves int64;
   ``abs(-2**63)`` is NULL. ``round``, ``floor`` and ``ceil`` of an int are the int itself.
@@ -51,7 +51,7 @@ with the one constant ``ENGINE_FAILURE_MESSAGE``.
   ``offset`` is an integer number of grid steps, 0 unless the planner centres the values);
   ``sum_squares`` the same for value**2 on the grid of ``grid_exponent``: round(value**2 / 2**k);
   the division by 2**k is the multiplication by the factors of
-  :func:`~dpcurator.query.backends.base.grid_scales`, in double. Sums accumulate exactly (wider
+  :func:`~dpcurator.query.backends.grid.grid_scales`, in double. Sums accumulate exactly (wider
   than int64) and each group's total is then clamped to [-(2**63-1), 2**63-1] grid units: a
   1-Lipschitz map, so the sensitivity is unchanged, and no sum is refused after the charge;
   ``count`` counts the rows of the group; ``count_persons`` counts distinct persons of the group;

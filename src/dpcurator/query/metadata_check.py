@@ -36,8 +36,8 @@ import duckdb
 import pandas as pd
 
 from dpcurator.errors import BackendError
-from dpcurator.query.backends.base import file_format, is_path, to_arrow
 from dpcurator.query.backends.duckdb_sql import quote
+from dpcurator.query.backends.sources import file_format, is_path, to_arrow
 from dpcurator.query.backends.types import is_fractional, needed_casts, text_columns, type_class
 from dpcurator.query.schema import ColumnMeta, Metadata
 

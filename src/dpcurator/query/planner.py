@@ -49,7 +49,7 @@ from dpcurator.estimators.quantiles import QuantileBins
 from dpcurator.mechanisms import Laplace, PartitionSelection, partition_selection_threshold
 from dpcurator.query import ir
 from dpcurator.query.analysis import columns_of, infer_bounds, is_integer_valued, public_keys
-from dpcurator.query.backends.base import check_plan
+from dpcurator.query.backends.plan_checks import check_plan
 from dpcurator.query.builder import Aggregate, Query
 from dpcurator.query.histogram import histogram_cuts
 from dpcurator.query.limits import MAX_BOUND_MAGNITUDE, MAX_PUBLIC_GROUPS, exceeded
@@ -295,7 +295,8 @@ def plan_query(
     Every check happens here, before any charge: the query's limits, names and types
     (:func:`~dpcurator.query.validation.check_query`), the value bounds, and the mechanisms,
     which are built now so that their own refusals (e.g. a noise scale beyond 2^52) are free too.
-    The engines' :func:`~dpcurator.query.backends.base.check_plan` then holds by construction.
+    The engines' :func:`~dpcurator.query.backends.plan_checks.check_plan` then holds by
+    construction.
 
     Raises:
         ParameterError: invalid ε (below :data:`~dpcurator.query.limits.MIN_EPSILON`), δ or

@@ -64,7 +64,7 @@ from dpcurator.estimators.release import Estimate
 from dpcurator.query.accuracy import check_targets, plan_for_accuracy
 from dpcurator.query.after_charge import after_charge
 from dpcurator.query.backends import Backend, open_backend
-from dpcurator.query.backends.base import check_plan
+from dpcurator.query.backends.plan_checks import check_plan
 from dpcurator.query.builder import Query
 from dpcurator.query.fit import plan_fit, run_fit
 from dpcurator.query.ir import AggregatePlan, ExactResult

@@ -11,10 +11,11 @@ from collections.abc import Callable, Mapping
 
 from dpcurator._validation import fail
 from dpcurator.errors import BackendError
-from dpcurator.query.backends.base import Backend, is_spark_dataframe
+from dpcurator.query.backends.base import Backend
 from dpcurator.query.backends.duckdb import DuckDBBackend
 from dpcurator.query.backends.memory import MemoryBackend
 from dpcurator.query.backends.polars import PolarsBackend
+from dpcurator.query.backends.sources import is_spark_dataframe
 from dpcurator.query.ir import PrecomputedColumns
 
 ENGINES = ("duckdb", "memory", "polars", "spark")

@@ -25,17 +25,7 @@ import pyarrow as pa
 
 from dpcurator._cache import LruCache
 from dpcurator.errors import BackendError, DPError
-from dpcurator.query.backends.base import (
-    ENGINE_LOG,
-    HIDDEN_PREFIX,
-    check_plan,
-    check_table,
-    collect_rows,
-    engine_failure,
-    file_format,
-    is_path,
-    to_arrow,
-)
+from dpcurator.query.backends.base import ENGINE_LOG, HIDDEN_PREFIX, engine_failure
 from dpcurator.query.backends.duckdb_query import (
     Cube,
     Hidden,
@@ -50,6 +40,9 @@ from dpcurator.query.backends.duckdb_query import (
     unbin,
 )
 from dpcurator.query.backends.duckdb_sql import CUBE_ROWS, SqlBuilder, quote
+from dpcurator.query.backends.plan_checks import check_plan
+from dpcurator.query.backends.results import collect_rows
+from dpcurator.query.backends.sources import check_table, file_format, is_path, to_arrow
 from dpcurator.query.backends.types import (
     cast_error,
     check_column_types,

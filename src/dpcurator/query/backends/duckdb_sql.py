@@ -12,14 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from dpcurator.query.backends.base import (
-    HIDDEN_PREFIX,
-    bin_index,
-    expr_type,
-    grid_scales,
-    grid_value,
-    max_grid_value,
-)
+from dpcurator.query.backends.base import HIDDEN_PREFIX
+from dpcurator.query.backends.grid import bin_index, grid_scales, grid_value, max_grid_value
+from dpcurator.query.backends.plan_checks import expr_type
 from dpcurator.query.ir import (
     And,
     Between,

@@ -28,16 +28,12 @@ from dpcurator.query.backends.base import (
     COMPARISONS,
     INT64_MAX,
     INT64_MIN,
-    bin_index,
-    check_plan,
-    check_table,
-    clamp_total,
-    empty_values,
     engine_failure,
-    expr_type,
-    grid_value,
-    to_arrow,
 )
+from dpcurator.query.backends.grid import bin_index, clamp_total, grid_value
+from dpcurator.query.backends.plan_checks import check_plan, expr_type
+from dpcurator.query.backends.results import empty_values
+from dpcurator.query.backends.sources import check_table, to_arrow
 from dpcurator.query.backends.types import cast_error, check_column_types, needed_casts
 from dpcurator.query.ir import (
     AggregatePlan,
@@ -87,7 +83,7 @@ class MemoryBackend:
     def from_source(
         cls, source: object, *, table: str, column_types: Mapping[str, str] | None = None
     ) -> MemoryBackend:
-        """Load any source accepted by :func:`~dpcurator.query.backends.base.to_arrow`.
+        """Load any source accepted by :func:`~dpcurator.query.backends.sources.to_arrow`.
 
         Declared ``column_types`` are applied with Arrow's safe casts, which refuse inexact
         conversions (DomainError); CSV columns declared strings are read as text.
@@ -220,7 +216,7 @@ def _clamped(agg: ExactAggregate, value: object) -> float | None:
 def evaluate(expr: Expr, row: Row, types: Mapping[str, str]) -> object:  # noqa: PLR0912
     """Evaluate an expression on one row by the rules of :mod:`dpcurator.query.ir` (``None`` is
     NULL); ``types`` maps the table's columns to their engine types (see
-    :func:`~dpcurator.query.backends.base.expr_type`)."""
+    :func:`~dpcurator.query.backends.plan_checks.expr_type`)."""
     match expr:
         case Col(name=name):
             return row[name]

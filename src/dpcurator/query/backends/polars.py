@@ -18,21 +18,16 @@ from collections.abc import Mapping
 import polars as pl
 
 from dpcurator.errors import BackendError
-from dpcurator.query.backends.base import (
-    OPERATORS,
+from dpcurator.query.backends.base import OPERATORS, engine_failure
+from dpcurator.query.backends.grid import grid_scales
+from dpcurator.query.backends.plan_checks import check_plan, expr_type
+from dpcurator.query.backends.results import (
     bin_counts,
-    check_plan,
-    check_table,
     collect_rows,
-    engine_failure,
-    expr_type,
-    file_format,
-    grid_scales,
     hidden_columns,
-    is_path,
     merge_histograms,
-    to_arrow,
 )
+from dpcurator.query.backends.sources import check_table, file_format, is_path, to_arrow
 from dpcurator.query.backends.types import (
     cast_error,
     check_column_types,

@@ -13,7 +13,7 @@ so the int64 and double rules apply; ``+ - *`` are ``try_add``/``try_subtract``/
 (NULL when the exact integer leaves int64; IEEE on doubles); ``abs`` is ``0 - x`` for ``x <= 0``
 by ``try_subtract`` (NULL for -2**63); ``floor``/``ceil`` apply only where ``|x| < 2**52`` (beyond,
 a double is already an integer, and Spark's BIGINT result would overflow); sums add the grid
-values exactly in DECIMAL(38,0) (:func:`~dpcurator.query.backends.base.collect_rows` clamps each
+values exactly in DECIMAL(38,0) (:func:`~dpcurator.query.backends.results.collect_rows` clamps each
 total to ``[-(2**63-1), 2**63-1]``). Whatever Spark raises anyway during
 :meth:`SparkBackend.compute` becomes ``BackendError(ENGINE_FAILURE_MESSAGE)``; Spark's own text,
 which can quote data values, goes to the logger ``dpcurator.engine`` only.
@@ -42,19 +42,20 @@ from pyspark.sql import functions as sf
 from pyspark.sql import types as st
 
 from dpcurator.errors import BackendError, DPError
-from dpcurator.query.backends.base import (
-    COMPARISONS,
+from dpcurator.query.backends.base import COMPARISONS, engine_failure
+from dpcurator.query.backends.grid import grid_scales
+from dpcurator.query.backends.plan_checks import check_plan
+from dpcurator.query.backends.results import (
     bin_counts,
-    check_plan,
-    check_table,
     collect_rows,
-    engine_failure,
-    file_format,
-    grid_scales,
     hidden_columns,
+    merge_histograms,
+)
+from dpcurator.query.backends.sources import (
+    check_table,
+    file_format,
     is_path,
     is_spark_dataframe,
-    merge_histograms,
     to_arrow,
 )
 from dpcurator.query.backends.types import (
@@ -211,7 +212,7 @@ def _bin(agg: ExactAggregate, name: str) -> Column:
 def _widened(frame: DataFrame) -> DataFrame:
     """The frame with its TINYINT/SMALLINT/INT columns as BIGINT and FLOAT and DECIMAL columns as
     DOUBLE, so that arithmetic follows the int64 and double rules of every backend (a DECIMAL is
-    a float there, see :func:`~dpcurator.query.backends.base.expr_type`; Spark's own DECIMAL
+    a float there, see :func:`~dpcurator.query.backends.plan_checks.expr_type`; Spark's own DECIMAL
     arithmetic raises or makes NULL beyond 38 digits)."""
     wider = {
         name: column(name).cast("double" if kind.startswith("decimal") else _WIDENED[kind])
