@@ -14,15 +14,11 @@ from dpcurator.errors import DomainError, ParameterError, UnsupportedQueryError
 from dpcurator.query import ir
 from dpcurator.query.analysis import infer_bounds, is_integer_valued, public_keys
 from dpcurator.query.backends.grid import bin_index
+from dpcurator.query.bounds_plan import plan_bounds
 from dpcurator.query.limits import MAX_AGGREGATES, MIN_EPSILON
-from dpcurator.query.planner import (
-    choose_grid_exponent,
-    grid_units,
-    plan_bounds,
-    plan_query,
-    precomputed_columns,
-    sum_sensitivity,
-)
+from dpcurator.query.plan_facts import choose_grid_exponent, grid_units, sum_sensitivity
+from dpcurator.query.planner import plan_query
+from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.schema import Metadata
 
 ROW = Metadata.from_dict(

@@ -44,24 +44,28 @@ from dpcurator._validation import check_positive, check_probability, fail
 from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.core.numbers import to_fraction
 from dpcurator.errors import DomainError, DPError, InternalInvariantError, UnsupportedQueryError
-from dpcurator.estimators.bounds import LogBins, detection_threshold
 from dpcurator.estimators.quantiles import QuantileBins
 from dpcurator.mechanisms import Laplace, PartitionSelection, partition_selection_threshold
 from dpcurator.query import ir
-from dpcurator.query.analysis import columns_of, infer_bounds, is_integer_valued, public_keys
+from dpcurator.query.analysis import public_keys
 from dpcurator.query.backends.plan_checks import check_plan
 from dpcurator.query.builder import Aggregate, Query
 from dpcurator.query.histogram import histogram_cuts
 from dpcurator.query.limits import MAX_BOUND_MAGNITUDE, MAX_PUBLIC_GROUPS, exceeded
+from dpcurator.query.plan_facts import (
+    choose_grid_exponent,
+    grid_units,
+    groups_per_person,
+    sum_sensitivity,
+    unit_grid,
+    value_bounds,
+)
+
+# Re-exported while tests/neighbour_queries.py imports it from here (its owner is editing it).
+from dpcurator.query.precomputed import precomputed_columns as precomputed_columns  # noqa: PLC0414
 from dpcurator.query.schema import Metadata
 from dpcurator.query.split import moment_weights, output_weight, reference_ratio, split
 from dpcurator.query.validation import check_epsilon, check_query
-
-#: Grid steps spanned by the largest bound of a float sum (see the module docstring).
-GRID_STEPS_EXPONENT = 20
-
-#: Integer-valued sums use the unit grid while their bounds stay within ±2^53 (exact doubles).
-MAX_UNIT_GRID_MAGNITUDE = 2.0**53
 
 OutputKind = Literal[
     "count", "count_persons", "sum", "mean", "variance", "stddev", "quantile", "histogram"
@@ -154,45 +158,6 @@ class Plan:
 
 
 # ----------------------------------------------------------------------------------------------
-# The fixed-point grid of sums
-
-
-def choose_grid_exponent(lower: float, upper: float, *, integer: bool) -> int:
-    """The fixed-point grid 2^k of a sum: 0 for integers (bounds within ±2^53), else ~2^20 steps
-    for the largest bound (so one row's grid value always fits int64)."""
-    magnitude = max(abs(lower), abs(upper))
-    if magnitude == 0 or (integer and magnitude <= MAX_UNIT_GRID_MAGNITUDE):
-        return 0
-    return math.floor(math.log2(magnitude)) - GRID_STEPS_EXPONENT
-
-
-def _unit_grid(expr: ir.Expr, metadata: Metadata, lower: float, upper: float) -> bool:
-    """Whether a value is summed on the unit grid: integer-valued, with integer bounds within
-    ±2^53 (beyond, the float grid keeps one row's grid value, and its square, in int64)."""
-    return (
-        is_integer_valued(expr, metadata)
-        and float(lower).is_integer()
-        and float(upper).is_integer()
-        and max(-lower, upper) <= MAX_UNIT_GRID_MAGNITUDE
-    )
-
-
-def grid_units(value: float, exponent: int) -> int:
-    """round_half_even(value / 2^exponent), exactly (the rounding rule of the IR)."""
-    return round(Fraction(value) / Fraction(2) ** exponent)
-
-
-def sum_sensitivity(
-    lower: float, upper: float, exponent: int, contributions: int, offset: int = 0
-) -> int:
-    """L1 sensitivity in grid units of a clamped fixed-point sum of (grid value - ``offset``)
-    (rounding is monotone, so the extremes come from the bounds)."""
-    return contributions * max(
-        abs(grid_units(lower, exponent) - offset), abs(grid_units(upper, exponent) - offset), 1
-    )
-
-
-# ----------------------------------------------------------------------------------------------
 # Planning
 
 
@@ -210,72 +175,6 @@ class _Context:
     def name(self, label: str) -> str:
         self.counter[0] += 1
         return f"__a{self.counter[0]}_{label}"
-
-
-def fixed_point_columns(metadata: Metadata) -> tuple[ir.FixedPointColumn, ...]:
-    """One :class:`~dpcurator.query.ir.FixedPointColumn` per bounded numeric column, on the grid
-    that a SUM or AVG of the bare column is planned on (engines may precompute them)."""
-    columns = []
-    for name, kind in metadata.column_types().items():
-        column = ir.Col(name)
-        if kind not in ("int", "float") or infer_bounds(column, metadata) is None:
-            continue
-        aggregate = Aggregate("sum", column)
-        lower, upper = _value_bounds(aggregate, metadata)
-        k = choose_grid_exponent(lower, upper, integer=_unit_grid(column, metadata, lower, upper))
-        columns.append(ir.FixedPointColumn(name, lower, upper, k))
-    return tuple(columns)
-
-
-def key_code_columns(metadata: Metadata) -> tuple[ir.KeyCodeColumn, ...]:
-    """One :class:`~dpcurator.query.ir.KeyCodeColumn` per column with declared (or bool) public
-    keys, other than the person column (engines may precompute them; int columns whose keys
-    come from their bounds are grouped without precomputed codes, so opening a table does not
-    grow with every bounded int column)."""
-    return tuple(
-        ir.KeyCodeColumn(name, keys)
-        for name, kind in metadata.column_types().items()
-        if kind in ("string", "int", "bool")
-        and name != metadata.person_column
-        and (keys := metadata.column(name).public_keys) is not None
-    )
-
-
-def bounding_columns(
-    metadata: Metadata, key_codes: tuple[ir.KeyCodeColumn, ...]
-) -> tuple[ir.BoundingColumn, ...]:
-    """Under user-level privacy, one :class:`~dpcurator.query.ir.BoundingColumn` for ungrouped
-    plans and one per column of ``key_codes``, with the bound that :func:`plan_query` gives
-    plans of that shape (engines may precompute them); none under row-level privacy."""
-    if metadata.person_column is None:
-        return ()
-    bound = metadata.contribution_bound
-    specs = [
-        ir.BoundingColumn(replace(bound, max_groups=_groups_per_person(metadata, False, None)))
-    ]
-    for code in key_codes:
-        groups = _groups_per_person(metadata, True, code.keys)
-        specs.append(ir.BoundingColumn(replace(bound, max_groups=groups), code))
-    return tuple(specs)
-
-
-def precomputed_columns(metadata: Metadata) -> ir.PrecomputedColumns:
-    """The fixed-point, key-code and bounding columns an engine may compute when it opens the
-    table."""
-    codes = key_code_columns(metadata)
-    return ir.PrecomputedColumns(
-        fixed_point_columns(metadata), codes, bounding_columns(metadata, codes)
-    )
-
-
-def _groups_per_person(metadata: Metadata, grouped: bool, keys: Sequence[object] | None) -> int:
-    """How many groups a person may contribute to: 1 without grouping, else the metadata's
-    ``max_groups_per_person``, but at most the number of public keys when there are keys."""
-    if not grouped:
-        return 1
-    if keys is None:
-        return metadata.max_groups_per_person
-    return min(metadata.max_groups_per_person, max(len(keys), 1))
 
 
 def plan_query(
@@ -320,8 +219,8 @@ def plan_query(
     needs_selection = bool(groups) and keys is None
     if needs_selection:
         _check_selection_possible(groups, metadata, dlt)
-    groups_per_person = _groups_per_person(metadata, bool(groups), keys)
-    context = _Context(metadata, metadata.max_rows_per_person, groups_per_person, [0])
+    per_person = groups_per_person(metadata, bool(groups), keys)
+    context = _Context(metadata, metadata.max_rows_per_person, per_person, [0])
     exact: list[ir.ExactAggregate] = []
     planned = []
     for aggregate in checked.aggregates:
@@ -338,9 +237,9 @@ def plan_query(
     selection = None
     selection_exact = "__persons"
     if needs_selection:
-        selection = partition_selection_threshold(selection_share, dlt, groups_per_person)
+        selection = partition_selection_threshold(selection_share, dlt, per_person)
         exact.append(ir.ExactAggregate(selection_exact, "count_persons"))
-    bound = replace(metadata.contribution_bound, max_groups=groups_per_person)
+    bound = replace(metadata.contribution_bound, max_groups=per_person)
     exact_plan = ir.AggregatePlan(
         table=metadata.table,
         aggregates=tuple(exact),
@@ -471,28 +370,6 @@ def _check_selection_possible(
         )
 
 
-def _value_bounds(aggregate: Aggregate, metadata: Metadata) -> tuple[float, float]:
-    if aggregate.lower is not None and aggregate.upper is not None:
-        return float(aggregate.lower), float(aggregate.upper)
-    assert aggregate.expr is not None  # every value aggregate has an expression
-    bounds = infer_bounds(aggregate.expr, metadata)
-    if bounds is None:
-        columns = columns_of(aggregate.expr)
-        first = (columns or ["x"])[0]
-        kind = aggregate.kind.upper()
-        raise DomainError(
-            f"{kind}({aggregate.output_name}) needs public bounds for "
-            f"{', '.join(columns) or 'its expression'}: declare lower/upper in the metadata, "
-            f"clamp the value in the query (SQL: {kind}(CLAMP({first}, 0, 100)); builder: "
-            f"dpc.{aggregate.kind}({first!r}, lower=0, upper=100)), or spend budget on a DP "
-            "estimate "
-            f"with session.dp_bounds({first!r}, epsilon=...)."
-        )
-    if not bounds[0] < bounds[1]:
-        return bounds[0] - 0.5, bounds[1] + 0.5
-    return bounds
-
-
 def _check_magnitude(aggregate: Aggregate, lower: float, upper: float) -> None:
     """Refuse value bounds beyond ±MAX_BOUND_MAGNITUDE: sums, differences and grids of the
     bounds must stay finite."""
@@ -549,9 +426,9 @@ def _plan_aggregate(
         return OutputPlan(name, "count_persons", share, (part,)), [exact]
     assert aggregate.expr is not None  # value aggregates have an expression
     expr = aggregate.expr
-    lower, upper = _value_bounds(aggregate, metadata)
+    lower, upper = value_bounds(aggregate, metadata)
     _check_magnitude(aggregate, lower, upper)
-    integer = _unit_grid(expr, metadata, lower, upper)
+    integer = unit_grid(expr, metadata, lower, upper)
     fill = _fill(expr, metadata, lower, upper)
     if kind == "sum":
         k = choose_grid_exponent(lower, upper, integer=integer)
@@ -676,51 +553,3 @@ def _plan_moments(
         ),
         exact,
     )
-
-
-# ----------------------------------------------------------------------------------------------
-# DP bounds
-
-
-@dataclass(frozen=True)
-class BoundsPlan:
-    """The exact plan and mechanism of a DP bounds estimate for one column."""
-
-    exact: ir.AggregatePlan
-    column: str
-    bins: LogBins
-    laplace: Laplace
-    threshold: float
-    cost: PureDP
-
-
-def plan_bounds(
-    metadata: Metadata,
-    column: str,
-    *,
-    epsilon: object,
-    beta: float = 0.01,
-    bins: LogBins | None = None,
-) -> BoundsPlan:
-    """Plan a DP bounds estimate: noisy counts over public log-scale bins (reads no data)."""
-    eps = check_epsilon("dp_bounds", epsilon)
-    spec = metadata.column(column)
-    if not spec.is_numeric:
-        raise fail("dp_bounds", "column", "a numeric (int or float) column", column)
-    log_bins = bins or LogBins()
-    value = ir.Col(spec.name)
-    edges = log_bins.edges
-    whens = tuple((ir.Compare("<", value, ir.Lit(edge)), ir.Lit(i)) for i, edge in enumerate(edges))
-    index = ir.Case(whens, ir.Lit(len(edges)))
-    contributions = metadata.max_rows_per_person * metadata.max_groups_per_person
-    laplace = Laplace.for_epsilon(eps, contributions)
-    exact = ir.AggregatePlan(
-        table=metadata.table,
-        aggregates=(ir.ExactAggregate("n", "count"),),
-        where=ir.Not(ir.IsNull(value)),
-        group_by=(ir.GroupColumn("bin", index),),
-        group_keys=tuple((i,) for i in range(log_bins.bins)),
-        bound=replace(metadata.contribution_bound, max_groups=metadata.max_groups_per_person),
-    )
-    threshold = detection_threshold(laplace, log_bins.bins, beta)
-    return BoundsPlan(exact, spec.name, log_bins, laplace, threshold, PureDP(eps))

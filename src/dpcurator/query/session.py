@@ -65,10 +65,12 @@ from dpcurator.query.accuracy import check_targets, plan_for_accuracy
 from dpcurator.query.after_charge import after_charge
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.backends.plan_checks import check_plan
+from dpcurator.query.bounds_plan import plan_bounds
 from dpcurator.query.builder import Query
 from dpcurator.query.fit import plan_fit, run_fit
 from dpcurator.query.ir import AggregatePlan, ExactResult
-from dpcurator.query.planner import Plan, plan_bounds, plan_query, precomputed_columns
+from dpcurator.query.planner import Plan, plan_query
+from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.release import CostEstimate, Release, estimate_plan, release_plan
 from dpcurator.query.schema import Metadata
 from dpcurator.query.sql import parse_sql

@@ -26,7 +26,7 @@ from dpcurator.accounting.filter import BudgetFilter, PrivacyFilter, Reservation
 from dpcurator.core.measures import ApproxDP, Measure, PureDP
 from dpcurator.errors import InternalInvariantError, ParameterError
 from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
-from dpcurator.query.planner import precomputed_columns
+from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import (
     PlanCache,
