@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import psycopg
@@ -41,6 +41,18 @@ _DB_NUMBERS = itertools.count(1)
 def cheap_hasher() -> PasswordHasher:
     """Argon2id with the smallest parameters (tests only: speed over hardness)."""
     return PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+
+
+class CountingHasher(PasswordHasher):
+    """:func:`cheap_hasher`'s parameters, counting verifications."""
+
+    def __init__(self) -> None:
+        super().__init__(time_cost=1, memory_cost=8, parallelism=1)
+        self.verified = 0
+
+    def verify(self, hash: str | bytes, password: str | bytes) -> Literal[True]:
+        self.verified += 1
+        return super().verify(hash, password)
 
 
 def free_port() -> int:
@@ -254,3 +266,28 @@ def ledger_with_analysts(
         ledger.set_grant(f"ana_{i}", "d", grant, by="own_1")
         ids.append(f"ana_{i}")
     return ids
+
+
+def add_people_dataset(owner: httpx.Client, csv: Path) -> None:
+    """Create the dataset ``people`` from ``csv`` (:func:`write_people`) as ``owner``, cap ε 100."""
+    created = owner.post(
+        "/v1/datasets",
+        json={
+            "id": "people",
+            "source": {"path": str(csv)},
+            "metadata": PEOPLE_METADATA,
+            "cap_epsilon": 100,
+        },
+    )
+    assert created.status_code == 201, created.text
+
+
+def add_analyst(owner: httpx.Client, name: str, epsilon: float) -> dict[str, Any]:
+    """Create the analyst ``name`` as ``owner`` with a grant of ``epsilon`` on ``people``; return
+    the issued principal and token."""
+    issued: dict[str, Any] = owner.post("/v1/analysts", json={"name": name}).json()
+    grant = owner.put(
+        f"/v1/analysts/{issued['principal']['id']}/grants/people", json={"epsilon": epsilon}
+    )
+    assert grant.status_code == 200, grant.text
+    return issued

@@ -23,6 +23,8 @@ from dpcurator.service.server import build_service
 from tests.service_fixtures import (
     PEOPLE_METADATA,
     ThreadServer,
+    add_analyst,
+    add_people_dataset,
     cheap_hasher,
     fresh_postgres_url,
     postgres_server,
@@ -54,25 +56,11 @@ def _kit(ledger_url: str, tmp_path: Path, *, alice_epsilon: float = 1.0) -> Iter
     csv = write_people(tmp_path / "people.csv")
     with ThreadServer(create_app(service, max_body=64 * 1024)) as server:
         owner = server.client(owner_token.token)
-        created = owner.post(
-            "/v1/datasets",
-            json={
-                "id": "people",
-                "source": {"path": str(csv)},
-                "metadata": PEOPLE_METADATA,
-                "cap_epsilon": 100,
-            },
-        )
-        assert created.status_code == 201, created.text
-        tokens = {}
-        for name, epsilon in (("alice", alice_epsilon), ("bob", 1.0)):
-            issued = owner.post("/v1/analysts", json={"name": name}).json()
-            grant = owner.put(
-                f"/v1/analysts/{issued['principal']['id']}/grants/people",
-                json={"epsilon": epsilon},
-            )
-            assert grant.status_code == 200
-            tokens[name] = issued
+        add_people_dataset(owner, csv)
+        tokens = {
+            name: add_analyst(owner, name, eps)
+            for name, eps in (("alice", alice_epsilon), ("bob", 1.0))
+        }
         yield Kit(
             service,
             server,

@@ -11,10 +11,9 @@ from dataclasses import replace
 from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
-from typing import Literal, Protocol, cast
+from typing import Protocol, cast
 
 import pytest
-from argon2 import PasswordHasher
 from sqlalchemy import Connection, QueuePool, event, text
 
 from dpcurator.core.measures import ApproxDP
@@ -27,7 +26,12 @@ from dpcurator.service.ledger_budgets import dataset_budget, grant_budget
 from dpcurator.service.ledger_charges import ChargeRequest
 from dpcurator.service.ledger_lease import LEASE_SECONDS
 from dpcurator.service.models import Charge
-from tests.service_fixtures import fresh_postgres_url, ledger_with_analysts, postgres_server
+from tests.service_fixtures import (
+    CountingHasher,
+    fresh_postgres_url,
+    ledger_with_analysts,
+    postgres_server,
+)
 
 __all__ = ["postgres_server"]
 
@@ -399,18 +403,6 @@ def test_sqlite_raw_statements_store_what_sqlalchemy_stores(tmp_path: Path) -> N
     assert ledger.charge(raw.charge_id).events == events
 
 
-class _CountingHasher(PasswordHasher):
-    """Cheap argon2 parameters, counting verifications."""
-
-    def __init__(self) -> None:
-        super().__init__(time_cost=1, memory_cost=8, parallelism=1)
-        self.verified = 0
-
-    def verify(self, hash: str | bytes, password: str | bytes) -> Literal[True]:
-        self.verified += 1
-        return super().verify(hash, password)
-
-
 def test_a_verified_token_is_rechecked_for_revocation_without_argon2(
     make_ledger: MakeLedger,
 ) -> None:
@@ -419,7 +411,7 @@ def test_a_verified_token_is_rechecked_for_revocation_without_argon2(
     argon2 row is verified with argon2 once, then holds an HMAC that refuses other secrets."""
     ledger = make_ledger()
     (analyst,) = ledger_with_analysts(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
-    hasher = _CountingHasher()
+    hasher = CountingHasher()
     authority = TokenAuthority(ledger, hasher=hasher, cache_seconds=0.0)
     ledger.add_token("legacy", analyst, hasher.hash("s3cret"))
     header = "Bearer dpc_legacy_s3cret"

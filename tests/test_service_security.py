@@ -7,11 +7,9 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal
 
 import httpx
 import pytest
-from argon2 import PasswordHasher
 
 from dpcurator.errors import AuthError
 from dpcurator.service.app import create_app
@@ -19,19 +17,7 @@ from dpcurator.service.auth import HMAC_SCHEME, TokenAuthority
 from dpcurator.service.errors import RateLimitedError
 from dpcurator.service.ledger import Ledger
 from dpcurator.service.server import build_service
-from tests.service_fixtures import LiveServer, ThreadServer
-
-
-class _CountingHasher(PasswordHasher):
-    """Cheap argon2 parameters, counting verifications."""
-
-    def __init__(self) -> None:
-        super().__init__(time_cost=1, memory_cost=8, parallelism=1)
-        self.verified = 0
-
-    def verify(self, hash: str | bytes, password: str | bytes) -> Literal[True]:
-        self.verified += 1
-        return super().verify(hash, password)
+from tests.service_fixtures import CountingHasher, LiveServer, ThreadServer
 
 
 @pytest.fixture
@@ -48,7 +34,7 @@ def _bearer(token: str) -> str:
 def test_tokens_are_verified_without_argon2(ledger: Ledger) -> None:
     """Issued tokens are stored as HMACs: neither a valid token nor any bad one (unknown id,
     malformed, wrong secret of a real id) runs argon2."""
-    hasher = _CountingHasher()
+    hasher = CountingHasher()
     authority = TokenAuthority(ledger, hasher=hasher, cache_seconds=0.0, max_failures=10**6)
     issued = authority.issue("own_1")
     assert authority.authenticate(_bearer(issued.token), "c").principal_id == "own_1"
@@ -65,7 +51,7 @@ def test_tokens_are_verified_without_argon2(ledger: Ledger) -> None:
 
 
 def test_a_legacy_argon2_token_is_verified_once_then_stored_as_hmac(ledger: Ledger) -> None:
-    hasher = _CountingHasher()
+    hasher = CountingHasher()
     ledger.add_token("old", "own_1", hasher.hash("s3cret"))
     first = TokenAuthority(ledger, hasher=hasher)
     assert first.authenticate("Bearer dpc_old_s3cret", "c").token_id == "old"
@@ -83,7 +69,7 @@ def test_a_legacy_argon2_token_is_verified_once_then_stored_as_hmac(ledger: Ledg
 def test_a_legacy_token_id_under_attack_runs_argon2_boundedly(ledger: Ledger) -> None:
     """Wrong secrets for a legacy row run argon2 only up to the limit of its token id; past it
     they are refused (429) without argon2, from any client address."""
-    hasher = _CountingHasher()
+    hasher = CountingHasher()
     ledger.add_token("old", "own_1", hasher.hash("s3cret"))
     authority = TokenAuthority(ledger, hasher=hasher, max_failures=3)
     for i in range(3):

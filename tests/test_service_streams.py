@@ -19,7 +19,13 @@ from dpcurator.service.app import create_app
 from dpcurator.service.client import CuratorClient
 from dpcurator.service.operations import CuratorService
 from dpcurator.service.server import build_service
-from tests.service_fixtures import PEOPLE_METADATA, ThreadServer, cheap_hasher, write_people
+from tests.service_fixtures import (
+    ThreadServer,
+    add_analyst,
+    add_people_dataset,
+    cheap_hasher,
+    write_people,
+)
 
 ALL = "SELECT COUNT(*) AS n FROM people"
 NONE = "SELECT COUNT(*) AS n FROM people WHERE age < 0"
@@ -51,22 +57,8 @@ def _kit(
                 _, issued = service.create_principal("owner", "owner")
                 owner = server.client(issued.token)
                 csv = write_people(tmp_path / "people.csv", rows)
-                created = owner.post(
-                    "/v1/datasets",
-                    json={
-                        "id": "people",
-                        "source": {"path": str(csv)},
-                        "metadata": PEOPLE_METADATA,
-                        "cap_epsilon": 100,
-                    },
-                )
-                assert created.status_code == 201, created.text
-                analyst = owner.post("/v1/analysts", json={"name": "alice"}).json()
-                grant = owner.put(
-                    f"/v1/analysts/{analyst['principal']['id']}/grants/people",
-                    json={"epsilon": 1},
-                )
-                assert grant.status_code == 200, grant.text
+                add_people_dataset(owner, csv)
+                analyst = add_analyst(owner, "alice", 1)
                 tokens = (issued.token, analyst["token"])
             assert tokens is not None
             yield Kit(
