@@ -83,18 +83,24 @@ def test_a_declared_column_missing_from_the_data_is_named() -> None:
         check_metadata({"x": [1]}, meta)
 
 
+def _check_metadata_cli(tmp_path: Path, data: str, metadata: str) -> int:
+    """Run ``dpcurator check-metadata`` on a CSV and a metadata YAML written from the texts."""
+    data_path = tmp_path / "t.csv"
+    data_path.write_text(data, encoding="utf-8")
+    metadata_path = tmp_path / "t.yaml"
+    metadata_path.write_text(metadata, encoding="utf-8")
+    return main(["check-metadata", "--data", str(data_path), "--metadata", str(metadata_path)])
+
+
 def test_cli_prints_the_table_with_the_not_dp_notice(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = tmp_path / "t.csv"
-    data.write_text("pid,age,sex\n1,5,F\n1,50,M\n2,7,X\n3,,F\n", encoding="utf-8")
-    metadata = tmp_path / "t.yaml"
-    metadata.write_text(
+    status = _check_metadata_cli(
+        tmp_path,
+        "pid,age,sex\n1,5,F\n1,50,M\n2,7,X\n3,,F\n",
         "table: t\nperson_column: pid\ncolumns:\n  pid: {type: int}\n"
         "  age: {type: int, lower: 0, upper: 10}\n  sex: {type: string, keys: [F, M]}\n",
-        encoding="utf-8",
     )
-    status = main(["check-metadata", "--data", str(data), "--metadata", str(metadata)])
     out = capsys.readouterr().out
     assert status == 0
     lines = out.splitlines()
@@ -110,10 +116,6 @@ def test_cli_prints_the_table_with_the_not_dp_notice(
 def test_cli_reports_a_bad_metadata_file_without_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = tmp_path / "t.csv"
-    data.write_text("x\n1\n", encoding="utf-8")
-    metadata = tmp_path / "t.yaml"
-    metadata.write_text("table: [unclosed\n", encoding="utf-8")
-    status = main(["check-metadata", "--data", str(data), "--metadata", str(metadata)])
+    status = _check_metadata_cli(tmp_path, "x\n1\n", "table: [unclosed\n")
     assert status == 1
     assert capsys.readouterr().err.startswith("error: ")
