@@ -37,7 +37,8 @@ from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError, DPError
 from dpcurator.query import session as session_module
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.ir import AggregatePlan, ExactResult
-from dpcurator.query.planner import Plan, plan_query, precomputed_columns
+from dpcurator.query.planner import Plan, plan_query
+from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.release import Estimate, Release, estimate_plan
 from dpcurator.query.sql import parse_sql
 from dpcurator.random import SeededRng

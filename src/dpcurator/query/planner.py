@@ -60,9 +60,6 @@ from dpcurator.query.plan_facts import (
     unit_grid,
     value_bounds,
 )
-
-# Re-exported while tests/neighbour_queries.py imports it from here (its owner is editing it).
-from dpcurator.query.precomputed import precomputed_columns as precomputed_columns  # noqa: PLC0414
 from dpcurator.query.schema import Metadata
 from dpcurator.query.split import moment_weights, output_weight, reference_ratio, split
 from dpcurator.query.validation import check_epsilon, check_query
