@@ -374,6 +374,8 @@ def released_keys(
 def _exact_int(value: object) -> int:
     """An exact aggregate (in grid units) as an integer, total: None and NaN -> 0, anything
     beyond int64 (±inf included) saturates to ±(2^63 - 1), the S5 range of a group total."""
+    if type(value) is int and -_I64_MAX <= value <= _I64_MAX:  # what the engines return
+        return value
     if value is None:
         return 0
     if isinstance(value, float | np.floating | Decimal):
@@ -396,6 +398,8 @@ def _exact_values(
     rows = [
         [0] * width
         if value is None
+        else np.maximum(value, -_I64_MAX)  # int64 histograms (the engines' form)
+        if isinstance(value, np.ndarray) and value.dtype == np.int64
         else [_exact_int(v) for v in np.ravel(np.asarray(value, dtype=object))]
         for value in values
     ]
