@@ -18,8 +18,10 @@ from dpcurator.accounting.calibration import (
     laplace_scale,
 )
 from dpcurator.accounting.composition import group_privacy, parallel_composition
+from dpcurator.accounting.concentrated import ConcentratedFilter
 from dpcurator.accounting.events import (
     ApproxEvent,
+    ConcentratedEvent,
     GaussianEvent,
     LaplaceEvent,
     ParallelEvent,
@@ -37,6 +39,8 @@ __all__ = [
     "BasicAccountant",
     "Budget",
     "BudgetFilter",
+    "ConcentratedEvent",
+    "ConcentratedFilter",
     "GaussianEvent",
     "LaplaceEvent",
     "PLDAccountant",

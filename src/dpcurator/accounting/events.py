@@ -7,7 +7,9 @@ where one is defined (``None`` otherwise):
 
 * ``pure_cost()`` — ε-DP (Dwork, McSherry, Nissim & Smith 2006);
 * ``approx_cost()`` — (ε, δ)-DP without choosing a δ for conversions;
-* ``zcdp_cost()`` — ρ-zCDP (Bun & Steinke 2016).
+* ``zcdp_cost()`` — ρ-zCDP (Bun & Steinke 2016);
+* ``approx_zcdp_cost()`` — δ-approximate ρ-zCDP (Bun & Steinke 2016, approximate zCDP), the
+  currency of :class:`~dpcurator.accounting.ConcentratedFilter`.
 
 Events round-trip through plain JSON-able dicts (``to_dict`` / ``PrivacyEvent.from_dict``);
 Fractions are stored as exact "p/q" strings.
@@ -74,6 +76,23 @@ class PrivacyEvent:
         """The ρ-zCDP cost of this event, or None if it has none (e.g. δ > 0 events)."""
         pure = self.pure_cost()
         return None if pure is None else pure.to_zcdp()
+
+    def approx_zcdp_cost(self) -> tuple[ZCDP, Fraction] | None:
+        """(ρ, δ) such that this event is δ-approximately ρ-zCDP, or None.
+
+        An event with a zCDP cost is 0-approximately that ρ-zCDP. Otherwise an (ε, δ)-DP event is
+        δ-approximately (ε²/2)-zCDP: every (ε, δ)-DP pair of output distributions is a
+        post-processing of (ε, δ) randomized response on four outcomes (Kairouz, Oh & Viswanath
+        2015; Murtagh & Vadhan 2016, Lemma 3.2), i.e. a mixture, with weight 1-δ, of an ε-DP
+        pair, which is (ε²/2)-zCDP (Bun & Steinke 2016, Proposition 1.4).
+        """
+        zcdp = self.zcdp_cost()
+        if zcdp is not None:
+            return zcdp, Fraction(0)
+        approx = self.approx_cost()
+        if approx is None:
+            return None
+        return ZCDP(approx.epsilon**2 / 2), approx.delta
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able description; :meth:`from_dict` inverts it exactly."""
@@ -196,6 +215,60 @@ class ZCDPEvent(PrivacyEvent):
         return _fractions_dict(self, "rho")
 
 
+@dataclass(frozen=True)
+class ConcentratedEvent(PrivacyEvent):
+    """A release that is δ-approximately ρ-zCDP and, when ``epsilon`` is given, also
+    (ε, δ_ε)-DP: e.g. a query whose discrete Gaussian noise was calibrated to a requested (ε, δ)
+    (the (ε, δ) view is what an (ε, δ) ledger with basic composition charges; a
+    :class:`~dpcurator.accounting.ConcentratedFilter` charges whichever view is cheaper).
+
+    ``delta`` > 0 comes from Gaussian partition selection: a group present in only one of two
+    neighbouring tables is released with probability at most δ, and conditioned on none being
+    released the output is that of the Gaussian mechanism on the groups of both tables.
+    """
+
+    rho: Fraction
+    delta: Fraction
+    epsilon: Fraction | None
+    epsilon_delta: Fraction
+    kind: ClassVar[str] = "concentrated"
+
+    def __init__(
+        self,
+        rho: object,
+        delta: object = 0,
+        epsilon: object = None,
+        epsilon_delta: object = 0,
+    ) -> None:
+        owner = "ConcentratedEvent"
+        object.__setattr__(self, "rho", _nonnegative(owner, "rho", rho))
+        check_probability(owner, "delta", delta, open_high=True)
+        object.__setattr__(self, "delta", to_fraction(delta))
+        eps = None if epsilon is None else _nonnegative(owner, "epsilon", epsilon)
+        object.__setattr__(self, "epsilon", eps)
+        check_probability(owner, "epsilon_delta", epsilon_delta, open_high=True)
+        object.__setattr__(self, "epsilon_delta", to_fraction(epsilon_delta))
+
+    def pure_cost(self) -> PureDP | None:
+        if self.epsilon is None or self.epsilon_delta != 0:
+            return None
+        return PureDP(self.epsilon)
+
+    def approx_cost(self) -> ApproxDP | None:
+        return None if self.epsilon is None else ApproxDP(self.epsilon, self.epsilon_delta)
+
+    def zcdp_cost(self) -> ZCDP | None:
+        return ZCDP(self.rho) if self.delta == 0 else None
+
+    def approx_zcdp_cost(self) -> tuple[ZCDP, Fraction]:
+        return ZCDP(self.rho), self.delta
+
+    def to_dict(self) -> dict[str, Any]:
+        data = _fractions_dict(self, "rho", "delta", "epsilon_delta")
+        data["epsilon"] = None if self.epsilon is None else _encode(self.epsilon)
+        return data
+
+
 def _worst(costs: list[Any]) -> Any:
     """The largest of same-type costs, or None if any is None (helper of ParallelEvent)."""
     if any(cost is None for cost in costs):
@@ -290,6 +363,11 @@ def _event_from_dict(data: Mapping[str, Any]) -> PrivacyEvent:
         return GaussianEvent(_decode(data, "sigma"), _decode(data, "l2_sensitivity"))
     if kind == ZCDPEvent.kind:
         return ZCDPEvent(_decode(data, "rho"))
+    if kind == ConcentratedEvent.kind:
+        epsilon = None if data.get("epsilon") is None else _decode(data, "epsilon")
+        return ConcentratedEvent(
+            _decode(data, "rho"), _decode(data, "delta"), epsilon, _decode(data, "epsilon_delta")
+        )
     if kind == ParallelEvent.kind and isinstance(data.get("events"), list):
         return ParallelEvent(_event_from_dict(part) for part in data["events"])
     if kind == RepeatedEvent.kind and isinstance(data.get("event"), Mapping):
@@ -297,6 +375,7 @@ def _event_from_dict(data: Mapping[str, Any]) -> PrivacyEvent:
     raise fail(
         "PrivacyEvent.from_dict",
         "data",
-        "a dict with a known 'kind' (pure, approx, laplace, gaussian, zcdp, parallel, repeated)",
+        "a dict with a known 'kind' (pure, approx, laplace, gaussian, zcdp, concentrated, "
+        "parallel, repeated)",
         data,
     )
