@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from dpcurator.interactive.linear import counting_query, linear_query
+from dpcurator.interactive.linear import counting_query, counting_where, linear_query
 from dpcurator.interactive.pmw import PrivateMultiplicativeWeights
 
-__all__ = ["PrivateMultiplicativeWeights", "counting_query", "linear_query"]
+__all__ = ["PrivateMultiplicativeWeights", "counting_query", "counting_where", "linear_query"]

@@ -3,8 +3,9 @@
 A linear query is a weight in [0, 1] for every cell of the domain
 (:class:`~dpcurator.synth.domain.SynthDomain`, cells in row-major order of the codes); its answer
 on a histogram ``h`` is ``sum(w * h)``. A counting query ``COUNT(*) WHERE c1 IN (...) AND c2 =
-...`` is the 0/1 weight of the cells that satisfy every condition. Every check is on the query
-and the public domain, so a malformed query is refused (ParameterError, free) before any noise.
+...`` is the 0/1 weight of the cells that satisfy every condition; :func:`counting_where` reads
+one from SQL. Every check is on the query and the public domain, so a malformed query is refused
+(ParameterError or UnsupportedQueryError, free) before any noise.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcurator._validation import fail
+from dpcurator.errors import UnsupportedQueryError
 from dpcurator.query import ir
+from dpcurator.query.schema import Metadata
+from dpcurator.query.sql import parse_sql
 from dpcurator.synth.domain import ColumnDomain, SynthDomain
 
 Weights = npt.NDArray[np.float64]
@@ -77,3 +81,57 @@ def linear_query(domain: SynthDomain, weights: npt.ArrayLike) -> Weights:
     if not bool(np.all((array >= 0) & (array <= 1))):  # NaN fails both comparisons
         raise fail(owner, "weights", "numbers in [0, 1]", "a weight outside [0, 1] or NaN")
     return array
+
+
+def counting_where(sql: str, metadata: Metadata) -> dict[str, list[ir.ScalarValue]]:
+    """The ``where`` of :func:`counting_query` for ``SELECT COUNT(*) FROM t [WHERE ...]`` whose
+    condition is an AND of ``column = literal`` and ``column IN (literals)`` (a column named
+    twice keeps the values both allow).
+
+    Raises (free, from the text and the metadata only): UnsupportedQueryError for any other
+    shape (GROUP BY, another aggregate, OR, NOT, ranges, expressions), DomainError for an
+    unknown table or column.
+    """
+    query = parse_sql(sql, metadata)
+    aggregates = query.aggregates
+    if (
+        query.groups
+        or query.derived
+        or len(aggregates) != 1
+        or aggregates[0].kind != "count"
+        or aggregates[0].expr is not None
+    ):
+        raise UnsupportedQueryError(
+            "A counting query is SELECT COUNT(*) FROM <table> [WHERE ...]: one COUNT(*), "
+            "no GROUP BY, no other aggregate."
+        )
+    conditions = () if query.where is None else _conjuncts(query.where)
+    where: dict[str, list[ir.ScalarValue]] = {}
+    for column, values in (_condition(c) for c in conditions):
+        kept = where.get(column)
+        where[column] = (
+            values if kept is None else [v for v in kept if any(_same(v, w) for w in values)]
+        )
+    return where
+
+
+def _conjuncts(node: ir.Expr) -> tuple[ir.Expr, ...]:
+    if isinstance(node, ir.And):
+        return tuple(c for arg in node.args for c in _conjuncts(arg))
+    return (node,)
+
+
+def _condition(node: ir.Expr) -> tuple[str, list[ir.ScalarValue]]:
+    """``(column, allowed values)`` of one ``column = literal`` or ``column IN (...)``."""
+    if isinstance(node, ir.In) and isinstance(node.arg, ir.Col):
+        return node.arg.name, list(node.values)
+    if isinstance(node, ir.Compare) and node.op == "=":
+        if isinstance(node.left, ir.Col) and isinstance(node.right, ir.Lit):
+            return node.left.name, [node.right.value]
+        if isinstance(node.right, ir.Col) and isinstance(node.left, ir.Lit):
+            return node.right.name, [node.left.value]
+    raise UnsupportedQueryError(
+        "A counting query's WHERE is an AND of `column = value` and `column IN (values)` over "
+        "public-key columns; OR, NOT, ranges and expressions are not linear in the histogram of "
+        "those keys."
+    )

@@ -30,6 +30,13 @@ the exact histogram:
 After ``max_updates`` updates every further query is refused (BudgetExceededError, free): how
 many updates happened is a function of released sparse-vector outcomes, so the refusal is public.
 
+A curator is kept between requests (the service's PMW mode, :mod:`dpcurator.service.pmw_store`)
+as :meth:`~PrivateMultiplicativeWeights.parameters` (public) and
+:meth:`~PrivateMultiplicativeWeights.to_bytes` (private: the exact histogram and the open
+sparse-vector run's noisy threshold), and rebuilt by :meth:`~PrivateMultiplicativeWeights.restore`
+without a second charge; the run's threshold is kept, never redrawn (a fresh threshold per
+request would be a new, unpaid AboveThreshold run).
+
 **Privacy** (pure ε-DP, by basic composition of the releases, not HR10's advanced-composition
 analysis): the one-way marginals at ``ε_n = prior_fraction·ε`` (L1 sensitivity ``d·Δ`` for ``d``
 columns: each is a 0/1 map of the histogram), and ``c = max_updates`` rounds each of one
@@ -58,9 +65,12 @@ Independent Laplace answers at the same total ε have error of order ``k/ε``.
 
 from __future__ import annotations
 
+import io
+import json
 import math
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -73,7 +83,9 @@ from dpcurator.interactive.linear import Weights, counting_query, linear_query
 from dpcurator.mechanisms import AboveThreshold, Laplace
 from dpcurator.mechanisms.sparse_vector import AboveThresholdRun
 from dpcurator.query.limits import MAX_PUBLIC_GROUPS
+from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
+from dpcurator.random import Rng, default_rng
 from dpcurator.synth.domain import DEFAULT_MAX_BINS, SynthDomain
 from dpcurator.synth.measure import Contribution, exact_marginals
 
@@ -119,42 +131,25 @@ class PrivateMultiplicativeWeights:
     ) -> None:
         if not isinstance(session, Session):
             raise fail(_OWNER, "session", "a Session", session)
-        eps = to_fraction(check_positive(_OWNER, "epsilon", epsilon))
-        updates = check_int(_OWNER, "max_updates", max_updates, minimum=1)
-        self.threshold = float(check_positive(_OWNER, "threshold", threshold))
-        prior_share = to_fraction(
-            check_probability(
-                _OWNER, "prior_fraction", prior_fraction, open_low=True, open_high=True
-            )
+        self._configure(
+            session.metadata,
+            columns,
+            epsilon=epsilon,
+            max_updates=max_updates,
+            threshold=threshold,
+            prior_fraction=prior_fraction,
+            svt_fraction=svt_fraction,
+            max_bins=max_bins,
+            max_cells=max_cells,
+            passes=passes,
         )
-        svt_share = to_fraction(
-            check_probability(_OWNER, "svt_fraction", svt_fraction, open_low=True, open_high=True)
-        )
-        check_int(_OWNER, "max_cells", max_cells, minimum=1)
-        self.passes = check_int(_OWNER, "passes", passes, minimum=1)
-        self.domain = SynthDomain.from_metadata(session.metadata, columns, max_bins=max_bins)
-        clique = self.domain.names
-        self.domain.check_marginal(clique, max_cells)
-        self.cells = self.domain.cells(clique)
-        self.sensitivity = Contribution.of(session).l1(self.cells)
-        self.epsilon = eps
-        self.max_updates = updates
-        self.prior_epsilon = eps * prior_share
-        round_epsilon = (eps - self.prior_epsilon) / updates
-        self.svt_epsilon = round_epsilon * svt_share
-        self.update_epsilon = round_epsilon - self.svt_epsilon
-        # every mechanism is built (and a noise scale over 2^52 refused) before the charge
-        self._prior = Laplace.for_epsilon(
-            self.prior_epsilon, self.sensitivity * len(self.domain.columns)
-        )
-        self._svt = AboveThreshold(self.svt_epsilon, self.sensitivity, self.threshold)
-        self._update = Laplace.for_epsilon_floats(self.update_epsilon, self.sensitivity)
         self._rng = session.rng
+        clique = self.domain.names
         histogram = exact_marginals(
             session,
             self.domain,
             [clique],
-            PureEvent(eps),
+            PureEvent(self.epsilon),
             description=f"private multiplicative weights over {list(clique)}",
         )[clique]
         self._histogram = histogram.reshape(-1).astype(np.float64)
@@ -162,6 +157,133 @@ class PrivateMultiplicativeWeights:
         self._run: AboveThresholdRun | None = None
         self._measured: list[tuple[npt.NDArray[np.intp], Weights, float]] = []
         self.updates_used = 0
+
+    def _configure(
+        self,
+        metadata: Metadata,
+        columns: Sequence[str] | None,
+        *,
+        epsilon: object,
+        max_updates: int,
+        threshold: object,
+        prior_fraction: object,
+        svt_fraction: object,
+        max_bins: int,
+        max_cells: int,
+        passes: int,
+    ) -> None:
+        """Check every public parameter and build every mechanism (a noise scale over 2^52 is
+        refused here): before any charge, from public inputs only."""
+        eps = to_fraction(check_positive(_OWNER, "epsilon", epsilon))
+        updates = check_int(_OWNER, "max_updates", max_updates, minimum=1)
+        self.threshold = float(check_positive(_OWNER, "threshold", threshold))
+        self.prior_fraction = to_fraction(
+            check_probability(
+                _OWNER, "prior_fraction", prior_fraction, open_low=True, open_high=True
+            )
+        )
+        self.svt_fraction = to_fraction(
+            check_probability(_OWNER, "svt_fraction", svt_fraction, open_low=True, open_high=True)
+        )
+        self.max_bins = max_bins
+        self.max_cells = check_int(_OWNER, "max_cells", max_cells, minimum=1)
+        self.passes = check_int(_OWNER, "passes", passes, minimum=1)
+        self.domain = SynthDomain.from_metadata(metadata, columns, max_bins=max_bins)
+        self.domain.check_marginal(self.domain.names, self.max_cells)
+        self.cells = self.domain.cells(self.domain.names)
+        contribution = Contribution(metadata.max_rows_per_person, metadata.max_groups_per_person)
+        self.sensitivity = contribution.l1(self.cells)
+        self.epsilon = eps
+        self.max_updates = updates
+        self.prior_epsilon = eps * self.prior_fraction
+        round_epsilon = (eps - self.prior_epsilon) / updates
+        self.svt_epsilon = round_epsilon * self.svt_fraction
+        self.update_epsilon = round_epsilon - self.svt_epsilon
+        self._prior = Laplace.for_epsilon(
+            self.prior_epsilon, self.sensitivity * len(self.domain.columns)
+        )
+        self._svt = AboveThreshold(self.svt_epsilon, self.sensitivity, self.threshold)
+        self._update = Laplace.for_epsilon_floats(self.update_epsilon, self.sensitivity)
+
+    # -- persistence (a service keeps the curator between requests) ------------------------------
+
+    def parameters(self) -> dict[str, object]:
+        """The public parameters, JSON-ready (exact fractions as text): with the same metadata,
+        :meth:`restore` rebuilds the same domain and mechanisms from them."""
+        return {
+            "columns": list(self.domain.names),
+            "epsilon": str(self.epsilon),
+            "max_updates": self.max_updates,
+            "threshold": self.threshold,
+            "prior_fraction": str(self.prior_fraction),
+            "svt_fraction": str(self.svt_fraction),
+            "max_bins": self.max_bins,
+            "max_cells": self.max_cells,
+            "passes": self.passes,
+        }
+
+    def to_bytes(self) -> bytes:
+        """The curator's state: the exact histogram, the noisy size, the synthetic distribution,
+        the measured updates and the open sparse-vector run's noisy threshold. PRIVATE (the
+        histogram and the threshold noise are secret): store it where the data may be stored."""
+        header = {
+            "noisy_size": self.noisy_size,
+            "updates_used": self.updates_used,
+            # the open run's noisy threshold in grid units (a Python int, unbounded)
+            "threshold_units": None if self._run is None else self._run._threshold,
+        }
+        supports = [cells for cells, _, _ in self._measured]
+        buffer = io.BytesIO()
+        np.savez(
+            buffer,
+            header=np.array(json.dumps(header)),
+            histogram=self._histogram,
+            distribution=self._distribution,
+            cells=np.concatenate([np.zeros(0, dtype=np.intp), *supports]),
+            weights=np.concatenate([np.zeros(0), *(w for _, w, _ in self._measured)]),
+            lengths=np.array([s.size for s in supports], dtype=np.int64),
+            values=np.array([v for _, _, v in self._measured], dtype=np.float64),
+        )
+        return buffer.getvalue()
+
+    @classmethod
+    def restore(
+        cls,
+        metadata: Metadata,
+        parameters: Mapping[str, object],
+        state: bytes,
+        rng: Rng | None = None,
+    ) -> PrivateMultiplicativeWeights:
+        """The curator saved by :meth:`parameters` and :meth:`to_bytes` (nothing is charged:
+        the budget was paid when it was built); ``rng`` draws its further noise."""
+        made = cls.__new__(cls)
+        made._configure(
+            metadata,
+            cast("list[str]", parameters["columns"]),
+            epsilon=Fraction(cast("str", parameters["epsilon"])),
+            max_updates=cast("int", parameters["max_updates"]),
+            threshold=parameters["threshold"],
+            prior_fraction=Fraction(cast("str", parameters["prior_fraction"])),
+            svt_fraction=Fraction(cast("str", parameters["svt_fraction"])),
+            max_bins=cast("int", parameters["max_bins"]),
+            max_cells=cast("int", parameters["max_cells"]),
+            passes=cast("int", parameters["passes"]),
+        )
+        made._rng = rng or default_rng()
+        with np.load(io.BytesIO(state), allow_pickle=False) as saved:
+            header = json.loads(str(saved["header"]))
+            made._histogram = saved["histogram"].astype(np.float64)
+            made._distribution = saved["distribution"].astype(np.float64)
+            bounds = np.cumsum(saved["lengths"])[:-1]
+            cells = np.split(saved["cells"].astype(np.intp), bounds)
+            weights = np.split(saved["weights"].astype(np.float64), bounds)
+            values = [float(v) for v in saved["values"]]
+        made.noisy_size = float(header["noisy_size"])
+        made.updates_used = int(header["updates_used"])
+        made._measured = list(zip(cells, weights, values, strict=True)) if values else []
+        units = header["threshold_units"]
+        made._run = None if units is None else AboveThresholdRun(made._svt, made._rng, int(units))
+        return made
 
     # ------------------------------------------------------------------------------------------
 
@@ -183,6 +305,11 @@ class PrivateMultiplicativeWeights:
     def answer_linear(self, weights: npt.ArrayLike) -> float:
         """Answer the linear query ``sum(weights * histogram)`` (weights in [0, 1] per cell)."""
         return self._answer(linear_query(self.domain, weights))
+
+    def synthetic_answer(self, weights: npt.ArrayLike) -> float:
+        """The linear query's answer on the public synthetic distribution only (post-processing:
+        free, touches no data; no accuracy guarantee: the sparse vector test is not run)."""
+        return self.noisy_size * float(linear_query(self.domain, weights) @ self._distribution)
 
     def error_bound(self, queries: int, beta: object = 0.05) -> float:
         """A bound that, with probability at least 1 - ``beta``, every one of the first
@@ -222,7 +349,7 @@ class PrivateMultiplicativeWeights:
             raise BudgetExceededError(
                 "one more update", "0 updates", what=f"update budget ({self.max_updates} updates)"
             )
-        synthetic = self.noisy_size * float(weights @ self._distribution)
+        synthetic = self.synthetic_answer(weights)
         exact = float(weights @ self._histogram)
         if self._run is None:
             self._run = self._svt.start(self._rng)

@@ -239,6 +239,37 @@ class CuratorClient:
         result: list[dict[str, Any]] = self._call("GET", f"/v1/ledger?limit={limit}")
         return result
 
+    def open_pmw(
+        self,
+        dataset_id: str,
+        *,
+        epsilon: float,
+        threshold: float,
+        max_updates: int,
+        columns: list[str] | None = None,
+        when_exhausted: str = "refuse",
+    ) -> dict[str, Any]:
+        """Open a private multiplicative weights mode on a dataset (owners; its whole ε is
+        charged to the dataset's cap now); the answer has its ``id``."""
+        body: dict[str, Any] = {"epsilon": epsilon, "threshold": threshold}
+        body.update(max_updates=max_updates, columns=columns, when_exhausted=when_exhausted)
+        result: dict[str, Any] = self._call("POST", f"/v1/datasets/{dataset_id}/pmw", json=body)
+        return result
+
+    def pmw(self, mode_id: str) -> dict[str, Any]:
+        """A PMW mode's public parameters and counters."""
+        result: dict[str, Any] = self._call("GET", f"/v1/pmw/{mode_id}")
+        return result
+
+    def ask_pmw(
+        self, mode_id: str, sql: str | None = None, *, where: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """One counting query to a PMW mode (``sql`` or ``where``; free for the caller): the
+        answer has ``value``, ``source`` and the mode's counters."""
+        body = {"sql": sql} if where is None else {"where": where}
+        result: dict[str, Any] = self._call("POST", f"/v1/pmw/{mode_id}/queries", json=body)
+        return result
+
     def answer_survey(
         self, survey_id: str, answers: list[str], *, rng: Rng | None = None
     ) -> dict[str, Any]:

@@ -15,16 +15,18 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from datetime import datetime
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Connection, create_engine, event
+from sqlalchemy import Connection, ForeignKey, LargeBinary, String, create_engine, event
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Mapped, mapped_column
 from sqlalchemy.orm import Session as OrmSession
 
 from dpcurator.service import ledger_postgres
 from dpcurator.service.errors import NotFoundError
 from dpcurator.service.ledger_lease import add_lease_column
-from dpcurator.service.models import Base
+from dpcurator.service.models import Base, utcnow
 
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 #: How often the background thread checkpoints the SQLite WAL into the database file.
@@ -32,6 +34,24 @@ SQLITE_CHECKPOINT_SECONDS = 1.0
 
 
 _Row = TypeVar("_Row")
+
+
+class PmwMode(Base):
+    """A private multiplicative weights mode of a dataset (:mod:`dpcurator.service.pmw_store`):
+    public parameters, the charge paid when it opened, the curator's PRIVATE state (exact
+    histogram, synthetic distribution, open sparse-vector run) and the public counters."""
+
+    __tablename__ = "pmw_modes"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
+    params: Mapped[dict[str, Any]]
+    charge_id: Mapped[int] = mapped_column(ForeignKey("charges.id"))
+    state: Mapped[bytes] = mapped_column(LargeBinary)
+    updates_used: Mapped[int] = mapped_column(default=0)
+    queries_answered: Mapped[int] = mapped_column(default=0)
+    created_by: Mapped[str] = mapped_column(ForeignKey("principals.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 def found(row: _Row | None, what: str, key: object) -> _Row:
