@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 
-from dpcurator._validation import check_int, check_probability, fail
+from dpcurator._validation import check_int, check_positive, check_probability, fail
 from dpcurator.accounting import ApproxEvent, PureEvent
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
@@ -61,6 +61,8 @@ MAX_FIT_FEATURES: Final = 16
 #: Fixed-point grid 2^k of the Gram entries (each in [-1, 1]): rounding moves an entry by at
 #: most 2^-31 per row, far below the noise, and 2^63 grid units hold 8·10^9 rows.
 GRAM_GRID_EXPONENT: Final = -30
+#: The default public bound |coefficient| <= b of a :class:`FitRequest`'s logistic fit.
+DEFAULT_COEFFICIENT_BOUND: Final = 10.0
 #: Share of ρ paying for AdaSSP's ridge (the regression library's default).
 EIGEN_SHARE: Final = Fraction(1, 10)
 
@@ -77,6 +79,13 @@ class FitPlan:
     cost: PureDP | ApproxDP
     exact: ir.AggregatePlan
     finish: Callable[[ir.ExactResult, float, Rng], Estimate]
+    #: The public names of the released coordinates (``intercept``, the features, ...).
+    terms: tuple[str, ...]
+    #: What the main mechanism perturbs, and its sensitivity per person (public): the L2 of
+    #: the scaled Gram matrix (AdaSSP), or the L1 of the sum of block estimates (a person
+    #: moves one block estimate inside the parameter box).
+    statistic: str
+    sensitivity: float
 
     @property
     def event(self) -> PrivacyEvent:
@@ -88,6 +97,47 @@ class FitPlan:
     def describe(self) -> str:
         """The ledger description of the charge."""
         return f"fit {self.kind}({', '.join(self.columns)})"
+
+
+@dataclass(frozen=True)
+class FitRequest:
+    """A model asked for by name: SQL ``REGRESS``/``LOGISTIC`` (:mod:`dpcurator.query.sql_fit`),
+    ``POST /v1/datasets/{id}/fits`` and ``dpcurator fit``. Every field is public; the budget is
+    given separately.
+
+    ``kind`` is ``linear_regression`` or ``logistic_regression``; ``y`` the response and ``x``
+    the features; ``coef_bound`` the public box [-b, b] of every logistic coefficient (the
+    parameter space, data units; default :data:`DEFAULT_COEFFICIENT_BOUND`).
+    """
+
+    kind: Literal["linear_regression", "logistic_regression"]
+    y: str
+    x: tuple[str, ...]
+    fit_intercept: bool = True
+    coef_bound: float = DEFAULT_COEFFICIENT_BOUND
+
+    def plan(self, metadata: Metadata, *, epsilon: float, delta: float) -> FitPlan:
+        """The :func:`plan_fit` of this request (refusals free)."""
+        if self.kind == "linear_regression":
+            return plan_fit(
+                metadata, self.kind, epsilon=epsilon, delta=delta, y=self.y, x=self.x,
+                fit_intercept=self.fit_intercept,
+            )  # fmt: skip
+        if not self.fit_intercept:
+            raise fail(_OWNER, "fit_intercept", f"True for {self.kind}", self.fit_intercept)
+        bound = check_positive(_OWNER, "coef_bound", self.coef_bound)
+        return plan_fit(
+            metadata, self.kind, epsilon=epsilon, delta=delta, y=self.y, x=self.x,
+            lower=-bound, upper=bound,
+        )  # fmt: skip
+
+    def describe(self) -> str:
+        """The request as one line (the ledger's query text, and its replay fingerprint)."""
+        options = [] if self.fit_intercept else ["no intercept"]
+        if self.kind == "logistic_regression":
+            options.append(f"coef_bound={self.coef_bound!r}")
+        tail = f" [{', '.join(options)}]" if options else ""
+        return f"FIT {self.kind}: {self.y} ~ {' + '.join(self.x)}{tail}"
 
 
 def plan_fit(
@@ -130,22 +180,31 @@ def plan_fit(
             raise fail(_OWNER, "x", "at least one feature column", list(features))
         metas = (*_numeric(metadata, features), _label(metadata, _required("y", y)))
         box = _box(lower, upper, len(features) + 1)
-        run = _logistic(metas[:-1], box, blocks)
+        rows = metadata.max_rows_per_person if metadata.person_column is not None else 1
+        run = _logistic(metas[:-1], box, blocks, rows)
+        terms = ("intercept", *features)
     elif kind == "mle":
         if model not in MODELS:
             raise fail(_OWNER, "model", f"one of {', '.join(sorted(MODELS))}", model)
         metas = _numeric(metadata, (_required("y", y),))
-        run = _mle(str(model), _box(lower, upper, len(MODELS[model].parameters)), blocks)
+        box = _box(lower, upper, len(MODELS[model].parameters))
+        run = _mle(str(model), box, blocks)
+        terms = MODELS[str(model)].parameters
     else:
         if not callable(estimator):
             raise fail(_OWNER, "estimator", "a function of a block of rows", estimator)
         if not features:
             raise fail(_OWNER, "x", "at least one column", list(features))
         metas = _numeric(metadata, features)
-        run = _user(estimator, _box(lower, upper, None), blocks)
+        box = _box(lower, upper, None)
+        run = _user(estimator, box, blocks)
+        terms = tuple(f"theta_{i}" for i in range(box.dimension))
     finish = _rows_finish(metadata, metas, run, eps)
     columns = tuple(m.name for m in metas)
-    return FitPlan(kind, columns, PureDP(eps), _rows_plan(metadata, metas), finish)
+    exact = _rows_plan(metadata, metas)
+    width = float(np.sum(box.upper - box.lower))
+    blocks_sum = "the sum of the block estimates"
+    return FitPlan(kind, columns, PureDP(eps), exact, finish, terms, blocks_sum, width)
 
 
 def _names(name: str, values: Sequence[str]) -> tuple[str, ...]:
@@ -292,7 +351,9 @@ def _plan_linear(
         )  # fmt: skip
         return replace(release, cost=cost)
 
-    return FitPlan("linear_regression", (*x, y), cost, exact, finish)
+    terms = ("intercept", *x) if fit_intercept else x
+    statistic, sensitivity = "the Gram matrix of the scaled rows", float(rows * len(z))
+    return FitPlan("linear_regression", (*x, y), cost, exact, finish, terms, statistic, sensitivity)
 
 
 def _scaled(meta: ColumnMeta, mid: float, half: float) -> ir.Expr:
@@ -356,7 +417,10 @@ def _rows_finish(
     return finish
 
 
-def _logistic(features: Sequence[ColumnMeta], box: Box, blocks: int | None) -> _Run:
+def _logistic(features: Sequence[ColumnMeta], box: Box, blocks: int | None, rows: int) -> _Run:
+    """Objective perturbation (each person's ``rows`` bound the gradient and Hessian shifts),
+    or sample-and-aggregate when ``blocks`` is given."""
+    method = "objective_perturbation" if blocks is None else "sample_and_aggregate"
     x_low = [m.lower for m in features]
     x_high = [m.upper for m in features]
 
@@ -364,7 +428,7 @@ def _logistic(features: Sequence[ColumnMeta], box: Box, blocks: int | None) -> _
         return logistic_regression(
             table[:, :-1], table[:, -1], epsilon=float(eps), x_lower=x_low, x_upper=x_high,
             coef_lower=box.lower, coef_upper=box.upper, blocks=blocks, person=person,
-            alpha=alpha, rng=rng,
+            alpha=alpha, rng=rng, method=method, rows_per_person=rows,
         )  # fmt: skip
 
     return run

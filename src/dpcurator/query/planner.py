@@ -64,8 +64,17 @@ from dpcurator.query.schema import Metadata
 from dpcurator.query.split import moment_weights, output_weight, reference_ratio, split
 from dpcurator.query.validation import check_epsilon, check_query
 
+#: ``coefficient``: a model fit's released coordinates (dpcurator.query.fit_release).
 OutputKind = Literal[
-    "count", "count_persons", "sum", "mean", "variance", "stddev", "quantile", "histogram"
+    "count",
+    "count_persons",
+    "sum",
+    "mean",
+    "variance",
+    "stddev",
+    "quantile",
+    "histogram",
+    "coefficient",
 ]
 
 

@@ -68,12 +68,14 @@ from dpcurator.query.backends.plan_checks import check_plan
 from dpcurator.query.bounds_plan import plan_bounds
 from dpcurator.query.builder import Query
 from dpcurator.query.fit import plan_fit, run_fit
+from dpcurator.query.fit_release import release_fit
 from dpcurator.query.ir import AggregatePlan, ExactResult
 from dpcurator.query.planner import Plan, plan_query
 from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.release import CostEstimate, Release, estimate_plan, release_plan
 from dpcurator.query.schema import Metadata
 from dpcurator.query.sql import parse_sql
+from dpcurator.query.sql_fit import parse_fit_sql
 from dpcurator.random import Rng
 
 DEFAULT_PLAN_CACHE_SIZE = 512
@@ -369,9 +371,16 @@ class Session:
     ) -> Release:
         """Release a SQL query (see :mod:`dpcurator.query.sql` for the supported subset), at
         ``epsilon`` or at the smallest cost meeting ``accuracy``, e.g.
-        ``s.sql(q, accuracy={"n": 50}, alpha=0.05)``."""
+        ``s.sql(q, accuracy={"n": 50}, alpha=0.05)``. ``SELECT REGRESS(y, x1, ...) FROM t`` (or
+        ``LOGISTIC``) releases a model fit's coefficients (:mod:`dpcurator.query.sql_fit`)."""
         if not isinstance(query, str):
             raise fail("Session.sql", "query", "SQL text", query)
+        fit = parse_fit_sql(query, self._metadata)
+        if fit is not None:
+            level = self._level(alpha)
+            return release_fit(
+                self, fit, epsilon=epsilon, delta=delta, alpha=level, accuracy=accuracy
+            )
         return self.release(
             query,
             epsilon=epsilon,

@@ -13,7 +13,8 @@ Supported::
 Aggregates: ``COUNT(*)``, ``COUNT(x)``, ``COUNT(DISTINCT <person column>)``, ``SUM``, ``AVG``,
 ``VARIANCE``/``VAR_SAMP``, ``STDDEV``/``STDDEV_SAMP``, ``MEDIAN``, ``QUANTILE(x, p)``,
 ``PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY x)``, ``MIN``, ``MAX`` (DP extreme quantiles) and
-``HISTOGRAM(x, lower, upper, bins)``. Expressions: arithmetic, comparisons, AND/OR/NOT, IS [NOT]
+``HISTOGRAM(x, lower, upper, bins)``; model fits ``REGRESS``/``LOGISTIC`` alone in their SELECT
+(:mod:`dpcurator.query.sql_fit`). Expressions: arithmetic, comparisons, AND/OR/NOT, IS [NOT]
 NULL, IN (literals), BETWEEN, CASE, and ABS, ROUND, FLOOR, CEIL, LOWER, UPPER, LENGTH, COALESCE.
 
 Everything else is refused with :class:`~dpcurator.errors.UnsupportedQueryError` naming the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from typing import Literal
 
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
@@ -103,6 +105,12 @@ _AGGREGATES = (
 )
 
 
+#: The model fits of the SQL form (:mod:`dpcurator.query.sql_fit`): function -> fit kind.
+FIT_FUNCTIONS: dict[str, Literal["linear_regression", "logistic_regression"]] = {
+    "regress": "linear_regression",
+    "logistic": "logistic_regression",
+}
+
 _DIALECT = Dialect.get_or_raise("duckdb")
 
 #: Tokens that open a nesting level of the parser, and those that close one.
@@ -141,6 +149,12 @@ def parse_sql(sql: str, metadata: Metadata) -> builder.Query:
         UnsupportedQueryError: for syntax errors, limits and every construct outside the subset.
         DomainError: for unknown tables or columns.
     """
+    return _Translator(metadata).select(parse_select(sql))
+
+
+def parse_select(sql: str) -> exp.Select:
+    """The one SELECT statement of ``sql``, checked against the text's limits (see
+    :func:`parse_sql`), not yet translated."""
     if not isinstance(sql, str) or not sql.strip():
         raise fail("sql", "query", "a non-empty SQL string", sql)
     check_at_most("The SQL text length", len(sql), "MAX_SQL_LENGTH", MAX_SQL_LENGTH)
@@ -165,7 +179,12 @@ def parse_sql(sql: str, metadata: Metadata) -> builder.Query:
         )
     tree: exp.Expr = statement
     check_depth(tree, _tree_children, slack=_TREE_WRAPPERS)
-    return _Translator(metadata).select(statement)
+    return statement
+
+
+def from_table(node: exp.Select, metadata: Metadata) -> str:
+    """The private table a SELECT reads: the metadata's table (anything else is refused)."""
+    return _Translator(metadata)._table(node)
 
 
 def _clean(text: str) -> str:
@@ -416,6 +435,12 @@ class _Translator:
             )
         if isinstance(node, exp.Variance | exp.VariancePop | exp.StddevPop | exp.PercentileDisc):
             raise UnsupportedQueryError(f"{node.key.upper()} is not supported.")
+        if isinstance(node, exp.Anonymous) and node.name.lower() in FIT_FUNCTIONS:
+            raise UnsupportedQueryError(
+                f"{node.name.upper()}(...) is a model fit: it has no query plan or estimate; "
+                "release it alone (SELECT REGRESS(y, x1, ...) FROM t) with Session.sql or "
+                "Session.fit, and estimate it with POST /v1/datasets/{id}/fits:estimate."
+            )
         if isinstance(node, exp.Anonymous):
             raise UnsupportedQueryError(f"Unknown function {node.name.upper()}.")
         raise UnsupportedQueryError(

@@ -39,6 +39,7 @@ from dpcurator.service.json_response import FiniteJSONResponse
 from dpcurator.service.operations import CuratorService
 from dpcurator.service.refusals import RefusalsLimitedError
 from dpcurator.service.routes import router
+from dpcurator.service.routes_fit import router as fit_router
 from dpcurator.service.routes_pmw import router as pmw_router
 from dpcurator.service.routes_streams import router as streams_router
 
@@ -274,6 +275,7 @@ def create_app(
 
     app.state.service = service
     app.include_router(router)
+    app.include_router(fit_router)
     app.include_router(streams_router)
     app.include_router(pmw_router)
     app.mount("/console", StaticFiles(directory=STATIC_DIR, html=True), name="console")

@@ -151,6 +151,40 @@ class CuratorClient:
         )
         return result
 
+    def fit(
+        self,
+        dataset_id: str,
+        model: str,
+        response: str,
+        predictors: list[str],
+        *,
+        epsilon: float,
+        delta: float = 0.0,
+        alpha: float = 0.05,
+        idempotency_key: str | None = None,
+        estimate: bool = False,
+        **options: Any,
+    ) -> dict[str, Any]:
+        """Fit ``model`` (``linear``: δ > 0; ``logistic``) of ``response`` on ``predictors``;
+        the answer's ``fit`` holds one row per term with its coefficient and (1-α) CI.
+        ``options``: ``fit_intercept``, ``coef_bound``. With ``estimate=True``:
+        the cost and whether it fits, nothing charged (``POST .../fits:estimate``)."""
+        headers = None if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+        body: dict[str, Any] = {
+            "model": model,
+            "response": response,
+            "predictors": list(predictors),
+            "epsilon": epsilon,
+            "delta": delta,
+            "alpha": alpha,
+            **options,
+        }
+        route = "fits:estimate" if estimate else "fits"
+        result: dict[str, Any] = self._call(
+            "POST", f"/v1/datasets/{dataset_id}/{route}", json=body, headers=headers
+        )
+        return result
+
     def history(self, dataset_id: str, *, limit: int = 100) -> list[dict[str, Any]]:
         """This token's own query history on a dataset, newest first."""
         result: list[dict[str, Any]] = self._call(

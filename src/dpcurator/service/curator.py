@@ -152,7 +152,8 @@ class DatasetRuntime:
         """The public metadata (what analysts may see)."""
         return self.metadata.to_dict()
 
-    def _session(self, budget_filter: BudgetFilter) -> Session:
+    def session(self, budget_filter: BudgetFilter) -> Session:
+        """A Session on this dataset charging ``budget_filter`` (shares the caches)."""
         return Session(
             self.backend,
             self.metadata,
@@ -170,7 +171,7 @@ class DatasetRuntime:
     ) -> tuple[ApproxDP, dict[str, Any]]:
         """Cost and expected accuracy from public metadata only (``accuracy`` instead of ε: the
         smallest cost meeting those CI half-widths, :mod:`dpcurator.query.accuracy`)."""
-        session = self._session(PrivacyFilter(Budget(0)))
+        session = self.session(PrivacyFilter(Budget(0)))
         estimate = session.estimate(
             sql, epsilon=_budget(epsilon, accuracy), delta=_exact(delta), accuracy=accuracy
         )
@@ -188,7 +189,7 @@ class DatasetRuntime:
     ) -> dict[str, Any]:
         """Plan, reserve through ``budget_filter``, compute and release; the release as JSON.
         With ``accuracy``, the plan meeting those targets (its cost is ``epsilon``)."""
-        session = self._session(budget_filter)
+        session = self.session(budget_filter)
         release = session.sql(
             sql, epsilon=_budget(epsilon, accuracy), delta=_exact(delta), accuracy=accuracy
         )

@@ -22,14 +22,16 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from dpcurator.accounting.filter import BudgetFilter
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError, BudgetExceededError, DPError
 from dpcurator.service.auth import Identity, IssuedToken, TokenAuthority, random_id
-from dpcurator.service.curator import AlreadyCharged, Catalog, LedgerFilter
+from dpcurator.service.curator import AlreadyCharged, Catalog, DatasetRuntime, LedgerFilter
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.ledger import Access, Ledger
 from dpcurator.service.ledger_budgets import BudgetView, dataset_budget, grant_budget
@@ -83,6 +85,14 @@ class Estimate:
     details: dict[str, Any]
     fits: bool
     remaining: BudgetView | None
+
+
+def fits_budget(access: Access, cost: ApproxDP) -> bool:
+    """Whether ``cost`` fits the dataset's cap and the caller's own budget (if any) now."""
+    cap, budget = dataset_budget(access.dataset), access.budget
+    return (cap.spent + cost).fits_within(cap.total) and (
+        budget is None or (budget.spent + cost).fits_within(budget.total)
+    )
 
 
 @dataclass(frozen=True)
@@ -215,11 +225,35 @@ class CuratorService:
         Raises:
             RefusalsLimitedError: this analyst was refused too often recently (429).
         """
+        return self.charged(
+            identity,
+            dataset_id,
+            sql,
+            fingerprint(sql, epsilon, delta, accuracy),
+            lambda runtime, budget: runtime.run(sql, epsilon, delta, budget, accuracy),
+            request_key=request_key,
+            requested={"epsilon": str(epsilon), "delta": str(delta)},
+        )
+
+    def charged(
+        self,
+        identity: Identity,
+        dataset_id: str,
+        text: str,
+        print_: str,
+        run: Callable[[DatasetRuntime, BudgetFilter], dict[str, Any]],
+        *,
+        request_key: str | None,
+        requested: dict[str, str],
+    ) -> Answer:
+        """Replay, or reserve -> ``run`` -> commit, for any release on a dataset (a query, a
+        fit): ``run`` plans, reserves through the given filter and returns the release as JSON.
+        ``text`` is the ledger's description and ``print_`` its replay fingerprint. A refusal
+        changes nothing; after the charge any failure is the constant engine failure."""
         self.refusals.check(identity.principal_id)
         access = self.access(identity, dataset_id)
         dataset = access.dataset
         runtime = self.catalog.runtime(dataset)
-        print_ = fingerprint(sql, epsilon, delta, accuracy)
         if dataset.replay_enabled and (
             request_key is None
             or self.ledger.charge_by_key(identity.principal_id, request_key) is None
@@ -232,7 +266,7 @@ class CuratorService:
             principal_id=identity.principal_id,
             dataset_id=dataset.id,
             kind="query",
-            query_text=sql,
+            query_text=text,
             fingerprint=print_,
             cost=ApproxDP(0, 0),
             events=[],
@@ -241,7 +275,7 @@ class CuratorService:
         )
         charge_filter = LedgerFilter(self.ledger, template)
         try:
-            release = runtime.run(sql, epsilon, delta, charge_filter, accuracy)
+            release = run(runtime, charge_filter)
         except AlreadyCharged as done:
             charge = self.ledger.charge(done.charge_id)
             return self._keyed_answer(dataset, charge, print_, access.budget)
@@ -251,8 +285,8 @@ class CuratorService:
                 "query_refused",
                 identity.principal_id,
                 dataset.id,
-                **audited_sql(sql),
-                requested={"epsilon": str(epsilon), "delta": str(delta)},
+                **audited_sql(text),
+                requested=requested,
                 reason=str(exc),
             )
             raise
@@ -308,13 +342,8 @@ class CuratorService:
         """Cost and expected accuracy of a query from public metadata; nothing is run. With
         ``accuracy`` instead of ε: the smallest cost meeting those CI half-widths."""
         access = self.access(identity, dataset_id)
-        dataset, budget = access.dataset, access.budget
-        cost, details = self.catalog.runtime(dataset).estimate(sql, epsilon, delta, accuracy)
-        cap = dataset_budget(dataset)
-        fits = (cap.spent + cost).fits_within(cap.total) and (
-            budget is None or (budget.spent + cost).fits_within(budget.total)
-        )
-        return Estimate(cost, details, fits, budget)
+        cost, details = self.catalog.runtime(access.dataset).estimate(sql, epsilon, delta, accuracy)
+        return Estimate(cost, details, fits_budget(access, cost), access.budget)
 
     def history(self, identity: Identity, dataset_id: str, *, limit: int) -> list[Charge]:
         """An analyst's own ledger entries on a dataset; every entry for owners."""

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from dpcurator.core.measures import ApproxDP
+from dpcurator.query.fit import DEFAULT_COEFFICIENT_BOUND
 from dpcurator.service.ledger_budgets import BudgetView
 
 Epsilon = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False, description="ε > 0")]
@@ -286,3 +287,50 @@ class MeOut(BaseModel):
     name: str
     role: str
     token_id: str
+
+
+ColumnName = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class FitIn(_Strict):
+    """A model fit on the dataset's table (:mod:`dpcurator.query.fit`): the response, the
+    predictors, the cost (ε, and δ > 0 for ``linear``) and the level 1-``alpha`` of the
+    coefficients' intervals. ``coef_bound`` is a public parameter of ``logistic``: every
+    coefficient lies in [-coef_bound, coef_bound]."""
+
+    model: Literal["linear", "logistic"]
+    response: ColumnName
+    predictors: Annotated[list[ColumnName], Field(min_length=1, max_length=16)]
+    epsilon: Epsilon
+    delta: Delta = 0.0
+    alpha: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.05
+    fit_intercept: bool = True
+    coef_bound: Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)] = (
+        DEFAULT_COEFFICIENT_BOUND
+    )
+
+
+class FitOut(BaseModel):
+    """A released fit: the coefficients with their intervals, its cost and the budget left."""
+
+    charge_id: int
+    dataset_id: str
+    request: str
+    replayed: bool
+    cost: CostOut
+    remaining: BudgetOut | None
+    fit: dict[str, Any] = Field(
+        description="rows (term -> coefficient with ci_low/ci_high), model, terms, replied "
+        "(false: NR, no reply), method, covers (noise, or noise+sampling), cost, ci_level"
+    )
+
+
+class FitEstimateOut(BaseModel):
+    """The cost of a fit and whether it fits the budgets, from public metadata only."""
+
+    dataset_id: str
+    request: str
+    cost: CostOut
+    remaining: BudgetOut | None
+    fits: bool
+    estimate: dict[str, Any]

@@ -1,0 +1,121 @@
+"""Model fits over HTTP: ``POST /v1/datasets/{id}/fits`` and ``.../fits:estimate``.
+
+A fit is charged like a query (:meth:`CuratorService.charged
+<dpcurator.service.operations.CuratorService.charged>`): planned from the public metadata
+(refusals free, 422 naming the parameter or column), the cost reserved atomically in the ledger
+before any data is read (409 budget-exceeded changes nothing), a retry with the same
+``Idempotency-Key`` returns the first answer, an engine failure after the charge is the constant
+:data:`~dpcurator.errors.ENGINE_FAILURE_MESSAGE`, and the ledger entry (``FIT ...`` as its query
+text) shows in the caller's history. The answer holds the coefficients with their (1-α)
+intervals (:func:`~dpcurator.query.fit_release.fit_dict`). ``fits:estimate`` is free: the cost
+and whether it fits the budgets, from public inputs only.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Annotated, Any, cast
+
+from fastapi import APIRouter, Header
+from starlette.concurrency import run_in_threadpool
+
+from dpcurator.accounting.filter import BudgetFilter
+from dpcurator.core.measures import ApproxDP
+from dpcurator.query.fit import FitRequest
+from dpcurator.query.fit_release import estimate_fit, fit_on
+from dpcurator.service import schemas as s
+from dpcurator.service.curator import DatasetRuntime
+from dpcurator.service.json_response import FiniteJSONResponse
+from dpcurator.service.ledger_budgets import cost_of
+from dpcurator.service.operations import fingerprint, fits_budget
+from dpcurator.service.routes import Caller, Service
+
+router = APIRouter(prefix="")
+
+_KINDS = {"linear": "linear_regression", "logistic": "logistic_regression"}
+
+
+def fit_request(body: s.FitIn) -> FitRequest:
+    """The library request of an HTTP body (validated again, free, when planned)."""
+    return FitRequest(
+        kind=cast("Any", _KINDS[body.model]),
+        y=body.response,
+        x=tuple(body.predictors),
+        fit_intercept=body.fit_intercept,
+        coef_bound=body.coef_bound,
+    )
+
+
+def _text(request: FitRequest, alpha: float) -> str:
+    """The ledger's description of a fit (and, with its cost, its replay fingerprint)."""
+    return f"{request.describe()} (alpha {alpha!r})"
+
+
+def _exact(value: Fraction) -> float:
+    """An exact Fraction where the library annotates float (it reads any Real exactly)."""
+    return cast("float", value)
+
+
+@router.post("/v1/datasets/{dataset_id}/fits", tags=["fits"], response_model=s.FitOut)
+async def run_fit(
+    service: Service,
+    who: Caller,
+    dataset_id: str,
+    body: s.FitIn,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> FiniteJSONResponse:
+    """Fit a model: reserve its cost atomically, compute, release the coefficients with CIs."""
+    request = fit_request(body)
+    epsilon, delta = s.exact(body.epsilon), s.exact(body.delta)
+    text = _text(request, body.alpha)
+
+    def run(runtime: DatasetRuntime, budget: BudgetFilter) -> dict[str, Any]:
+        return fit_on(
+            runtime.session(budget), request, epsilon=_exact(epsilon), delta=_exact(delta),
+            alpha=body.alpha,
+        )  # fmt: skip
+
+    answer = await run_in_threadpool(
+        service.charged,
+        who,
+        dataset_id,
+        text,
+        fingerprint(text, epsilon, delta),
+        run,
+        request_key=idempotency_key,
+        requested={"epsilon": str(epsilon), "delta": str(delta)},
+    )
+    charge, remaining = answer.charge, answer.remaining
+    return FiniteJSONResponse(
+        {
+            "charge_id": charge.id,
+            "dataset_id": charge.dataset_id,
+            "request": charge.query_text,
+            "replayed": answer.replayed,
+            "cost": s.cost_json(cost_of(charge.epsilon, charge.delta)),
+            "remaining": None if remaining is None else s.budget_json(remaining),
+            "fit": charge.result or {},
+        }
+    )
+
+
+@router.post("/v1/datasets/{dataset_id}/fits:estimate", tags=["fits"])
+def estimate_fit_route(
+    service: Service, who: Caller, dataset_id: str, body: s.FitIn
+) -> s.FitEstimateOut:
+    """The cost of a fit and whether it fits; nothing runs and nothing is charged."""
+    request = fit_request(body)
+    access = service.access(who, dataset_id)
+    budget = access.budget
+    metadata = service.catalog.runtime(access.dataset).metadata
+    epsilon, delta = s.exact(body.epsilon), s.exact(body.delta)
+    plan = request.plan(metadata, epsilon=_exact(epsilon), delta=_exact(delta))
+    cost = plan.cost if isinstance(plan.cost, ApproxDP) else plan.cost.to_approx()
+    return s.FitEstimateOut(
+        dataset_id=dataset_id,
+        request=_text(request, body.alpha),
+        cost=s.CostOut.of(cost),
+        remaining=None if budget is None else s.BudgetOut.model_validate(s.budget_json(budget)),
+        fits=fits_budget(access, cost),
+        estimate=estimate_fit(plan, body.alpha),
+    )

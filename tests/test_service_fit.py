@@ -1,0 +1,188 @@
+"""Model fits through the HTTP service: POST /v1/datasets/{id}/fits and fits:estimate (issue 14).
+
+Each fit is charged like a query (reservation before data, idempotency key, free refusals,
+constant engine failure, a history entry), and a fit on D and on D minus one person differs only
+in its numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError
+from dpcurator.query.backends import Backend
+from dpcurator.query.ir import AggregatePlan, ExactResult
+from dpcurator.service.client import CuratorClient
+from tests.neighbour_queries import demo_frame
+from tests.neighbour_service import DATASET, ServedTable
+
+VICTIM = 4322
+FITS = f"/v1/datasets/{DATASET}/fits"
+LINEAR = {"model": "linear", "response": "income", "predictors": ["age", "hours"],
+          "epsilon": 1.0, "delta": 1e-6}  # fmt: skip
+LOGISTIC = {"model": "logistic", "response": "employed", "predictors": ["age"], "epsilon": 1.0,
+            "coef_bound": 5}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[ServedTable]:
+    with ServedTable(demo_frame()) as table:
+        yield table
+
+
+def _spent(table: ServedTable) -> dict[str, Any]:
+    spent: dict[str, Any] = table._client.get(f"/v1/datasets/{DATASET}/budget").json()["spent"]
+    return spent
+
+
+def test_estimate_is_free_and_the_fit_is_charged_exactly_that(served: ServedTable) -> None:
+    before = _spent(served)
+    estimate = served._client.post(f"{FITS}:estimate", json=LINEAR)
+    assert estimate.status_code == 200, estimate.text
+    body = estimate.json()
+    assert body["fits"] is True
+    assert body["estimate"]["terms"] == ["intercept", "age", "hours"]
+    assert _spent(served) == before
+    fit = served._client.post(FITS, json=LINEAR)
+    assert fit.status_code == 200, fit.text
+    answer = fit.json()
+    assert answer["cost"] == body["cost"]
+    assert answer["request"].startswith("FIT linear_regression: income ~ age + hours")
+    release = answer["fit"]
+    assert release["replied"] is True
+    assert release["covers"] == "noise+sampling"
+    assert [row["group"]["term"] for row in release["rows"]] == ["intercept", "age", "hours"]
+    for row in release["rows"]:
+        value = row["values"]["coefficient"]
+        assert value["ci_low"] <= value["value"] <= value["ci_high"]
+    spent = _spent(served)
+    assert float(spent["epsilon_exact"]) == pytest.approx(float(before["epsilon_exact"]) + 1.0)
+    (entry, *_) = served._client.get(f"/v1/datasets/{DATASET}/queries").json()
+    assert (entry["id"], entry["sql"], entry["status"]) == (
+        answer["charge_id"],
+        answer["request"],
+        "released",
+    )
+
+
+def test_a_retry_with_the_same_key_is_answered_once(served: ServedTable) -> None:
+    headers = {"Idempotency-Key": "fit-1"}
+    first = served._client.post(FITS, json=LOGISTIC, headers=headers)
+    assert first.status_code == 200, first.text
+    before = _spent(served)
+    again = served._client.post(FITS, json=LOGISTIC, headers=headers)
+    assert again.json()["charge_id"] == first.json()["charge_id"]
+    assert again.json()["fit"] == first.json()["fit"]
+    assert _spent(served) == before
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "needle"),
+    [
+        ({"predictors": ["nope"]}, 422, "nope"),
+        ({"predictors": ["sex"]}, 422, "'sex' is declared string"),
+        ({"predictors": ["pid"]}, 422, "person column"),
+        ({"model": "logistic", "response": "employed"}, 422, "delta"),
+        ({"delta": 0.9}, 409, "budget"),
+    ],
+)
+def test_refusals_are_free_and_name_the_problem(
+    served: ServedTable, change: dict[str, Any], status: int, needle: str
+) -> None:
+    before = _spent(served)
+    refused = served._client.post(FITS, json={**LINEAR, **change})
+    assert refused.status_code == status, refused.text
+    assert needle in refused.json()["detail"]
+    assert _spent(served) == before
+
+
+class _Leaky:
+    """An engine failing after the charge with a message quoting a private value."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def tables(self) -> list[str]:
+        return self.inner.tables()
+
+    def columns(self, table: str) -> dict[str, str]:
+        return self.inner.columns(table)
+
+    def compute(self, plan: AggregatePlan) -> ExactResult:
+        raise BackendError("pid 4322 earns 123456")
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_an_engine_failure_after_the_charge_is_the_constant_text() -> None:
+    with ServedTable(demo_frame()) as table:
+        service = table._service
+        runtime = service.catalog.runtime(service.ledger.dataset(DATASET))
+        runtime.backend = _Leaky(runtime.backend)
+        failed = table._client.post(FITS, json=LINEAR)
+        assert failed.status_code == 502, failed.text
+        assert failed.json()["detail"] == ENGINE_FAILURE_MESSAGE
+        assert "4322" not in table._client.get(f"/v1/datasets/{DATASET}/queries").text
+        assert float(_spent(table)["epsilon"]) == 1.0  # the charge stands
+
+
+def test_the_client_fits_and_estimates(served: ServedTable) -> None:
+    client = CuratorClient(served._server.url, served._client.headers["authorization"][7:])
+    with client:
+        estimate = client.fit(DATASET, "linear", "income", ["age"], epsilon=0.5, delta=1e-6,
+                              estimate=True)  # fmt: skip
+        assert estimate["cost"]["epsilon"] == 0.5
+        fit = client.fit(DATASET, "logistic", "employed", ["hours"], epsilon=0.5)
+        assert fit["fit"]["terms"] == ["intercept", "hours"]
+
+
+def _masked(value: object) -> object:
+    """A response with every released number replaced (what may differ between neighbours)."""
+    if isinstance(value, dict):
+        return {
+            k: "<number>" if k in ("value", "ci_low", "ci_high") else _masked(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("body", [LINEAR, LOGISTIC], ids=["linear", "logistic"])
+def test_a_fit_on_neighbouring_tables_differs_only_in_its_numbers(body: dict[str, Any]) -> None:
+    frame = demo_frame()
+    without = frame[frame["pid"] != VICTIM]
+    seen = []
+    for table_frame in (frame, without):
+        with ServedTable(table_frame) as table:
+            responses = [
+                table._client.post(f"{FITS}:estimate", json=body),
+                table._client.post(FITS, json=body),
+                table._client.post(FITS, json={**body, "predictors": ["nope"]}),
+                table._client.get(f"/v1/datasets/{DATASET}/queries"),
+            ]
+            seen.append(
+                [
+                    (r.status_code, json.dumps(_masked(_timeless(r.json())), sort_keys=True))
+                    for r in responses
+                ]
+            )
+    assert seen[0] == seen[1]
+
+
+_RUN_FIELDS = ("created_at", "completed_at", "principal_id")
+
+
+def _timeless(value: Any) -> Any:
+    """History entries without their timestamps and analyst id (random in any two runs)."""
+    if isinstance(value, list):
+        return [_timeless(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _timeless(v) for k, v in value.items() if k not in _RUN_FIELDS}
+    return value
