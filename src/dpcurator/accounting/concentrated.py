@@ -141,6 +141,7 @@ class ConcentratedFilter:
             )
         self._lock = threading.Lock()
         self._live: list[tuple[Reservation, Concentrated]] = []
+        self._used = Concentrated(Fraction(0), Fraction(0), Fraction(0))  # sums of the live
         self._numbers = 0
 
     # -- charging --------------------------------------------------------------------------
@@ -189,10 +190,13 @@ class ConcentratedFilter:
             self._numbers += 1
             reservation = Reservation(event, description, self._numbers, self)
             self._live.append((reservation, best))
+            self._used = _plus(self._used, best, 1)
             return reservation
 
     def _cancel(self, reservation: Reservation) -> None:
         with self._lock:
+            for charge in [c for r, c in self._live if r is reservation]:
+                self._used = _plus(self._used, charge, -1)
             self._live = [(r, c) for r, c in self._live if r is not reservation]
 
     def replay(self, events: list[PrivacyEvent]) -> None:
@@ -210,11 +214,7 @@ class ConcentratedFilter:
             return tuple(r.event for r, _ in self._live)
 
     def _used_locked(self) -> Concentrated:
-        return Concentrated(
-            sum((c.xi for _, c in self._live), Fraction(0)),
-            sum((c.rho for _, c in self._live), Fraction(0)),
-            sum((c.delta for _, c in self._live), Fraction(0)),
-        )
+        return self._used
 
     def spent_native(self) -> Concentrated:
         """What has been charged: basic-side ε, ρ and the approximate events' δ."""
@@ -263,3 +263,11 @@ class ConcentratedFilter:
 
     def __repr__(self) -> str:
         return f"ConcentratedFilter(budget={self.budget}, limits=({self.limits}))"
+
+
+def _plus(total: Concentrated, charge: Concentrated, sign: int) -> Concentrated:
+    return Concentrated(
+        total.xi + sign * charge.xi,
+        total.rho + sign * charge.rho,
+        total.delta + sign * charge.delta,
+    )
