@@ -1,0 +1,69 @@
+"""The SQL form of model fits: SELECT REGRESS(...) / LOGISTIC(...) (issue 14)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpcurator as dpc
+from dpcurator.errors import UnsupportedQueryError
+from dpcurator.query.session import Session
+from dpcurator.random import SeededRng
+
+
+def _session(seed: int = 1) -> Session:
+    meta = dpc.Metadata.from_yaml(dpc.demo_path("people.yaml"))
+    frame = pd.read_csv(dpc.demo_path("people.csv"))
+    return Session.from_data(
+        frame, metadata=meta, budget=dpc.Budget(100, 1e-3), rng=SeededRng(seed)
+    )
+
+
+def test_regress_releases_the_session_fit_as_a_table() -> None:
+    table = _session().sql("SELECT REGRESS(income, age, hours) FROM people", epsilon=1, delta=1e-6)
+    fit = _session().fit("linear_regression", y="income", x=["age", "hours"], epsilon=1, delta=1e-6)
+    frame = table.to_pandas()
+    assert list(frame["term"]) == ["intercept", "age", "hours"]
+    assert fit.value is not None
+    np.testing.assert_allclose(frame["coefficient"], fit.value)
+    assert table.cost == fit.cost
+
+
+def test_logistic_takes_an_optional_coefficient_bound() -> None:
+    table = _session().sql("SELECT LOGISTIC(employed, age, 0.5) AS m FROM people", epsilon=1)
+    frame = table.to_pandas()
+    assert list(frame["term"]) == ["intercept", "age"]
+    assert frame["coefficient"].abs().max() <= 0.5
+
+
+@pytest.mark.parametrize(
+    ("sql", "needle"),
+    [
+        ("SELECT REGRESS(income, age), COUNT(*) AS n FROM people", "only item"),
+        ("SELECT sex, REGRESS(income, age) FROM people GROUP BY sex", "only item"),
+        ("SELECT REGRESS(income, age) FROM people GROUP BY sex", "GROUP BY"),
+        ("SELECT REGRESS(income, age) FROM people WHERE age > 30", "WHERE"),
+        ("SELECT REGRESS(income, age + 1) FROM people", "column names"),
+        ("SELECT REGRESS(income) FROM people", "at least one feature"),
+        ("SELECT LOGISTIC(employed, age, 'x') FROM people", "coefficient bound"),
+        ("SELECT REGRESS(income, age) FROM other", "Unknown table"),
+    ],
+)
+def test_unsupported_forms_are_refused_free_naming_the_function(sql: str, needle: str) -> None:
+    session = _session()
+    with pytest.raises(UnsupportedQueryError, match=needle):
+        session.sql(sql, epsilon=1, delta=1e-6)
+    assert session.spent().epsilon == 0
+
+
+def test_a_fit_has_no_query_plan_and_says_so() -> None:
+    with pytest.raises(UnsupportedQueryError, match=r"REGRESS.*model fit"):
+        _session().estimate("SELECT REGRESS(income, age) FROM people", epsilon=1)
+
+
+def test_a_fit_name_inside_a_string_is_an_ordinary_query() -> None:
+    release = _session().sql(
+        "SELECT COUNT(*) AS n FROM people WHERE education = 'regress(x)'", epsilon=1
+    )
+    assert release.value_columns == ("n",)
