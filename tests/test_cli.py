@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dpcurator.cli import _parser, format_release, main
+from dpcurator.cli import _parser, main
+from dpcurator.cli_format import release_text
 from dpcurator.core.measures import ApproxDP
 from dpcurator.service.ledger import Ledger
 from dpcurator.service.server import build_service
@@ -103,13 +104,26 @@ def test_serve_refuses_a_port_in_use_before_making_anything(
     assert not ledger.exists()
 
 
-def test_format_release_aligns_values_and_intervals() -> None:
+def test_release_text_aligns_values_intervals_and_names_the_level() -> None:
+    cell = {"value": 3.0, "ci_low": 1, "ci_high": 5.5}
     release = {
         "group_columns": ["g"],
         "value_columns": ["n"],
-        "rows": [{"group": {"g": "a"}, "values": {"n": {"value": 3.0, "ci_low": 1, "ci_high": 5}}}],
+        "rows": [
+            {"group": {"g": "a"}, "values": {"n": cell}},
+            {
+                "group": {"g": None},
+                "values": {"n": {"value": 0.25, "ci_low": None, "ci_high": None}},
+            },
+        ],
+        "ci_level": 0.9,
     }
-    assert format_release(release).splitlines() == ["g  n", "a  3 [1, 5]"]
+    assert release_text(release).splitlines() == [
+        "g     n",
+        "a     3 [1, 5.5]",
+        "NULL  0.25 —",
+        "[low, high]: 90% confidence intervals",
+    ]
 
 
 @pytest.mark.slow
@@ -279,11 +293,18 @@ def test_an_unreachable_server_is_a_clear_error(capsys: pytest.CaptureFixture[st
         assert main(["budget", *args]) == 1
         assert main(["query", *args, "--epsilon", "1", "SELECT COUNT(*) AS n FROM t"]) == 1
     err = capsys.readouterr().err
-    assert err.count(f"error: cannot reach the curator at http://127.0.0.1:{port}") == 2
+    assert err.count(f"error: cannot reach the curator at --url http://127.0.0.1:{port}") == 2
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("command", [[], ["serve"], ["query"], ["budget"], ["admin"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        *([c] for c in ("serve", "query", "estimate", "budget", "datasets", "history")),
+        *([c] for c in ("publish", "releases", "admin")),
+        [],
+    ],
+)
 def test_help_is_plain_text(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main([*command, "--help"])

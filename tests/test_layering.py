@@ -46,7 +46,11 @@ ENTROPY_MODULES = ("random", "secrets", "numpy.random")
 LAZY_IMPORT_ALLOWED = ("pyspark", "dpcurator.query.backends.spark", "matplotlib")
 #: The command-line entry point defers each command's imports so that ``dpcurator --help``
 #: starts at once (tests/test_cli.py checks what importing it loads).
-DEFERRED_IMPORTS_MODULES = ("dpcurator.cli", "dpcurator.metadata_check_cli")
+DEFERRED_IMPORTS_MODULES = (
+    "dpcurator.cli",
+    "dpcurator.cli_client_commands",
+    "dpcurator.metadata_check_cli",
+)
 
 
 def layer_of(module: str) -> int | None:

@@ -6,89 +6,37 @@ Imports are deferred to the command that needs them, so ``dpcurator --help`` ans
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dpcurator import metadata_check_cli
+from dpcurator import cli_client_commands, metadata_check_cli
+from dpcurator.cli_args import CliError, delta, positive, positive_int
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import DPError
 
-if TYPE_CHECKING:
-    from dpcurator.service.client import CuratorClient
-
 DEFAULT_LEDGER = "sqlite:///dpcurator-ledger.sqlite3"
-DEFAULT_URL = "http://127.0.0.1:8000"
 
 DESCRIPTION = """\
 A trusted curator for differentially private statistics.
 
   dpcurator serve --demo                       try it: demo data, prints tokens and the URL
   dpcurator serve --data F.csv --metadata M.yaml [--ledger URL]
+  dpcurator datasets --token T                 what you can query, and your budget left
+  dpcurator estimate --token T --dataset D --epsilon 0.5 "SQL"     free: cost and CI widths
   dpcurator query --token T --dataset D --epsilon 0.5 "SELECT COUNT(*) AS n FROM t"
   dpcurator query --token T --dataset D --accuracy n=50 "SELECT COUNT(*) AS n FROM t"
   dpcurator budget --token T --dataset D
+  dpcurator history --token T [--dataset D]
+  dpcurator publish --token OWNER --dataset D --name N --epsilon E "SQL" ["SQL" ...]
+  dpcurator releases --token T --dataset D     (or --id R to print one release)
   dpcurator admin --ledger URL create-owner NAME    (and other ledger commands)
   dpcurator check-metadata --data F.csv --metadata M.yaml   (owner only, NOT DP)
 
-Run 'dpcurator COMMAND --help' for a command's options."""
-
-
-class CliError(Exception):
-    """A user error reported as 'error: ...' with exit status 1 (no traceback)."""
-
-
-def _number(low: float, *, low_inclusive: bool, high: float = math.inf) -> Callable[[str], float]:
-    """An argparse type: a finite float in (low, high) (``low`` included if asked)."""
-    bound = f"{'>=' if low_inclusive else '>'} {low:g}" + (
-        f" and < {high:g}" if high < math.inf else ""
-    )
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        above = value >= low if low_inclusive else value > low
-        if not math.isfinite(value) or not above or value >= high:
-            raise argparse.ArgumentTypeError(f"expected a finite number {bound}, got {text!r}")
-        return value
-
-    return parse
-
-
-_positive = _number(0, low_inclusive=False)
-_delta = _number(0, low_inclusive=True, high=1)
-_width = _number(0, low_inclusive=True)
-
-
-def _target(text: str) -> tuple[str, float]:
-    """An argparse type: ``NAME=WIDTH``, a (1-α) CI half-width target for one output."""
-    name, sep, width = text.partition("=")
-    if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"expected NAME=WIDTH (e.g. n=50), got {text!r}")
-    return name.strip(), _width(width)
-
-
-def _token(text: str) -> str:
-    token = text.strip()
-    if not token:
-        raise argparse.ArgumentTypeError("the token is empty")
-    return token
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+Commands that print results take --format table|csv|json; --url and --token default to
+$DPCURATOR_URL and $DPCURATOR_TOKEN. Run 'dpcurator COMMAND --help' for a command's options."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -99,26 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _serve_parser(commands)
-    for name, text in (("query", "run a DP query"), ("budget", "show the remaining budget")):
-        sub = commands.add_parser(name, help=text, description=text)
-        sub.add_argument("--url", default=DEFAULT_URL, help=f"the curator (default {DEFAULT_URL})")
-        sub.add_argument("--token", type=_token, required=True, help="your API token")
-        sub.add_argument("--dataset", required=True, help="the dataset id")
-        if name == "query":
-            cost = sub.add_mutually_exclusive_group(required=True)
-            cost.add_argument("--epsilon", type=_positive, help="the privacy cost ε (> 0)")
-            cost.add_argument(
-                "--accuracy",
-                type=_target,
-                action="append",
-                metavar="NAME=WIDTH",
-                help="instead of --epsilon: the 95%% CI half-width of output NAME (repeat per "
-                "output); the smallest cost meeting every target is charged",
-            )
-            sub.add_argument(
-                "--delta", type=_delta, default=0.0, help="the privacy cost δ in [0, 1) (default 0)"
-            )
-            sub.add_argument("sql", help='the query, e.g. "SELECT COUNT(*) AS n FROM people"')
+    cli_client_commands.add_parsers(commands)
     _admin_parser(commands)
     metadata_check_cli.add_parser(commands)
     return parser
@@ -137,10 +66,10 @@ def _serve_parser(commands: Any) -> None:
     serve.add_argument("--metadata", type=Path, help="its public metadata (YAML or JSON)")
     serve.add_argument("--dataset-id", help="the id of --data (default: the file name)")
     serve.add_argument(
-        "--cap-epsilon", type=_positive, default=50.0, help="global ε cap of --data (default 50)"
+        "--cap-epsilon", type=positive, default=50.0, help="global ε cap of --data (default 50)"
     )
     serve.add_argument(
-        "--cap-delta", type=_delta, default=0.0, help="global δ cap of --data (default 0)"
+        "--cap-delta", type=delta, default=0.0, help="global δ cap of --data (default 0)"
     )
     serve.add_argument(
         "--data-root",
@@ -158,7 +87,7 @@ def _serve_parser(commands: Any) -> None:
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
     )
-    serve.add_argument("--port", type=_positive_int, default=8000, help="port (default 8000)")
+    serve.add_argument("--port", type=positive_int, default=8000, help="port (default 8000)")
     serve.add_argument(
         "--result-cache",
         action="store_true",
@@ -166,7 +95,7 @@ def _serve_parser(commands: Any) -> None:
     )
     serve.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         help="worker processes serving the port (default 1; each opens the datasets itself)",
     )
@@ -212,7 +141,7 @@ def _admin_parser(commands: Any) -> None:
             sub.add_argument("name", help="the owner's or analyst's name")
         if action == "issue-token":
             sub.add_argument(
-                "--expires-in", type=_positive, help="seconds until it expires (default never)"
+                "--expires-in", type=positive, help="seconds until it expires (default never)"
             )
         if action == "revoke-token":
             sub.add_argument("token_id", help="the token's public id (dpc_<id>_<secret>)")
@@ -281,68 +210,6 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cell(cell: Any) -> str:
-    if isinstance(cell, dict) and "value" in cell:
-        text = f"{cell['value']:.6g}"
-        if cell.get("ci_low") is not None:
-            text += f" [{cell['ci_low']:.6g}, {cell['ci_high']:.6g}]"
-        return text
-    return str(cell)
-
-
-def format_release(release: dict[str, Any]) -> str:
-    """A release as an aligned text table (values with their confidence intervals)."""
-    groups, values = release.get("group_columns", []), release.get("value_columns", [])
-    header = [*groups, *values]
-    lines = [
-        [*(_cell(row["group"][c]) for c in groups), *(_cell(row["values"][c]) for c in values)]
-        for row in release.get("rows", [])
-    ]
-    widths = [max(len(str(x)) for x in column) for column in zip(header, *lines, strict=True)]
-    render = [
-        "  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)).rstrip()
-        for line in [header, *lines]
-    ]
-    return "\n".join(render)
-
-
-@contextmanager
-def _client(args: argparse.Namespace) -> Iterator[CuratorClient]:
-    """A client of ``--url``; an unreachable server becomes a CliError."""
-    import httpx  # noqa: PLC0415 (deferred: only client commands need it)
-
-    from dpcurator.service.client import CuratorClient  # noqa: PLC0415 (deferred)
-
-    try:
-        with CuratorClient(args.url, args.token) as client:
-            yield client
-    except httpx.HTTPError as exc:
-        raise CliError(f"cannot reach the curator at {args.url}: {exc}") from None
-
-
-def _query(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        accuracy = None if args.accuracy is None else dict(args.accuracy)
-        answer = client.query(
-            args.dataset, args.sql, epsilon=args.epsilon, delta=args.delta, accuracy=accuracy
-        )
-    print(format_release(answer["release"]))
-    cost = answer["cost"]
-    print(f"cost: ε={cost['epsilon']:.6g} δ={cost['delta']:.3g}")
-    if answer.get("remaining"):
-        left = answer["remaining"]["remaining"]
-        print(f"remaining: ε={left['epsilon']:.6g} δ={left['delta']:.3g}")
-    return 0
-
-
-def _budget(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        budget = client.budget(args.dataset)
-    for part in ("total", "spent", "remaining"):
-        print(f"{part}: ε={budget[part]['epsilon']:.6g} δ={budget[part]['delta']:.3g}")
-    return 0
-
-
 def _admin(args: argparse.Namespace) -> int:
     from dpcurator.service import admin  # noqa: PLC0415 (deferred: loads the service)
 
@@ -361,8 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dpcurator`` console script: 0 on success, 1 on an error (printed
     as 'error: ...', no traceback), 2 on bad arguments."""
     args = _parser().parse_args(argv)
-    commands = {"serve": _serve, "query": _query, "budget": _budget, "admin": _admin}
-    commands["check-metadata"] = metadata_check_cli.run
+    commands = {"serve": _serve, "admin": _admin, "check-metadata": metadata_check_cli.run}
+    commands.update(dict.fromkeys(cli_client_commands.COMMANDS, cli_client_commands.run))
     try:
         return commands[args.command](args)
     except (DPError, CliError, OSError) as exc:  # OSError: a file given is missing/unreadable

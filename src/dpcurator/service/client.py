@@ -141,13 +141,20 @@ class CuratorClient:
         return result
 
     def estimate(
-        self, dataset_id: str, sql: str, *, epsilon: float, delta: float = 0.0
+        self,
+        dataset_id: str,
+        sql: str,
+        *,
+        epsilon: float | None = None,
+        delta: float = 0.0,
+        accuracy: dict[str, float] | None = None,
     ) -> dict[str, Any]:
-        """The cost and expected accuracy of a query; nothing is charged."""
+        """The cost and expected CI half-widths of a query at ``epsilon``, or of the smallest
+        cost meeting ``accuracy`` (CI half-width per output); nothing runs or is charged."""
+        body: dict[str, Any] = {"sql": sql, "delta": delta}
+        body.update({"epsilon": epsilon} if accuracy is None else {"accuracy": accuracy})
         result: dict[str, Any] = self._call(
-            "POST",
-            f"/v1/datasets/{dataset_id}/queries:estimate",
-            json={"sql": sql, "epsilon": epsilon, "delta": delta},
+            "POST", f"/v1/datasets/{dataset_id}/queries:estimate", json=body
         )
         return result
 
@@ -235,6 +242,11 @@ class CuratorClient:
         result: dict[str, Any] = self._call(
             "PATCH", f"/v1/datasets/{dataset_id}", json={"replay_enabled": enabled}
         )
+        return result
+
+    def analysts(self) -> list[dict[str, Any]]:
+        """Every analyst (id, name, role, created_at)."""
+        result: list[dict[str, Any]] = self._call("GET", "/v1/analysts")
         return result
 
     def create_analyst(self, name: str, *, expires_in: float | None = None) -> dict[str, Any]:

@@ -1,0 +1,291 @@
+"""The commands that ask a running curator: ``query``, ``estimate``, ``budget``, ``datasets``,
+``history``, ``publish`` and ``releases`` (each with ``--format table|csv|json``).
+
+:mod:`dpcurator.cli` registers them with :func:`add_parsers` and runs them from
+:data:`COMMANDS`. The HTTP client and the printing code are imported when a command runs, so
+``dpcurator --help`` stays fast. Every failure is one line (``error: ...``, exit status 1): an
+unreachable server, an answer that is not the curator's, a refused token (named ``--token``), or
+the server's problem text (which names the dataset, column or value).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from dpcurator import cli_args
+from dpcurator.cli_args import CliError
+from dpcurator.errors import AuthError, DPError
+
+if TYPE_CHECKING:
+    from dpcurator.cli_format import Output
+    from dpcurator.service.client import CuratorClient
+
+_HELP = {
+    "query": "run a DP query (charged to your budget)",
+    "estimate": "the cost and expected CI half-widths of a query (free: nothing runs)",
+    "budget": "show your total, spent and remaining budget on a dataset",
+    "datasets": "list the datasets you can see, with your remaining budget",
+    "history": "your past queries (owners: everyone's, with the analyst)",
+    "publish": "owners: run queries once against the global cap and publish the release",
+    "releases": "list a dataset's published releases, or print one (free)",
+}
+
+
+def _add_cost(sub: argparse.ArgumentParser) -> None:
+    cost = sub.add_mutually_exclusive_group(required=True)
+    cost.add_argument("--epsilon", type=cli_args.positive, help="the privacy cost ε (> 0)")
+    cost.add_argument(
+        "--accuracy",
+        type=cli_args.target,
+        action="append",
+        metavar="NAME=WIDTH",
+        help="instead of --epsilon: the 95%% CI half-width of output NAME (repeat per output); "
+        "the smallest cost meeting every target is used",
+    )
+    sub.add_argument(
+        "--delta", type=cli_args.delta, default=0.0, help="the privacy cost δ in [0, 1) (default 0)"
+    )
+    sub.add_argument("sql", help='the query, e.g. "SELECT COUNT(*) AS n FROM people"')
+
+
+def add_parsers(commands: Any) -> None:
+    """Register the client commands on the CLI's subcommands."""
+    for name, text in _HELP.items():
+        sub = commands.add_parser(name, help=text, description=text)
+        cli_args.add_connection(sub, dataset=_DATASET[name])
+        if name in ("query", "estimate"):
+            _add_cost(sub)
+        elif name == "history":
+            sub.add_argument(
+                "--limit",
+                type=cli_args.positive_int,
+                default=100,
+                help="at most this many entries, newest first (default 100, at most 1000)",
+            )
+        elif name == "publish":
+            sub.add_argument("--name", required=True, help="the release's name")
+            sub.add_argument(
+                "--epsilon",
+                type=cli_args.positive,
+                required=True,
+                help="the ε of EACH query (the release costs their sum)",
+            )
+            sub.add_argument(
+                "--delta",
+                type=cli_args.delta,
+                default=0.0,
+                help="the δ of each query, in [0, 1) (default 0)",
+            )
+            sub.add_argument("sql", nargs="+", help="the queries, each one argument")
+        elif name == "releases":
+            which = sub.add_mutually_exclusive_group(required=True)
+            which.add_argument("--dataset", help="list this dataset's releases")
+            which.add_argument("--id", help="print this release (e.g. rel_...) in full")
+        cli_args.add_format(sub)
+
+
+#: Whether a command needs ``--dataset`` (True), may take it (False) or has its own (None).
+_DATASET: dict[str, bool | None] = {
+    "query": True,
+    "estimate": True,
+    "budget": True,
+    "datasets": None,
+    "history": False,
+    "publish": True,
+    "releases": None,
+}
+
+
+@contextmanager
+def _client(args: argparse.Namespace) -> Iterator[CuratorClient]:
+    """A client of ``--url`` with ``--token``; transport failures, answers that are not JSON and
+    refused tokens become one-line CliErrors."""
+    import json  # noqa: PLC0415 (deferred, as every command's dependencies)
+
+    import httpx  # noqa: PLC0415
+
+    from dpcurator.service.client import CuratorClient  # noqa: PLC0415
+
+    token = cli_args.require_token(args)
+    try:
+        with CuratorClient(args.url, token) as client:
+            yield client
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise CliError(f"cannot reach the curator at --url {args.url}: {exc}") from None
+    except json.JSONDecodeError:
+        raise CliError(f"--url {args.url} did not answer as a dpcurator curator") from None
+    except AuthError as exc:
+        raise CliError(f"--token: {exc}") from None
+
+
+def _query(args: argparse.Namespace) -> Output:
+    from dpcurator import cli_format as f  # noqa: PLC0415
+
+    with _client(args) as client:
+        accuracy = None if args.accuracy is None else dict(args.accuracy)
+        answer = client.query(
+            args.dataset, args.sql, epsilon=args.epsilon, delta=args.delta, accuracy=accuracy
+        )
+    lines = [f.release_text(answer["release"]), f"cost: {f.cost_text(answer['cost'])}"]
+    if answer.get("remaining"):
+        lines.append(f"remaining: {f.cost_text(answer['remaining']['remaining'])}")
+    header, rows = f.release_wide(answer["release"])
+    return f.Output(text="\n".join(lines), doc=answer, header=header, rows=rows)
+
+
+def _estimate(args: argparse.Namespace) -> Output:
+    from dpcurator import cli_format as f  # noqa: PLC0415
+    from dpcurator.query.release_view import level_text  # noqa: PLC0415
+
+    with _client(args) as client:
+        accuracy = None if args.accuracy is None else dict(args.accuracy)
+        found = client.estimate(
+            args.dataset, args.sql, epsilon=args.epsilon, delta=args.delta, accuracy=accuracy
+        )
+    details = found["estimate"]
+    alpha = details.get("alpha", 0.05)
+    cost = found["cost"]
+    rows = [
+        [name, width, 1 - alpha, cost["epsilon"], cost["delta"], found["fits"]]
+        for name, width in details.get("ci_halfwidths", {}).items()
+    ]
+    title = f"{level_text(alpha)} CI half-width"
+    lines = [
+        f.aligned(["column", title], [[r[0], r[1]] for r in rows]),
+        f"cost: {f.cost_text(cost)} (an estimate: nothing was charged)",
+    ]
+    if found.get("remaining"):
+        left = f.cost_text(found["remaining"]["remaining"])
+        lines.append(f"fits the remaining budget ({left}): {f.cell(found['fits'])}")
+    header = ["column", "ci_halfwidth", "ci_level", "epsilon", "delta", "fits"]
+    return f.Output(text="\n".join(lines), doc=found, header=header, rows=rows)
+
+
+def _budget(args: argparse.Namespace) -> Output:
+    from dpcurator import cli_format as f  # noqa: PLC0415
+
+    with _client(args) as client:
+        budget = client.budget(args.dataset)
+    parts = ("total", "spent", "remaining")
+    rows: list[list[Any]] = [[p, budget[p]["epsilon"], budget[p]["delta"]] for p in parts]
+    text = "\n".join(f"{p}: {f.cost_text(budget[p])}" for p in parts)
+    return f.Output(text=text, doc=budget, header=["part", "epsilon", "delta"], rows=rows)
+
+
+def _datasets(args: argparse.Namespace) -> Output:
+    from dpcurator import cli_format as f  # noqa: PLC0415
+
+    with _client(args) as client:
+        found = client.datasets()
+    listed = []
+    for d in found:
+        kind, view = ("grant", d.get("budget")) if d.get("budget") else ("global cap", d.get("cap"))
+        listed.append(
+            {
+                "id": d["id"],
+                "name": d["name"],
+                "budget": kind if view else None,
+                "remaining_epsilon": view["remaining"]["epsilon"] if view else None,
+                "remaining_delta": view["remaining"]["delta"] if view else None,
+                "total_epsilon": view["total"]["epsilon"] if view else None,
+            }
+        )
+    columns = ["id", "name", "budget", "remaining_epsilon", "remaining_delta", "total_epsilon"]
+    output = f.records(listed, columns, empty="(no dataset)")
+    return f.Output(text=output.text, doc=found, header=output.header, rows=output.rows)
+
+
+def _history(args: argparse.Namespace) -> Output:
+    from dpcurator import cli_format as f  # noqa: PLC0415
+
+    with _client(args) as client:
+        owner = client.me()["role"] == "owner"
+        names = {a["id"]: a["name"] for a in client.analysts()} if owner else {}
+        datasets = [args.dataset] if args.dataset else [d["id"] for d in client.datasets()]
+        entries = [e for d in datasets for e in client.history(d, limit=min(args.limit, 1000))]
+    entries = sorted(entries, key=lambda e: e["id"], reverse=True)[: args.limit]
+    columns = ["id", "created_at", "dataset_id", "kind", "status", "epsilon", "delta", "sql"]
+    if owner:
+        columns[3:3] = ["analyst_id", "analyst"]
+    flat = [
+        {
+            **e,
+            "analyst_id": e["principal_id"],
+            "analyst": names.get(e["principal_id"]),
+            "epsilon": e["cost"]["epsilon"],
+            "delta": e["cost"]["delta"],
+        }
+        for e in entries
+    ]
+    output = f.records(flat, columns, empty="(no query yet)")
+    return f.Output(text=output.text, doc=entries, header=output.header, rows=output.rows)
+
+
+def _publish(args: argparse.Namespace) -> Output:
+    queries = [{"sql": q, "epsilon": args.epsilon, "delta": args.delta} for q in args.sql]
+    with _client(args) as client:
+        release = client.publish(args.dataset, args.name, queries)
+    return _release_output(release)
+
+
+def _release_output(release: dict[str, Any]) -> Output:
+    from dpcurator import cli_format as f  # noqa: PLC0415
+
+    results = release["results"]
+    total = f.total_cost([r["release"]["cost"] for r in results])
+    title = (
+        f"release {release['id']} {release['name']!r} on {release['dataset_id']}, "
+        f"published {release['created_at']}, cost {f.cost_text(total)}"
+    )
+    header, rows = f.releases_long(results)
+    text = f"{title}\n\n{f.results_text(results)}"
+    return f.Output(text=text, doc=release, header=header, rows=rows)
+
+
+def _releases(args: argparse.Namespace) -> Output:
+    from dpcurator import cli_format as f  # noqa: PLC0415
+
+    with _client(args) as client:
+        if args.id is not None:
+            return _release_output(client.release(args.id))
+        found = client.releases(args.dataset)
+    listed = [
+        {
+            "id": r["id"],
+            "name": r["name"],
+            "created_at": r["created_at"],
+            "queries": len(r["results"]),
+            **f.total_cost([q["release"]["cost"] for q in r["results"]]),
+        }
+        for r in found
+    ]
+    columns = ["id", "name", "created_at", "queries", "epsilon", "delta"]
+    output = f.records(listed, columns, empty="(no release published)")
+    return f.Output(text=output.text, doc=found, header=output.header, rows=output.rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the client command ``args.command`` and print its answer in ``--format``; the
+    server's refusal becomes a one-line CliError (its text, whitespace collapsed)."""
+    from dpcurator.cli_format import show  # noqa: PLC0415
+
+    try:
+        output = COMMANDS[args.command](args)
+    except DPError as exc:
+        raise CliError(" ".join(str(exc).split())) from None
+    show(output, args.format)
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], Output]] = {
+    "query": _query,
+    "estimate": _estimate,
+    "budget": _budget,
+    "datasets": _datasets,
+    "history": _history,
+    "publish": _publish,
+    "releases": _releases,
+}
