@@ -206,10 +206,8 @@ def test_owner_publishes_and_anyone_lists_and_downloads_releases(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["budget", "--dataset", "nope"], "error: No dataset with id 'nope'."),
-        (["releases", "--id", "rel_nope"], "error: No release with id 'rel_nope'."),
         (
-            ["query", "--dataset", "people", "--epsilon", "1", "SELECT wage FROM people"],
+            ["estimate", "--dataset", "people", "--epsilon", "1", "SELECT wage FROM people"],
             "error: Unknown column 'wage' in table 'people'.",
         ),
         (
@@ -217,10 +215,11 @@ def test_owner_publishes_and_anyone_lists_and_downloads_releases(
             "error: The selected expression 'sex' is neither an aggregate nor a GROUP BY column",
         ),
         (
-            ["query", "--dataset", "people", "--epsilon", "2000", SQL],
+            ["publish", "--dataset", "people", "--name", "big", "--epsilon", "2000", SQL],
             "error: The dataset's global privacy budget is exhausted",
         ),
         (["history", "--dataset", "nope"], "error: No dataset with id 'nope'."),
+        (["releases", "--id", "rel_nope"], "error: No release with id 'rel_nope'."),
     ],
 )
 def test_refusals_are_one_line_errors(
