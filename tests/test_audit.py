@@ -8,13 +8,23 @@ the power check that shows the audit can fail.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
+import numpy.typing as npt
+import pandas as pd
 import pytest
 
+from dpcurator import demo_path
+from dpcurator.accounting import Budget
+from dpcurator.interactive import PrivateMultiplicativeWeights, counting_query
 from dpcurator.mechanisms import Gaussian, Laplace, RandomizedResponse, exponential_mechanism
+from dpcurator.query.schema import Metadata
+from dpcurator.query.session import Session
 from dpcurator.random import SecureRng
+from dpcurator.streams import ContinualSum
 from tests.stat_tools import epsilon_lower_bound
 
 pytestmark = pytest.mark.audit
@@ -84,3 +94,114 @@ def audit_exponential(epsilon_used: float) -> float:
 def test_exponential_mechanism_audit_respects_claim_and_flags_double_epsilon() -> None:
     assert audit_exponential(EPSILON) <= EPSILON
     assert audit_exponential(2 * EPSILON) > EPSILON
+
+
+# -- the binary tree mechanism (dpcurator.streams.tree) ------------------------------------------
+
+TREE_REPS = 15_000  # each run builds a tree and draws its noise in Python: ~0.5 ms
+
+
+def audit_tree(
+    make: Callable[[], ContinualSum],
+    events: list[int],
+    persons: list[int] | None,
+    broken: bool = False,
+) -> float:
+    """ε lower bound from the releases of ``make()`` on the all-zero stream and on ``events``
+    (one event's or one person's difference). The statistic is how many releases reach the
+    neighbour's running count (for shifted discrete Laplace noise, the likelihood ratio grows
+    with it). ``broken``: the noise scale halved after construction, the claim unchanged."""
+    neighbour = np.cumsum(events)
+    rng = SecureRng()
+
+    def statistics(stream: list[int]) -> npt.NDArray[np.int64]:
+        out = np.empty(TREE_REPS, dtype=np.int64)
+        for r in range(TREE_REPS):
+            tree = make()
+            if broken:
+                tree.mechanism = Laplace(tree.mechanism.scale / 2)
+            released = tree.update(stream, rng, persons=persons)
+            out[r] = int(np.sum(released >= neighbour))
+        return out
+
+    return epsilon_lower_bound(statistics([0] * len(events)), statistics(events))
+
+
+def test_tree_event_level_audit_respects_claim_and_flags_half_noise() -> None:
+    """One event at t = 1 of a horizon-2 counter: both releases use one node holding it."""
+
+    def make() -> ContinualSum:
+        return ContinualSum.counter(EPSILON, horizon=2)
+
+    assert make().epsilon_spent == EPSILON
+    assert audit_tree(make, [1, 0], None) <= EPSILON
+    assert audit_tree(make, [1, 0], None, broken=True) > EPSILON
+
+
+def test_tree_user_level_audit_respects_claim_and_flags_event_level_noise() -> None:
+    """One person's two events (k = 2) against none: the user-level claim holds; a stream
+    noised at the event level while claiming the user level (scale / 2) is caught."""
+
+    def make() -> ContinualSum:
+        return ContinualSum.counter(EPSILON, horizon=2, max_events_per_person=2)
+
+    assert make().epsilon_spent == EPSILON
+    assert audit_tree(make, [1, 1], [7, 7]) <= EPSILON
+    assert audit_tree(make, [1, 1], [7, 7], broken=True) > EPSILON
+
+
+# -- private multiplicative weights (dpcurator.interactive.pmw) ----------------------------------
+
+PMW_REPS = 40_000
+
+
+def _pmw_after_start(frame: pd.DataFrame, threshold: float) -> PrivateMultiplicativeWeights:
+    """A PMW curator whose ε is nearly all in its one update's noisy answer (prior and sparse
+    vector shares 1/1000 each), over sex x region of the demo table."""
+    metadata = Metadata.from_yaml(demo_path("people.yaml"))
+    session = Session.from_data(frame, metadata=metadata, budget=Budget(EPSILON))
+    return PrivateMultiplicativeWeights(
+        session,
+        ["sex", "region"],
+        epsilon=EPSILON,
+        max_updates=1,
+        threshold=threshold,
+        prior_fraction=Fraction(1, 1000),
+        svt_fraction=Fraction(1, 1000),
+        passes=1,
+    )
+
+
+def audit_pmw(broken: bool) -> float:
+    """ε lower bound of the interactive phase: one count of the victim's cell on D and on D minus
+    pid 4322, from the same public start (the prior release is drawn once on D and shared: the
+    audit is of the sparse vector test and the update given it). The statistic is the released
+    value rounded, or a sentinel when the sparse vector test answered from the distribution."""
+    frame = pd.read_csv(demo_path("people.csv"))
+    victim = frame[frame["pid"] == 4322].iloc[0]
+    where = {"sex": victim["sex"], "region": victim["region"]}
+    start = _pmw_after_start(frame, threshold=1e-3)
+    if broken:  # the update's noise scale halved, the claim unchanged
+        start._update = Laplace.for_epsilon_floats(2 * start.update_epsilon, start.sensitivity)
+    neighbour = copy.copy(start)
+    weights = counting_query(start.domain, where)
+    neighbour._histogram = start._histogram - weights  # the victim's row leaves its cell
+    rng = SecureRng()
+
+    def statistics(template: PrivateMultiplicativeWeights) -> npt.NDArray[np.int64]:
+        template._rng = rng
+        out = np.empty(PMW_REPS, dtype=np.int64)
+        for r in range(PMW_REPS):
+            curator = copy.copy(template)  # right after the start: no run, no update yet
+            curator._distribution = template._distribution.copy()
+            curator._measured = []
+            value = curator.answer_linear(weights)
+            out[r] = round(value) if curator.updates_used else -(10**9)
+        return out
+
+    return epsilon_lower_bound(statistics(neighbour), statistics(start))
+
+
+def test_pmw_audit_respects_claim_and_flags_half_update_noise() -> None:
+    assert audit_pmw(broken=False) <= EPSILON
+    assert audit_pmw(broken=True) > EPSILON

@@ -13,8 +13,19 @@ changing the value of ONE event (within the public bounds) changes the vector of
 by at most L · (upper - lower) in L1 norm; each interval sum gets independent discrete Laplace
 noise of scale L · (upper - lower) / ε in grid units (:class:`~dpcurator.mechanisms.Laplace`), so
 the whole sequence of T releases is ε-DP with respect to one event (Dwork & Roth 2014, Theorem
-12.1 and §12.2). It is not user-level: a person contributing m events is protected at m · ε (group
-privacy).
+12.1 and §12.2). Event level protects one event: a person contributing m events is protected at
+m · ε (group privacy).
+
+User level (``max_events_per_person=k``, public): each event carries its person's id, and the
+curator keeps only the first k events of each person, replacing every later one by the null value
+(0 clamped to the bounds; 0 for counts) in its time slot, so the clock stays public. Neighbouring
+streams differ in all the events of one person; after the cap they differ in at most k slots,
+each by at most ``upper - lower``, so the interval sums move by at most k · L · (upper - lower) in
+L1 norm: the noise scale is k times the event-level one and the whole sequence of releases is
+ε-DP for the person (Dwork, Naor, Pitassi & Rothblum 2010, user-level privacy; Dwork & Roth 2014,
+§12.2, with Δ = k). The cap depends on each person's own events only, so one person's events
+cannot change which events of another are kept. The counts per person are curator state (kept
+with the tree, never released).
 
 Values are clamped to the public bounds and rounded to a public power-of-two ``resolution``
 (integer arithmetic from then on, so sums are exact); counts (:meth:`ContinualSum.counter`) take
@@ -30,6 +41,7 @@ it of the true (clamped) running sum.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -95,10 +107,17 @@ class ContinualSum:
         lower: float = 0.0,
         upper: float = 1.0,
         resolution: float | None = None,
+        *,
+        max_events_per_person: int | None = None,
     ) -> None:
         owner = "ContinualSum"
         eps = to_fraction(check_positive(owner, "epsilon", epsilon))
         self.horizon = check_int(owner, "horizon", horizon, minimum=1)
+        self.max_events_per_person = (
+            None
+            if max_events_per_person is None
+            else check_int(owner, "max_events_per_person", max_events_per_person, minimum=1)
+        )
         self.lower = float(check_real(owner, "lower", lower))
         self.upper = float(check_real(owner, "upper", upper))
         if not self.upper > self.lower:
@@ -123,7 +142,10 @@ class ContinualSum:
                 "Use a coarser resolution or a shorter horizon.",
             )
         self.levels = self.horizon.bit_length()
-        self.sensitivity = self.levels * (self._hi_units - self._lo_units)
+        events = self.max_events_per_person or 1
+        self.sensitivity = events * self.levels * (self._hi_units - self._lo_units)
+        self._null_units = min(max(0, self._lo_units), self._hi_units)  # 0 clamped to the bounds
+        self.events_per_person: dict[int | str, int] = {}  # user level: events kept so far
         self.mechanism = Laplace.for_epsilon(eps, self.sensitivity)
         self.time = 0
         self._total = 0  # exact running sum in grid units
@@ -132,16 +154,48 @@ class ContinualSum:
         self._counting = False
 
     @classmethod
-    def counter(cls, epsilon: object, horizon: int) -> ContinualSum:
+    def counter(
+        cls, epsilon: object, horizon: int, *, max_events_per_person: int | None = None
+    ) -> ContinualSum:
         """A running count of 0/1 events (any non-zero value counts as 1, NaN as 0; exact)."""
-        made = cls(epsilon, horizon, lower=0, upper=1, resolution=1)
+        made = cls(
+            epsilon,
+            horizon,
+            lower=0,
+            upper=1,
+            resolution=1,
+            max_events_per_person=max_events_per_person,
+        )
         made._counting = True
         return made
 
     @property
     def epsilon_spent(self) -> Fraction:
-        """ε of the whole stream of releases up to the horizon (event level, exact)."""
+        """ε of the whole stream of releases up to the horizon (per event, or per person with
+        ``max_events_per_person``; exact)."""
         return self.mechanism.epsilon(self.sensitivity)
+
+    def _cap(self, units: npt.NDArray[np.int64], persons: Sequence[int | str] | None) -> None:
+        """User level: replace (in place) each event past its person's k-th by the null value.
+
+        Raises ParameterError (before anything is ingested) when ``persons`` is missing or its
+        length differs from the batch's, or is given to an event-level stream."""
+        owner = "ContinualSum.update"
+        k = self.max_events_per_person
+        if k is None:
+            if persons is not None:
+                raise fail(owner, "persons", "None (an event-level stream)", "person ids")
+            return
+        if persons is None or len(persons) != units.size:
+            got = "None" if persons is None else f"{len(persons)} ids"
+            raise fail(owner, "persons", f"one person id per event ({units.size})", got)
+        seen = self.events_per_person
+        for i, person in enumerate(persons):
+            used = seen.get(person, 0)
+            if used >= k:
+                units[i] = self._null_units
+            else:
+                seen[person] = used + 1
 
     def _to_units(self, values: npt.ArrayLike) -> npt.NDArray[np.int64]:
         array = np.asarray(values, dtype=np.float64).reshape(-1)
@@ -153,11 +207,17 @@ class ContinualSum:
         units = np.rint(clamped / float(self.resolution))
         return np.clip(units, self._lo_units, self._hi_units).astype(np.int64)
 
-    def update(self, values: npt.ArrayLike, rng: Rng | None = None) -> npt.NDArray[np.float64]:
+    def update(
+        self,
+        values: npt.ArrayLike,
+        rng: Rng | None = None,
+        persons: Sequence[int | str] | None = None,
+    ) -> npt.NDArray[np.float64]:
         """Ingest a batch of events; return the released running sum after each of them.
 
         The batch length is public (it is the clock); a batch that would pass the horizon is
-        refused before anything is ingested.
+        refused before anything is ingested. A user-level stream needs ``persons``, the id of
+        each event's person.
         """
         units = self._to_units(values)
         n = units.size
@@ -168,6 +228,7 @@ class ContinualSum:
                 f"at most {self.horizon - self.time} more events (horizon {self.horizon})",
                 f"a batch of {n}",
             )
+        self._cap(units, persons)
         source = rng or default_rng()
         start = self.time
         prefix = self._total + np.concatenate(([0], np.cumsum(units)))  # prefix[i] = S(start + i)
