@@ -54,12 +54,15 @@ class StreamIn(_Strict):
     universe: Annotated[int, Field(ge=1, le=10**8)] | None = None
     output_epsilon: s.Epsilon | None = None
     outputs: Annotated[int, Field(ge=1, le=10_000)] = 1
+    max_events_per_person: Annotated[int, Field(ge=1, le=10**6)] | None = None
 
 
 class EventsIn(_Strict):
-    """A batch of events: 0/1 or values for count/sum streams, user ids for density streams."""
+    """A batch of events: 0/1 or values for count/sum streams, user ids for density streams;
+    ``persons``: each event's person id (user-level count/sum streams only)."""
 
     values: Annotated[list[int | float], Field(max_length=MAX_BATCH)]
+    persons: Annotated[list[int | s.Name], Field(max_length=MAX_BATCH)] | None = None
 
 
 class SurveyIn(_Strict):
@@ -133,6 +136,7 @@ def create_stream(service: Service, who: Owner, dataset_id: str, body: StreamIn)
         universe=body.universe,
         output_epsilon=None if body.output_epsilon is None else s.exact(body.output_epsilon),
         outputs=body.outputs,
+        max_events_per_person=body.max_events_per_person,
     )
     stream = StreamStore(service.ledger).create(who, dataset_id, spec)
     return {**_stream_out(stream), "cost": s.cost_json(spec.cost())}
@@ -148,7 +152,7 @@ def get_stream(service: Service, who: Caller, stream_id: str) -> dict[str, Any]:
 def post_events(service: Service, who: Caller, stream_id: str, body: EventsIn) -> dict[str, Any]:
     """Ingest a batch of events; count/sum streams release their running total after it."""
     _visible_stream(service, who, stream_id)
-    stream = StreamStore(service.ledger).ingest(stream_id, body.values)
+    stream = StreamStore(service.ledger).ingest(stream_id, body.values, body.persons)
     return {**_stream_out(stream), "accepted": len(body.values)}
 
 

@@ -5,9 +5,12 @@ Kinds (public parameters fixed at creation by an owner):
 * ``count`` / ``sum`` — :class:`~dpcurator.streams.ContinualSum` (binary tree mechanism, Dwork,
   Naor, Pitassi & Rothblum 2010; Chan, Shi & Song 2011): a running count of 0/1 events, or a
   running sum of values clamped to public [lower, upper], released after every batch for a public
-  horizon T. The whole stream of releases is ε-DP at event level; ε is charged to the dataset at
-  creation. The persisted state is the tree's noisy node sums plus the exact running totals at
-  the dyadic boundaries it needs to continue (the curator is trusted; these are not pan-private).
+  horizon T. The whole stream of releases is ε-DP at event level, or for each person with
+  ``max_events_per_person=k`` (user level: each event carries a person id, events past a
+  person's k-th count as 0, the noise is k-fold); ε is charged to the dataset at creation. The
+  persisted state is the tree's noisy node sums plus the exact running totals at the dyadic
+  boundaries it needs to continue, and for user-level streams each person's event count (the
+  curator is trusted; these are not pan-private).
 * ``density`` — :class:`~dpcurator.streams.PanPrivateDensity` (Dwork, Naor, Pitassi, Rothblum &
   Yekhanin 2010): the fraction of a public universe of user ids that appeared. ONLY its ε-DP bit
   array (:meth:`~dpcurator.streams.PanPrivateDensity.to_bytes`) touches disk; event ids are never
@@ -55,6 +58,7 @@ class StreamSpec:
     universe: int | None = None
     output_epsilon: Fraction | None = None
     outputs: int = 1
+    max_events_per_person: int | None = None
 
     def params(self) -> dict[str, Any]:
         """The parameters as stored (exact fractions as text)."""
@@ -66,6 +70,8 @@ class StreamSpec:
                 "outputs": self.outputs,
             }
         params: dict[str, Any] = {"epsilon": str(self.epsilon), "horizon": self.horizon}
+        if self.max_events_per_person is not None:
+            params["max_events_per_person"] = self.max_events_per_person
         if self.kind == "sum":
             params.update(lower=self.lower, upper=self.upper)
         return params
@@ -80,9 +86,18 @@ class StreamSpec:
 
 def _tree(kind: str, params: dict[str, Any]) -> ContinualSum:
     epsilon = Fraction(params["epsilon"])
+    per_person = params.get("max_events_per_person")
     if kind == "count":
-        return ContinualSum.counter(epsilon, int(params["horizon"]))
-    return ContinualSum(epsilon, int(params["horizon"]), params["lower"], params["upper"])
+        return ContinualSum.counter(
+            epsilon, int(params["horizon"]), max_events_per_person=per_person
+        )
+    return ContinualSum(
+        epsilon,
+        int(params["horizon"]),
+        params["lower"],
+        params["upper"],
+        max_events_per_person=per_person,
+    )
 
 
 def new_state(spec: StreamSpec) -> bytes:
@@ -94,6 +109,8 @@ def new_state(spec: StreamSpec) -> bytes:
             raise ParameterError("A density stream needs universe and output_epsilon.")
         if spec.outputs < 1:
             raise ParameterError(f"outputs must be >= 1; got {spec.outputs}.")
+        if spec.max_events_per_person is not None:
+            raise ParameterError("max_events_per_person applies to count and sum streams only.")
         return PanPrivateDensity(spec.epsilon, spec.universe).to_bytes()
     if spec.horizon is None:
         raise ParameterError(f"A {spec.kind} stream needs a horizon (the public maximum T).")
@@ -107,6 +124,7 @@ def _encode_tree(tree: ContinualSum) -> bytes:
         "total": tree._total,
         "anchor": tree._anchor,
         "node": tree._node,
+        "persons": sorted(tree.events_per_person.items(), key=repr),
     }
     return json.dumps(state).encode()
 
@@ -118,6 +136,7 @@ def _decode_tree(kind: str, params: dict[str, Any], data: bytes) -> ContinualSum
     tree._total = int(state["total"])
     tree._anchor = [int(v) for v in state["anchor"]]
     tree._node = [int(v) for v in state["node"]]
+    tree.events_per_person = {person: int(n) for person, n in state.get("persons", [])}
     return tree
 
 
@@ -168,22 +187,30 @@ class StreamStore:
             raise NotFoundError(f"No stream with id {stream_id!r}.")
         return stream
 
-    def ingest(self, stream_id: str, values: list[float] | list[int]) -> Stream:
+    def ingest(
+        self,
+        stream_id: str,
+        values: list[float] | list[int],
+        persons: list[int | str] | None = None,
+    ) -> Stream:
         """Ingest one batch (its length is public: the clock); a tree stream releases its
-        running total after it, a density stream releases nothing."""
+        running total after it, a density stream releases nothing. A user-level stream needs
+        ``persons`` (one id per event); other streams refuse them."""
         with self.ledger._transaction(write=True) as s:
             stream = s.scalar(select(Stream).where(Stream.id == stream_id).with_for_update())
             if stream is None:
                 raise NotFoundError(f"No stream with id {stream_id!r}.")
             if stream.kind == "density":
                 density = PanPrivateDensity.from_bytes(stream.state)
+                if persons is not None:
+                    raise ParameterError("A density stream takes user ids as its values.")
                 if any(not isinstance(v, int) for v in values):
                     raise ParameterError("A density stream takes integer user ids.")
                 density.observe(values)
                 stream.state = density.to_bytes()
                 return stream
             tree = _decode_tree(stream.kind, stream.params, stream.state)
-            released = tree.update(values)
+            released = tree.update(values, persons=persons)
             stream.state = _encode_tree(tree)
             if released.size:
                 half = tree.ci_halfwidth(alpha=_ALPHA)
