@@ -1,0 +1,98 @@
+"""Coverage of the estimators' noise + sampling intervals at n ∈ {10², 10⁴}, ε ∈ {0.1, 1}.
+
+Each case simulates data from a known model, releases an interval at nominal 1 - α = 0.95 and
+counts how often it holds the true parameter: a binomial test at ALPHA must not reject coverage
+>= 0.95 - 0.05, and (power check) the same releases with intervals shrunk around the value must
+be rejected, so a too-narrow interval fails the test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpcurator.estimators import Estimate, dp_mle_sufficient, linear_regression, logistic_regression
+from dpcurator.random import SeededRng
+from tests.stat_tools import ALPHA
+
+#: Releases per case.
+REPS = 150
+#: The tolerance below the nominal 0.95.
+FLOOR = 0.90
+
+LOGISTIC = np.array([-0.5, 1.0, -0.8])
+LINEAR = np.array([1.0, 2.0, -1.0])
+
+Case = Callable[[np.random.Generator, int, float, SeededRng], tuple[Estimate, float]]
+
+
+def logistic_case(
+    gen: np.random.Generator, n: int, eps: float, rng: SeededRng
+) -> tuple[Estimate, float]:
+    """Objective perturbation (the default); truth: the first slope."""
+    X = gen.uniform(-2, 2, (n, 2))
+    y = (gen.random(n) < 1 / (1 + np.exp(-(LOGISTIC[0] + X @ LOGISTIC[1:])))).astype(float)
+    out = logistic_regression(
+        X, y, epsilon=eps, x_lower=-2, x_upper=2, coef_lower=-5, coef_upper=5, rng=rng
+    )
+    return out, float(LOGISTIC[1])
+
+
+def linear_case(
+    gen: np.random.Generator, n: int, eps: float, rng: SeededRng
+) -> tuple[Estimate, float]:
+    """AdaSSP at ρ = ε²/2; truth: the first slope."""
+    X = gen.uniform(-1, 1, (n, 2))
+    y = LINEAR[0] + X @ LINEAR[1:] + gen.normal(0, 0.5, n)
+    out = linear_regression(
+        X, y, rho=eps**2 / 2, x_lower=-1, x_upper=1, y_lower=-5, y_upper=7, rng=rng
+    )
+    return out, float(LINEAR[1])
+
+
+def sufficient_case(
+    gen: np.random.Generator, n: int, eps: float, rng: SeededRng
+) -> tuple[Estimate, float]:
+    """DP MLE of a Gaussian mean from noisy sufficient statistics; truth: the mean."""
+    out = dp_mle_sufficient(
+        "gaussian", gen.normal(1.0, 2.0, n), epsilon=eps, lower=-10, upper=10, rng=rng
+    )
+    return out, 1.0
+
+
+def coverage(case: Case, n: int, eps: float, shrink: float) -> tuple[int, int, int]:
+    """(hits, hits of the intervals shrunk by ``shrink`` around the value, replies)."""
+    gen, rng = np.random.default_rng(11), SeededRng(12)
+    hits = narrow = replies = 0
+    for _ in range(REPS):
+        out, truth = case(gen, n, eps, rng)
+        if out.value is None:  # NR: no interval to judge
+            continue
+        assert out.ci_low is not None
+        assert out.ci_high is not None
+        index = 1 if out.value.size > 2 else 0  # the first slope, or the mean
+        value, low, high = (float(a[index]) for a in (out.value, out.ci_low, out.ci_high))
+        replies += 1
+        hits += low <= truth <= high
+        narrow += value - (value - low) * shrink <= truth <= value + (high - value) * shrink
+    return hits, narrow, replies
+
+
+@pytest.mark.statistical
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case", [logistic_case, linear_case, sufficient_case], ids=lambda c: c.__name__
+)
+@pytest.mark.parametrize("n", [100, 10_000])
+@pytest.mark.parametrize("eps", [0.1, 1.0])
+def test_interval_covers_the_parameter(case: Case, n: int, eps: float) -> None:
+    """Coverage >= 0.90 not rejected at ALPHA; intervals shrunk 10x are rejected (power)."""
+    if case is linear_case and n * eps < 100:
+        pytest.xfail("AdaSSP's bootstrap undercovers at n·ε = 10 (0.66 measured): open")
+    hits, narrow, replies = coverage(case, n, eps, 0.1)
+    assert replies >= REPS // 2
+    assert stats.binomtest(hits, replies, FLOOR, alternative="less").pvalue > ALPHA
+    assert stats.binomtest(narrow, replies, FLOOR, alternative="less").pvalue < ALPHA
