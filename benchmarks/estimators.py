@@ -14,11 +14,14 @@ Run ``python benchmarks/estimators.py`` (``--quick`` for n <= 10^5 and fewer rep
   coefficients with the certified values, for the exact core (the same solver on noise-free
   sufficient statistics) and for DP releases at large ρ. A float release is on a grid 2^-30 of
   its noise scale with 2^52 steps, so a statistic can only be about 2^21 noise scales large: the
-  largest ρ is limited by n, and so is the DP release's precision.
+  largest ρ is limited by n, and so is the DP release's precision (about 5 digits at ρ = 1e17
+  on Longley's 16 rows; beyond about 2e18 the Gram entries leave the grid's range and it is NR).
 * **Versus peers** (``--peers``; diffprivlib and OpenDP run in ``.bench-venv``, ``peers.py``):
   on the same simulated data sets at the same ε, the RMSE of the coefficients against the true
   ones for linear regression (ours: AdaSSP at ρ = ε²/2, the zCDP level implied by ε-DP, a WEAKER
-  guarantee than diffprivlib's ε-DP) and logistic regression (ours: ε-DP sample-and-aggregate),
+  guarantee than diffprivlib's ε-DP) and logistic regression (ours: ε-DP objective
+  perturbation, the default; OpenDP 0.16's only regression is a one-feature Theil-Sen, not run
+  on these two-feature data),
   and the mean absolute error of the median against the sample median (ours: the binned
   exponential mechanism of the query layer and the smooth-sensitivity median, both ε-DP).
 """
@@ -132,7 +135,7 @@ def longley_rows() -> list[str]:
     rows.append(
         f"| non-private OLS ({'statsmodels' if sm else 'numpy lstsq'}) | - | {lre(ols(X, y))} |"
     )
-    for rho in (1e6, 1e8, 1e10):
+    for rho in (1e6, 1e10, 1e14, 1e17):
         out = linear_regression(
             X, y, rho=rho, x_lower=x_bounds[0], x_upper=x_bounds[1], y_lower=y_bounds[0],
             y_upper=y_bounds[1], rng=SeededRng(7),
