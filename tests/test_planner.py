@@ -11,6 +11,7 @@ import pytest
 import dpcurator.query.builder as qb
 from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.errors import DomainError, ParameterError, UnsupportedQueryError
+from dpcurator.mechanisms import Laplace
 from dpcurator.query import ir
 from dpcurator.query.analysis import infer_bounds, is_integer_valued, public_keys
 from dpcurator.query.backends.grid import bin_index
@@ -72,7 +73,7 @@ def test_row_level_count_sum_mean_sensitivities() -> None:
     assert _parts(mean) == [("count", 1, 0, Fraction(6_934, 46_934)), ("sum", 50, 0, third)]
     # float sum over [-1, 3]: grid 2^(floor(log2 3) - 20) = 2^-19, max |value| = 3 * 2^19 units
     assert _parts(float_sum) == [("sum", 3 * 2**19, -19, third)]
-    assert float_sum.parts[0].laplace.scale == Fraction(3 * 2**19) / third
+    assert float_sum.parts[0].mechanism == Laplace(Fraction(3 * 2**19) / third)
     assert plan.cost == PureDP(1)
     assert plan.exact.bound == ir.ContributionBound(None, 1, 1)
 

@@ -112,9 +112,16 @@ def gaussian_sigma_for_rho(rho: object, l2_sensitivity: object) -> Fraction:
     The square root is verified exactly (σ² >= Δ²/(2ρ) in Fractions), so rounding only adds noise.
     Bun & Steinke 2016, Proposition 1.6; CKS20, Theorem 4.
     """
-    r = _positive("gaussian_sigma_for_rho", "rho", rho)
     delta_2 = _positive("gaussian_sigma_for_rho", "l2_sensitivity", l2_sensitivity)
-    target = delta_2**2 / (2 * r)
+    return gaussian_sigma_for_rho_squared(rho, delta_2**2)
+
+
+def gaussian_sigma_for_rho_squared(rho: object, l2_squared: object) -> Fraction:
+    """:func:`gaussian_sigma_for_rho` from the SQUARED L2 sensitivity Δ², which stays exact when
+    Δ is irrational (e.g. sqrt(g)·r·b for a statistic over g groups per person)."""
+    r = _positive("gaussian_sigma_for_rho", "rho", rho)
+    squared = _positive("gaussian_sigma_for_rho", "l2_squared", l2_squared)
+    target = squared / (2 * r)
     sigma = math.sqrt(float_up(target))
     while Fraction(sigma) ** 2 < target:
         sigma = math.nextafter(sigma, math.inf)

@@ -64,17 +64,34 @@ def conditioning_epsilon(delta: Fraction) -> Fraction:
 
 
 def largest_rho(epsilon: Fraction, delta: Fraction) -> Fraction:
-    """The largest ρ (to a relative 2^-40, from below) with zcdp_epsilon(ρ, δ) <= ε."""
+    """The largest ρ (to a relative 2^-30, from below) with zcdp_epsilon(ρ, δ) <= ε.
+
+    At a fixed order α > 1 the conversion is ε = ρα + c(α), c(α) = ln(1/(αδ))/(α-1) +
+    ln(1 - 1/α) (CKS20, Proposition 12), so the largest ρ is max over α of (ε - c(α))/α, found
+    by golden-section search over ln(α - 1) in floats; the result, lowered by 2^-30, is then
+    checked exactly against :func:`zcdp_epsilon` (lowered again until it passes).
+    """
     if epsilon <= 0:
         return Fraction(0)
-    lo, hi = Fraction(0), epsilon
-    while hi - lo > epsilon * Fraction(1, 2**40):
-        mid = (lo + hi) / 2
-        if zcdp_epsilon(mid, delta) <= epsilon:
-            lo = mid
+    eps, d = float(epsilon), float(delta)
+
+    def rho_at(log_am1: float) -> float:
+        a = 1 + math.exp(log_am1)
+        return (eps - math.log(1 / (a * d)) / (a - 1) - math.log1p(-1 / a)) / a
+
+    lo, hi = -20.0, 20.0
+    inv_phi = (math.sqrt(5) - 1) / 2
+    for _ in range(100):
+        c = hi - inv_phi * (hi - lo)
+        e = lo + inv_phi * (hi - lo)
+        if rho_at(c) > rho_at(e):
+            hi = e
         else:
-            hi = mid
-    return lo
+            lo = c
+    rho = Fraction(max(rho_at((lo + hi) / 2), 0.0)) * (1 - Fraction(1, 2**30))
+    while rho > 0 and zcdp_epsilon(rho, delta) > epsilon:
+        rho *= 1 - Fraction(1, 2**20)
+    return rho
 
 
 @dataclass(frozen=True)

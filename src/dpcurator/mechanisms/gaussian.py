@@ -34,7 +34,9 @@ from dpcurator.accounting.calibration import (
     discrete_gaussian_sigma_for_approx,
     gaussian_rho,
     gaussian_sigma_for_rho,
+    gaussian_sigma_for_rho_squared,
 )
+from dpcurator.accounting.concentrated import largest_rho
 from dpcurator.accounting.events import GaussianEvent
 from dpcurator.core.measures import ZCDP
 from dpcurator.core.numbers import fraction_up, to_fraction
@@ -90,6 +92,11 @@ class Gaussian:
         return cls(gaussian_sigma_for_rho(rho, l2_sensitivity))
 
     @classmethod
+    def for_rho_squared(cls, rho: object, l2_squared: object) -> Gaussian:
+        """:meth:`for_rho` from the squared L2 sensitivity Δ₂² (exact when Δ₂ is irrational)."""
+        return cls(gaussian_sigma_for_rho_squared(rho, l2_squared))
+
+    @classmethod
     def for_approx(
         cls, epsilon: object, delta: object, l2_sensitivity: object, *, dimension: int = 1
     ) -> Gaussian:
@@ -106,7 +113,7 @@ class Gaussian:
         check_probability(owner, "delta", delta, open_low=True, open_high=True)
         check_int(owner, "dimension", dimension, minimum=1)
         sens = to_fraction(check_positive(owner, "l2_sensitivity", l2_sensitivity))
-        through_zcdp = cls.for_rho(_largest_rho_within(eps, delta), sens)
+        through_zcdp = cls.for_rho(largest_rho(eps, to_fraction(delta)), sens)
         exact_range = through_zcdp.sigma <= DISCRETE_GAUSSIAN_EXACT_MAX_SIGMA
         if dimension == 1 and sens.denominator == 1 and exact_range:
             exact = discrete_gaussian_sigma_for_approx(eps, delta, sens.numerator)
@@ -183,18 +190,6 @@ class Gaussian:
 
     def __str__(self) -> str:
         return f"discrete Gaussian(sigma={float(self.sigma):.6g})"
-
-
-def _largest_rho_within(epsilon: Fraction, delta: object) -> Fraction:
-    """The largest ρ (to relative 2^-40) whose CKS20 conversion at δ gives at most ε."""
-    lo, hi = Fraction(0), epsilon
-    while hi - lo > epsilon * Fraction(1, 2**40):
-        mid = (lo + hi) / 2
-        if ZCDP(mid).to_approx(delta).epsilon <= epsilon:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def _discrete_gaussian_halfwidth(sigma: float, alpha: object) -> float:

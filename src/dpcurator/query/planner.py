@@ -41,11 +41,18 @@ from fractions import Fraction
 from typing import Literal
 
 from dpcurator._validation import check_positive, check_probability, fail
-from dpcurator.core.measures import ApproxDP, PureDP
+from dpcurator.accounting import ApproxEvent, PureEvent
+from dpcurator.accounting.events import PrivacyEvent
+from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
 from dpcurator.core.numbers import to_fraction
 from dpcurator.errors import DomainError, DPError, InternalInvariantError, UnsupportedQueryError
 from dpcurator.estimators.quantiles import QuantileBins
-from dpcurator.mechanisms import Laplace, PartitionSelection, partition_selection_threshold
+from dpcurator.mechanisms import (
+    Gaussian,
+    Laplace,
+    PartitionSelection,
+    partition_selection_threshold,
+)
 from dpcurator.query import ir
 from dpcurator.query.analysis import public_keys
 from dpcurator.query.backends.plan_checks import check_plan
@@ -80,23 +87,29 @@ OutputKind = Literal[
 
 @dataclass(frozen=True)
 class NoisyStatistic:
-    """One exact aggregate and the discrete Laplace noise added to it (in grid units).
+    """One exact aggregate and the discrete Laplace or Gaussian noise added to it (grid units).
 
     Attributes:
         exact: the name of the exact aggregate in the plan.
         role: ``"count"``, ``"sum"`` or ``"sum_squares"`` (or ``"histogram"``).
-        laplace: the mechanism.
-        sensitivity: the L1 sensitivity in grid units.
+        mechanism: the noise (:class:`~dpcurator.mechanisms.Laplace`, or
+            :class:`~dpcurator.mechanisms.Gaussian` for a Gaussian plan, see
+            :mod:`dpcurator.query.noise`).
+        sensitivity: the L1 sensitivity in grid units (over all groups of one person).
         grid_exponent: values are in units of 2^grid_exponent.
-        epsilon: the ε this statistic spends.
+        epsilon: the ε share this statistic was planned at (Laplace: what it spends).
+        rho: Gaussian only: the ρ it spends.
+        l2_squared: Gaussian only: the squared L2 sensitivity in grid units.
     """
 
     exact: str
     role: str
-    laplace: Laplace
+    mechanism: Laplace | Gaussian
     sensitivity: int
     grid_exponent: int
     epsilon: Fraction
+    rho: Fraction = Fraction(0)
+    l2_squared: int = 0
 
 
 @dataclass(frozen=True)
@@ -149,8 +162,11 @@ class Plan:
             partition selection decides which groups present in the data are released.
         selection: the partition selection mechanism (None with public keys).
         selection_exact: the name of the distinct-person count used by partition selection.
-        cost: the total privacy cost charged for the query.
+        cost: the total privacy cost charged for the query (ρ for a query given a ρ).
         order_by: output columns to sort the released rows by (post-processing).
+        event: the accounting event charged (None: the PureEvent/ApproxEvent of ``cost``; see
+            :func:`plan_event`).
+        noise: why the noise family was chosen (readable; empty for a Laplace-only plan).
     """
 
     exact: ir.AggregatePlan
@@ -159,8 +175,22 @@ class Plan:
     keys: tuple[tuple[ir.ScalarValue, ...], ...] | None
     selection: PartitionSelection | None
     selection_exact: str
-    cost: PureDP | ApproxDP
+    cost: PureDP | ApproxDP | ZCDP
     order_by: tuple[tuple[str, bool], ...] = ()
+    event: PrivacyEvent | None = None
+    noise: str = ""
+
+
+def plan_event(plan: Plan) -> PrivacyEvent:
+    """The event a plan's release is charged: its own, or the pure/approximate one of its cost."""
+    if plan.event is not None:
+        return plan.event
+    cost = plan.cost
+    if isinstance(cost, ApproxDP) and cost.delta > 0:
+        return ApproxEvent(cost.epsilon, cost.delta)
+    if isinstance(cost, ZCDP):
+        raise InternalInvariantError("A ρ-cost plan carries its event; please report this bug.")
+    return PureEvent(cost.epsilon)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,13 +1,15 @@
 """Noise and post-processing: a :class:`~dpcurator.query.planner.Plan` + exact result -> Release.
 
 The only randomness is drawn by :mod:`dpcurator.mechanisms` (discrete Laplace on integer grid
-values, permute-and-flip for quantiles, thresholded Laplace for partition selection); everything
+values, or discrete Gaussian for a Gaussian plan (:mod:`dpcurator.query.noise`), permute-and-flip
+for quantiles, thresholded Laplace for partition selection); everything
 else here is post-processing of noisy values, which costs no privacy.
 
 Confidence intervals (level 1-α, ``alpha`` default 0.05) cover the exact value the engine computed
 (after filtering, contribution bounding, clamping and grid rounding):
 
-* counts and sums: the exact discrete Laplace interval, value ± t with P[|Z| > t] <= α; counts are
+* counts and sums: the exact discrete Laplace (or Gaussian) interval, value ± t with
+  P[|Z| > t] <= α; counts are
   clipped at 0 (post-processing; the truth is >= 0, so coverage is kept);
 * means = centre + noisy centred sum / noisy count (not unbiased; clamped to the bounds). Its
   interval is conservative: each part gets a (1-α/2) interval and the ratio's range over both
@@ -37,11 +39,13 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from dpcurator.core.measures import ApproxDP, PureDP
+from dpcurator.accounting.events import PrivacyEvent
+from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
 from dpcurator.estimators.quantiles import rank_error, select_quantile_bin
+from dpcurator.mechanisms import Laplace
 from dpcurator.query import ir, release_view
 from dpcurator.query.histogram import HistogramBin, histogram_bins
-from dpcurator.query.planner import NoisyStatistic, OutputKind, OutputPlan, Plan
+from dpcurator.query.planner import NoisyStatistic, OutputKind, OutputPlan, Plan, plan_event
 from dpcurator.random import Rng
 
 if TYPE_CHECKING:
@@ -85,10 +89,12 @@ class MechanismUse:
         statistic: what was perturbed (``count``, ``sum``, ``sum_squares``, ``histogram``,
             ``quantile``, ``partition selection``).
         mechanism: the mechanism's name.
-        scale: the noise scale in the units of the statistic (None for selection mechanisms).
-        sensitivity: the sensitivity in the units of the statistic.
-        epsilon, delta: the budget share it spends.
+        scale: the noise scale in the units of the statistic (None for selection mechanisms;
+            σ for the discrete Gaussian).
+        sensitivity: the sensitivity in the units of the statistic (L2 for the Gaussian).
+        epsilon, delta: the budget share it spends (0 for a Gaussian: see ``rho``).
         rank_error: for quantiles, ranks within which the answer lies with probability 1-α.
+        rho: the zCDP ρ a discrete Gaussian spends (0 otherwise).
     """
 
     column: str
@@ -99,9 +105,10 @@ class MechanismUse:
     epsilon: Fraction
     delta: Fraction = Fraction(0)
     rank_error: float | None = None
+    rho: Fraction = Fraction(0)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable description (ε and δ as floats and exact strings)."""
+        """A JSON-serialisable description (ε, δ and ρ as floats and exact strings)."""
         return {
             "column": self.column,
             "statistic": self.statistic,
@@ -112,10 +119,14 @@ class MechanismUse:
             "epsilon_exact": str(self.epsilon),
             "delta": float(self.delta),
             "rank_error": self.rank_error,
+            "rho": float(self.rho),
+            "rho_exact": str(self.rho),
         }
 
 
-def _cost_dict(cost: PureDP | ApproxDP) -> dict[str, Any]:
+def _cost_dict(cost: PureDP | ApproxDP | ZCDP) -> dict[str, Any]:
+    if isinstance(cost, ZCDP):
+        return {"rho": float(cost.rho), "rho_exact": str(cost.rho)}
     delta = cost.delta if isinstance(cost, ApproxDP) else Fraction(0)
     return {
         "epsilon": float(cost.epsilon),
@@ -142,15 +153,19 @@ class Release:
         mechanisms: every mechanism used, with its noise scale and budget share.
         alpha: the CIs are (1-α) intervals.
         columns: what each value column holds (statistic, kind, histogram bin).
+        events: the accounting events charged (for a ledger; ``to_dict`` serialises them).
+        noise: why the noise family was chosen (empty for a plain Laplace release).
     """
 
     group_columns: tuple[str, ...]
     value_columns: tuple[str, ...]
     rows: tuple[tuple[tuple[ir.ScalarValue, ...], tuple[Estimate, ...]], ...]
-    cost: PureDP | ApproxDP
+    cost: PureDP | ApproxDP | ZCDP
     mechanisms: tuple[MechanismUse, ...]
     alpha: float
     columns: tuple[ValueColumn, ...]
+    events: tuple[PrivacyEvent, ...] = ()
+    noise: str = ""
 
     @property
     def ci_level(self) -> float:
@@ -235,6 +250,8 @@ class Release:
             "mechanisms": [m.to_dict() for m in self.mechanisms],
             "alpha": self.alpha,
             "ci_level": self.ci_level,
+            "events": [event.to_dict() for event in self.events],
+            "noise": self.noise,
         }
 
 
@@ -249,12 +266,14 @@ class CostEstimate:
             value (counts, sums, histogram bins), or None where it depends on the data (means,
             variances: the half-width shrinks with the group size; quantiles: see rank_error).
         alpha: the level of the intervals.
+        noise: why the noise family was chosen (empty for a plain Laplace plan).
     """
 
-    cost: PureDP | ApproxDP
+    cost: PureDP | ApproxDP | ZCDP
     mechanisms: tuple[MechanismUse, ...]
     ci_halfwidths: dict[str, float | None]
     alpha: float
+    noise: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable form."""
@@ -263,6 +282,7 @@ class CostEstimate:
             "mechanisms": [m.to_dict() for m in self.mechanisms],
             "ci_halfwidths": dict(self.ci_halfwidths),
             "alpha": self.alpha,
+            "noise": self.noise,
         }
 
 
@@ -292,17 +312,7 @@ def mechanism_uses(plan: Plan, alpha: float) -> tuple[MechanismUse, ...]:
     uses = []
     for output in plan.outputs:
         for part in output.parts:
-            unit = math.ldexp(1.0, part.grid_exponent)
-            uses.append(
-                MechanismUse(
-                    output.name,
-                    part.role,
-                    "discrete Laplace",
-                    float(part.laplace.scale) * unit,
-                    part.sensitivity * unit,
-                    part.epsilon,
-                )
-            )
+            uses.append(_part_use(output.name, part))
         if output.quantile is not None:
             step = output.quantile
             uses.append(
@@ -333,6 +343,21 @@ def mechanism_uses(plan: Plan, alpha: float) -> tuple[MechanismUse, ...]:
     return tuple(uses)
 
 
+def _part_use(column: str, part: NoisyStatistic) -> MechanismUse:
+    unit = math.ldexp(1.0, part.grid_exponent)
+    mechanism = part.mechanism
+    if isinstance(mechanism, Laplace):
+        scale = float(mechanism.scale) * unit
+        return MechanismUse(
+            column, part.role, "discrete Laplace", scale, part.sensitivity * unit, part.epsilon
+        )
+    sigma = float(mechanism.sigma) * unit
+    l2 = math.sqrt(part.l2_squared) * unit
+    return MechanismUse(
+        column, part.role, "discrete Gaussian", sigma, l2, Fraction(0), rho=part.rho
+    )
+
+
 def estimate_plan(plan: Plan, alpha: float) -> CostEstimate:
     """The cost and expected accuracy of a plan, without touching data."""
     halfwidths: dict[str, float | None] = {}
@@ -340,10 +365,12 @@ def estimate_plan(plan: Plan, alpha: float) -> CostEstimate:
         width: float | None = None
         if output.kind in ("count", "count_persons", "sum", "histogram"):
             part = output.parts[0]
-            width = part.laplace.ci_halfwidth(alpha) * math.ldexp(1.0, part.grid_exponent)
+            width = _halfwidth(part, alpha)
         for column in _output_columns(output):
             halfwidths[column.name] = width
-    return CostEstimate(plan.cost.labelled("cost"), mechanism_uses(plan, alpha), halfwidths, alpha)
+    return CostEstimate(
+        plan.cost.labelled("cost"), mechanism_uses(plan, alpha), halfwidths, alpha, plan.noise
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -413,7 +440,7 @@ def _noisy(
     width: int,
     rng: Rng | None,
 ) -> npt.NDArray[np.int64]:
-    return part.laplace.release_integers(_exact_values(exact, keys, part.exact, width), rng)
+    return part.mechanism.release_integers(_exact_values(exact, keys, part.exact, width), rng)
 
 
 def release_plan(
@@ -439,6 +466,8 @@ def release_plan(
         mechanism_uses(plan, alpha),
         alpha,
         columns,
+        (plan_event(plan),),
+        plan.noise,
     )
 
 
@@ -458,7 +487,8 @@ def _ordered(
 
 
 def _halfwidth(part: NoisyStatistic, alpha: float) -> float:
-    return part.laplace.ci_halfwidth(alpha) * math.ldexp(1.0, part.grid_exponent)
+    """The exact (1-α) half-width of the part's discrete noise, in the units of the value."""
+    return part.mechanism.ci_halfwidth(alpha) * math.ldexp(1.0, part.grid_exponent)
 
 
 def _release_output(

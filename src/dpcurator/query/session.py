@@ -15,8 +15,13 @@ refused, which groups appear (with public keys) or how long a refusal takes:
    the charge: it may depend on the data);
 4. add noise (only :mod:`dpcurator.mechanisms` draws it) and post-process into a Release.
 
-A query is charged as one event (:class:`~dpcurator.accounting.PureEvent` of its ε, or
-:class:`~dpcurator.accounting.ApproxEvent` when partition selection spends δ).
+A query is charged as one event (:class:`~dpcurator.accounting.PureEvent` of its ε,
+:class:`~dpcurator.accounting.ApproxEvent` when partition selection spends δ, or for discrete
+Gaussian noise a :class:`~dpcurator.accounting.ConcentratedEvent` or
+:class:`~dpcurator.accounting.ZCDPEvent`: see :mod:`dpcurator.query.noise`), kept on the release
+(``Release.events``). ``accounting="concentrated"`` charges events to a
+:class:`~dpcurator.accounting.ConcentratedFilter` (zCDP for Gaussian and many small queries,
+basic composition for large pure ones) instead of basic composition.
 
 Caches (both bounded LRUs, thread-safe, shareable between sessions over the same table):
 
@@ -56,9 +61,16 @@ from typing import Any, TypeVar
 
 from dpcurator._cache import LruCache
 from dpcurator._validation import check_probability, fail
-from dpcurator.accounting import ApproxEvent, Budget, BudgetFilter, PrivacyFilter, PureEvent
+from dpcurator.accounting import (
+    Budget,
+    BudgetFilter,
+    ConcentratedFilter,
+    PrivacyFilter,
+    PureEvent,
+)
 from dpcurator.accounting.events import PrivacyEvent
-from dpcurator.core.measures import ApproxDP, Measure, PureDP
+from dpcurator.core.measures import ZCDP, Measure
+from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators.bounds import bounds_from_noisy_counts
 from dpcurator.estimators.release import Estimate
 from dpcurator.query.accuracy import check_targets, plan_for_accuracy
@@ -70,7 +82,8 @@ from dpcurator.query.builder import Query
 from dpcurator.query.fit import plan_fit, run_fit
 from dpcurator.query.fit_release import release_fit
 from dpcurator.query.ir import AggregatePlan, ExactResult
-from dpcurator.query.planner import Plan, plan_query
+from dpcurator.query.noise import check_noise, plan_with_noise
+from dpcurator.query.planner import Plan, plan_event
 from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.release import CostEstimate, Release, estimate_plan, release_plan
 from dpcurator.query.schema import Metadata
@@ -90,6 +103,8 @@ DEFAULT_RESULT_CACHE_WEIGHT = 2_000_000
 PlanKey = tuple[str | Query, object, object, object, Metadata]
 PlanCache = LruCache[PlanKey, Plan]
 ResultCache = LruCache[AggregatePlan, ExactResult]
+#: The session accountings: basic composition, or the ConcentratedFilter (zCDP side, basic side).
+ACCOUNTINGS = ("basic", "concentrated")
 #: A result cache keeps the exact results of plans of at most this many groups (decided from
 #: the plan: see :func:`result_is_cacheable`).
 MAX_CACHED_GROUPS = 1_024
@@ -144,20 +159,18 @@ def new_result_cache(maxsize: int = DEFAULT_RESULT_CACHE_SIZE) -> ResultCache:
     return LruCache(maxsize, maxweight=DEFAULT_RESULT_CACHE_WEIGHT, weigh=result_weight)
 
 
-def _event(cost: PureDP | ApproxDP) -> PrivacyEvent:
-    if isinstance(cost, ApproxDP) and cost.delta > 0:
-        return ApproxEvent(cost.epsilon, cost.delta)
-    return PureEvent(cost.epsilon)
-
-
 class Session:
     """A private table, its public metadata and a budget filter.
 
     Args:
         backend: the engine holding the table (see :func:`~dpcurator.query.backends.open_backend`).
         metadata: the public metadata of the table.
-        budget: a total budget (a new in-memory :class:`~dpcurator.accounting.PrivacyFilter`).
+        budget: a total budget (a new in-memory filter: see ``accounting``): ε, (ε, δ), or
+            with ``accounting="concentrated"`` also a :class:`~dpcurator.core.measures.ZCDP` ρ.
         budget_filter: any :class:`~dpcurator.accounting.BudgetFilter` instead (e.g. a ledger).
+        accounting: ``"basic"`` (default: a :class:`~dpcurator.accounting.PrivacyFilter`, basic
+            composition) or ``"concentrated"`` (a :class:`~dpcurator.accounting.ConcentratedFilter`
+            on a budget with δ > 0 or a ρ: many queries, and Gaussian ones, cost far less).
         alpha: default level of the released (1-α) confidence intervals.
         rng: the randomness source (default: the process-wide SecureRng; tests pass SeededRng).
         plan_cache: a plan cache to share between sessions (default: a new one for this session).
@@ -170,8 +183,9 @@ class Session:
         backend: Backend,
         metadata: Metadata,
         *,
-        budget: Budget | None = None,
+        budget: Budget | ZCDP | None = None,
         budget_filter: BudgetFilter | None = None,
+        accounting: str = "basic",
         alpha: float = 0.05,
         rng: Rng | None = None,
         plan_cache: PlanCache | None = None,
@@ -184,9 +198,13 @@ class Session:
         check_probability("Session", "alpha", alpha, open_low=True, open_high=True)
         self._backend = backend
         self._metadata = metadata
+        if accounting not in ACCOUNTINGS:
+            raise fail("Session", "accounting", f"one of {ACCOUNTINGS}", accounting)
         if budget_filter is None:
             assert budget is not None  # exactly one of the two, checked above
-            budget_filter = PrivacyFilter(budget)
+            budget_filter = _new_filter(budget, accounting)
+        elif accounting != "basic":
+            raise fail("Session", "accounting", "'basic' with a budget_filter", accounting)
         self._filter: BudgetFilter = budget_filter
         self._alpha = float(alpha)
         self._rng = rng
@@ -200,8 +218,9 @@ class Session:
         source: object,
         *,
         metadata: Metadata,
-        budget: Budget | None = None,
+        budget: Budget | ZCDP | None = None,
         budget_filter: BudgetFilter | None = None,
+        accounting: str = "basic",
         engine: str = "duckdb",
         alpha: float = 0.05,
         rng: Rng | None = None,
@@ -231,7 +250,13 @@ class Session:
             precomputed=precomputed_columns(metadata) if precompute else None,
         )
         return cls(
-            backend, metadata, budget=budget, budget_filter=budget_filter, alpha=alpha, rng=rng
+            backend,
+            metadata,
+            budget=budget,
+            budget_filter=budget_filter,
+            accounting=accounting,
+            alpha=alpha,
+            rng=rng,
         )
 
     # ------------------------------------------------------------------------------------------
@@ -251,7 +276,8 @@ class Session:
         return Query(self._metadata.table)
 
     def remaining(self) -> Measure:
-        """The budget left (prints as ``remaining: ε = 0.5``)."""
+        """The budget left (prints as ``remaining: ε = 0.5``; ``repr(session)`` also shows a
+        concentrated filter's native parts)."""
         return self._filter.remaining().labelled("remaining")
 
     def spent(self) -> Measure:
@@ -267,20 +293,32 @@ class Session:
         selection_weight: float = 1.0,
         accuracy: Mapping[str, float] | None = None,
         alpha: float | None = None,
+        noise: str | None = None,
+        rho: float | None = None,
     ) -> Plan:
         """The private plan of a query (SQL text or builder Query), computed without data.
 
-        Give ``epsilon``, or ``accuracy`` (``{output name: (1-α) CI half-width}``) for the
-        cheapest plan meeting those targets at level 1-``alpha`` (see
-        :mod:`dpcurator.query.accuracy`). Plans are cached per (query, ε or targets and α, δ,
+        Give ``epsilon`` (with ``delta``), ``rho`` (a zCDP cost: discrete Gaussian noise), or
+        ``accuracy`` (``{output name: (1-α) CI half-width}``) for the cheapest plan meeting those
+        targets at level 1-``alpha`` (see :mod:`dpcurator.query.accuracy`). ``noise``:
+        ``"laplace"``, ``"gaussian"``, or None (automatic: the narrower at the same cost when
+        δ > 0; :mod:`dpcurator.query.noise`). Plans are cached per (query, budget, noise, δ,
         selection weight, metadata): see the module docstring.
         """
         metadata = self._metadata
-        budget: object = epsilon
-        if (epsilon is None) == (accuracy is None):
-            raise fail("Session", "epsilon", "given, or accuracy given (exactly one)", epsilon)
+        if [epsilon, accuracy, rho].count(None) != 2:
+            raise fail(
+                "Session", "epsilon", "given, or accuracy or rho given (exactly one)", epsilon
+            )
+        family = check_noise(noise)
         level = self._level(alpha)
+        budget: object = ("noise", epsilon, rho, family)
         if accuracy is not None:
+            if family == "gaussian":
+                raise UnsupportedQueryError(
+                    "Accuracy targets are met with discrete Laplace noise: drop noise='gaussian', "
+                    "or pass epsilon and delta (or rho) for Gaussian noise."
+                )
             targets = check_targets(accuracy)
             budget = ("accuracy", tuple(sorted(targets.items())), level)
         key: PlanKey = (query, budget, delta, selection_weight, metadata)
@@ -288,11 +326,13 @@ class Session:
         if plan is None:
             parsed = parse_sql(query, metadata) if isinstance(query, str) else query
             if accuracy is None:
-                plan = plan_query(
+                plan = plan_with_noise(
                     parsed,
                     metadata,
                     epsilon=epsilon,
                     delta=delta,
+                    rho=rho,
+                    noise=family,
                     selection_weight=selection_weight,
                 )
             else:
@@ -316,10 +356,13 @@ class Session:
         alpha: float | None = None,
         selection_weight: float = 1.0,
         accuracy: Mapping[str, float] | None = None,
+        noise: str | None = None,
+        rho: float | None = None,
     ) -> CostEstimate:
         """The cost and expected CI half-widths of a query; touches no data, charges nothing.
 
         With ``accuracy`` instead of ``epsilon``: the smallest cost meeting those half-widths.
+        ``noise``/``rho``: as in :meth:`plan`; ``CostEstimate.noise`` says which family and why.
         """
         plan = self.plan(
             query,
@@ -328,6 +371,8 @@ class Session:
             selection_weight=selection_weight,
             accuracy=accuracy,
             alpha=alpha,
+            noise=noise,
+            rho=rho,
         )
         return estimate_plan(plan, self._level(alpha))
 
@@ -340,10 +385,13 @@ class Session:
         alpha: float | None = None,
         selection_weight: float = 1.0,
         accuracy: Mapping[str, float] | None = None,
+        noise: str | None = None,
+        rho: float | None = None,
     ) -> Release:
-        """Release a query at (ε, δ), or at the smallest cost meeting ``accuracy`` (1-α CI
-        half-widths per output): plan, reserve, compute, noise (see the module docstring). A
-        cost above the remaining budget is refused before any charge, naming the cost."""
+        """Release a query at (ε, δ), at a zCDP cost ``rho``, or at the smallest cost meeting
+        ``accuracy`` (1-α CI half-widths per output): plan, reserve, compute, noise (see the
+        module docstring). A cost above the remaining budget is refused before any charge,
+        naming the cost; so is a ``rho`` under basic accounting of an (ε, δ) budget."""
         level = self._level(alpha)
         plan = self.plan(
             query,
@@ -352,8 +400,16 @@ class Session:
             selection_weight=selection_weight,
             accuracy=accuracy,
             alpha=level,
+            noise=noise,
+            rho=rho,
         )
-        reservation = self._filter.reserve(_event(plan.cost), description=_describe(query))
+        event = plan_event(plan)
+        if event.approx_cost() is None and not isinstance(self._filter, ConcentratedFilter):
+            raise UnsupportedQueryError(
+                f"A query given rho (cost {plan.cost}) needs a zCDP budget: open the session "
+                "with accounting='concentrated', or give epsilon and delta."
+            )
+        reservation = self._filter.reserve(event, description=_describe(query))
         reservation.commit()
         return after_charge(
             lambda: release_plan(plan, self._compute(plan.exact), alpha=level, rng=self._rng)
@@ -368,15 +424,24 @@ class Session:
         alpha: float | None = None,
         selection_weight: float = 1.0,
         accuracy: Mapping[str, float] | None = None,
+        noise: str | None = None,
+        rho: float | None = None,
     ) -> Release:
         """Release a SQL query (see :mod:`dpcurator.query.sql` for the supported subset), at
-        ``epsilon`` or at the smallest cost meeting ``accuracy``, e.g.
-        ``s.sql(q, accuracy={"n": 50}, alpha=0.05)``. ``SELECT REGRESS(y, x1, ...) FROM t`` (or
-        ``LOGISTIC``) releases a model fit's coefficients (:mod:`dpcurator.query.sql_fit`)."""
+        ``epsilon`` (and ``delta``), at a zCDP cost ``rho``, or at the smallest cost meeting
+        ``accuracy``, e.g. ``s.sql(q, accuracy={"n": 50}, alpha=0.05)``; ``noise="gaussian"``
+        or ``"laplace"`` names the noise family (default: automatic, :meth:`plan`).
+        ``SELECT REGRESS(y, x1, ...) FROM t`` (or ``LOGISTIC``) releases a model fit's
+        coefficients (:mod:`dpcurator.query.sql_fit`)."""
         if not isinstance(query, str):
             raise fail("Session.sql", "query", "SQL text", query)
         fit = parse_fit_sql(query, self._metadata)
         if fit is not None:
+            if noise is not None or rho is not None:
+                raise UnsupportedQueryError(
+                    "Model fits (REGRESS, LOGISTIC) choose their own noise: drop noise and rho, "
+                    "and give epsilon (and delta)."
+                )
             level = self._level(alpha)
             return release_fit(
                 self, fit, epsilon=epsilon, delta=delta, alpha=level, accuracy=accuracy
@@ -388,6 +453,8 @@ class Session:
             alpha=alpha,
             selection_weight=selection_weight,
             accuracy=accuracy,
+            noise=noise,
+            rho=rho,
         )
 
     def dp_bounds(self, column: str, *, epsilon: float, beta: float = 0.01) -> tuple[float, float]:
@@ -398,7 +465,9 @@ class Session:
         bin's noisy count clears the threshold.
         """
         plan = plan_bounds(self._metadata, column, epsilon=epsilon, beta=beta)
-        reservation = self._filter.reserve(_event(plan.cost), description=f"dp_bounds({column})")
+        reservation = self._filter.reserve(
+            PureEvent(plan.cost.epsilon), description=f"dp_bounds({column})"
+        )
         reservation.commit()
         exact = after_charge(lambda: self._compute(plan.exact))
         counts = [
@@ -474,10 +543,36 @@ class Session:
             self._results.put(exact, result)
         return result
 
+    def __repr__(self) -> str:
+        """The table, the accounting and the budget spent and left, natively and as (ε, δ)."""
+        native = ""
+        if isinstance(self._filter, ConcentratedFilter):
+            spent, left = self._filter.spent_native(), self._filter.remaining_native()
+            native = f" [spent {spent}; remaining {left}]"
+        return (
+            f"Session(table {self._metadata.table!r}, {type(self._filter).__name__}; "
+            f"{self.spent()}; {self.remaining()}{native})"
+        )
+
     def _level(self, alpha: float | None) -> float:
         if alpha is None:
             return self._alpha
         return float(check_probability("Session", "alpha", alpha, open_low=True, open_high=True))
+
+
+def _new_filter(budget: Budget | ZCDP, accounting: str) -> BudgetFilter:
+    """The session's own filter: basic composition, or the ConcentratedFilter."""
+    if accounting == "concentrated":
+        return ConcentratedFilter(budget)
+    if isinstance(budget, ZCDP):
+        raise fail(
+            "Session",
+            "budget",
+            "an (ε, δ) Budget with basic accounting",
+            budget,
+            "A ρ budget needs accounting='concentrated'.",
+        )
+    return PrivacyFilter(budget)
 
 
 def _describe(query: str | Query) -> str:

@@ -1,0 +1,257 @@
+"""Noise families of a query: discrete Laplace (pure ε) or discrete Gaussian (zCDP), chosen at
+plan time from public inputs only.
+
+A query is released with one of (``noise=`` in :meth:`~dpcurator.query.session.Session.sql`):
+
+* ``"laplace"``: the plan of :func:`~dpcurator.query.planner.plan_query`, each statistic with
+  discrete Laplace noise of scale Δ₁/ε_j (ε-DP, or (ε, δ) with partition selection);
+* ``"gaussian"``: the same statistics, each with exact discrete Gaussian noise
+  (:class:`~dpcurator.mechanisms.Gaussian`; Canonne, Kamath & Steinke 2020), which is
+  ρ_j = Δ₂²/(2σ_j²)-zCDP (Bun & Steinke 2016);
+* neither, with δ > 0 (and no ``rho``): whichever gives the narrower intervals at the same cost
+  (see :func:`plan_with_noise`); with δ = 0 Laplace (a Gaussian has no pure ε cost).
+
+**L2 sensitivity.** A person adds at most r rows to each of at most g groups. A statistic whose
+per-group change is at most b grid units (r for a count, 1 for a distinct-person count, r·b_row
+for a clamped sum, r for a histogram's vector of bins: r rows move at most r units of L1 mass, so
+at most r of L2) changes the vector of all groups' values by at most b·sqrt(g) in L2, against
+b·g in L1. The planner's L1 sensitivity is b·g, so Δ₂² = g·(Δ₁/g)², an exact integer.
+
+**Budget.** Given (ε, δ): the planner's split gives each output its ε share (partition selection
+its own share and, here, half of δ). The shares of the Gaussian outputs, ε_G, and the rest of δ,
+δ_G, become ρ_G = the largest ρ whose zCDP conversion (CKS20, Corollary 13) is within (ε_G, δ_G),
+and ρ_G is divided among the statistics in proportion to ε_j^(3/2): the Laplace split minimises
+Σ c_j/ε_j² with ε_j ∝ c_j^(1/3), and the Gaussian variance c_j/ρ_j is minimised by ρ_j ∝ c_j^(1/2)
+= ε_j^(3/2) (Lagrange multipliers). By basic composition the query is (ε, δ)-DP; as
+approximate zCDP it is δ_sel-approximately (ρ_G + Σ ε_q²/2 + ε_sel²/2)-zCDP (quantiles are
+ε_q-DP by permute-and-flip, hence ε_q²/2-zCDP; the thresholded selection is (ε_sel, δ_sel)-DP,
+a δ_sel-approximate ε_sel²/2-zCDP mechanism). It is charged as one
+:class:`~dpcurator.accounting.ConcentratedEvent` carrying both views, so a basic filter charges
+(ε, δ) and a :class:`~dpcurator.accounting.ConcentratedFilter` the cheaper.
+
+Given ρ (``rho=``): the outputs share ρ in proportion to (ε share)^(3/2) of the planner's split;
+a quantile output's share ρ_q buys permute-and-flip at ε_q = sqrt(2ρ_q) (rounded down); the
+query is ρ-zCDP, charged as a :class:`~dpcurator.accounting.ZCDPEvent`. Partition selection is
+not available with ``rho`` (declare public keys, or give ε and δ).
+
+The CI of a Gaussian statistic is the discrete Gaussian's exact (1-α) half-width
+(:meth:`~dpcurator.mechanisms.Gaussian.ci_halfwidth`), so intervals of counts and sums are exact.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import replace
+from fractions import Fraction
+
+from dpcurator._validation import check_positive, fail
+from dpcurator.accounting import ConcentratedEvent, ZCDPEvent
+from dpcurator.accounting.concentrated import largest_rho
+from dpcurator.core.measures import ZCDP, ApproxDP, readable
+from dpcurator.core.numbers import to_fraction
+from dpcurator.errors import InternalInvariantError, UnsupportedQueryError
+from dpcurator.mechanisms import Gaussian
+from dpcurator.query.builder import Query
+from dpcurator.query.planner import NoisyStatistic, OutputPlan, Plan, plan_query
+from dpcurator.query.schema import Metadata
+
+#: The noise families a query may name.
+NOISE_FAMILIES = ("laplace", "gaussian")
+
+#: The automatic choice compares (1 - CHOICE_ALPHA) half-widths (fixed, so that a plan does not
+#: depend on the release's α; the ratio of the two families barely moves with α).
+CHOICE_ALPHA = 0.05
+
+
+def check_noise(noise: object) -> str | None:
+    """``noise`` as given: None (automatic) or one of :data:`NOISE_FAMILIES`."""
+    if noise is not None and noise not in NOISE_FAMILIES:
+        raise fail("query", "noise", f"one of {NOISE_FAMILIES} or None (automatic)", noise)
+    return noise
+
+
+def plan_with_noise(
+    query: Query,
+    metadata: Metadata,
+    *,
+    epsilon: object = None,
+    delta: object = 0,
+    rho: object = None,
+    noise: str | None = None,
+    selection_weight: float = 1.0,
+) -> Plan:
+    """Plan ``query`` at (ε, δ) or at ρ with the named noise family, or the automatic choice.
+
+    Automatic (``noise`` None, δ > 0, ε given): the Gaussian plan is chosen when the root mean
+    square over its statistics of (half-width / L1 sensitivity) is below the Laplace plan's,
+    both at the same (ε, δ); ``Plan.noise`` says which won and by how much. Reads no data;
+    every refusal is free.
+    """
+    family = check_noise(noise)
+    if rho is not None:
+        if epsilon is not None:
+            raise fail("query", "rho", "given alone (not with epsilon)", rho)
+        if family == "laplace":
+            raise fail("query", "noise", "'gaussian' or None with rho (a zCDP cost)", noise)
+        if to_fraction(delta) != 0:
+            raise UnsupportedQueryError(
+                "A query given rho cannot use DP partition selection (delta): declare public "
+                "keys for its GROUP BY columns, or give epsilon and delta instead of rho."
+            )
+        return _rho_plan(query, metadata, to_fraction(check_positive("query", "rho", rho)))
+    delta_fraction = to_fraction(delta)
+    if family == "laplace" or (family is None and delta_fraction == 0):
+        return plan_query(
+            query, metadata, epsilon=epsilon, delta=delta, selection_weight=selection_weight
+        )
+    if delta_fraction == 0:
+        raise fail(
+            "query",
+            "delta",
+            "> 0 with noise='gaussian' (or give rho)",
+            delta,
+            "Gaussian noise has no pure ε cost.",
+        )
+    gaussian = _approx_plan(query, metadata, epsilon, delta_fraction, selection_weight)
+    if family == "gaussian":
+        return replace(gaussian, noise="discrete Gaussian (requested)")
+    laplace = plan_query(
+        query, metadata, epsilon=epsilon, delta=delta, selection_weight=selection_weight
+    )
+    return _choose(laplace, gaussian)
+
+
+def _choose(laplace: Plan, gaussian: Plan) -> Plan:
+    lap, gau = _score(laplace), _score(gaussian)
+    if lap == 0:  # nothing to noise (quantiles only): Laplace, the plain plan
+        return laplace
+    ratio = math.sqrt(gau / lap)
+    level = f"{1 - CHOICE_ALPHA:.0%}"
+    if ratio < 1:
+        text = (
+            f"discrete Gaussian (automatic): its {level} CI half-widths are {ratio:.3g}x the "
+            "discrete Laplace ones at the same cost"
+        )
+        return replace(gaussian, noise=text)
+    text = (
+        f"discrete Laplace (automatic): the discrete Gaussian's {level} CI half-widths would be "
+        f"{ratio:.3g}x these at the same cost"
+    )
+    return replace(laplace, noise=text)
+
+
+def _score(plan: Plan) -> float:
+    """Σ over the plan's statistics of (CI half-width / L1 sensitivity)², in grid units."""
+    return sum(
+        (part.mechanism.ci_halfwidth(CHOICE_ALPHA) / part.sensitivity) ** 2
+        for output in plan.outputs
+        for part in output.parts
+    )
+
+
+def _approx_plan(
+    query: Query, metadata: Metadata, epsilon: object, delta: Fraction, selection_weight: float
+) -> Plan:
+    """The Gaussian plan at (ε, δ) (module docstring)."""
+    plan = plan_query(
+        query, metadata, epsilon=epsilon, delta=delta, selection_weight=selection_weight
+    )
+    aggregate_delta = delta
+    selection_rho, selection_delta = Fraction(0), Fraction(0)
+    if plan.selection is not None:
+        plan = plan_query(
+            query, metadata, epsilon=epsilon, delta=delta / 2, selection_weight=selection_weight
+        )
+        assert plan.selection is not None  # the same query selects again
+        aggregate_delta = delta - delta / 2
+        selection_rho = plan.selection.epsilon**2 / 2
+        selection_delta = plan.selection.delta
+    noisy_share = sum((o.epsilon for o in plan.outputs if o.parts), Fraction(0))
+    pure_rho = sum((o.epsilon**2 / 2 for o in plan.outputs if not o.parts), Fraction(0))
+    eps = to_fraction(epsilon)
+    if noisy_share == 0:
+        outputs = plan.outputs
+        rho = Fraction(0)
+    else:
+        rho = _largest_rho(noisy_share, aggregate_delta)
+        if rho == 0:
+            raise fail("query", "epsilon", "large enough to leave a positive ρ", epsilon)
+        outputs = _gaussian_outputs(plan.outputs, rho, plan.exact.bound.max_groups)
+    event = ConcentratedEvent(rho + pure_rho + selection_rho, selection_delta, eps, delta)
+    return replace(plan, outputs=outputs, cost=ApproxDP(eps, delta), event=event)
+
+
+def _rho_plan(query: Query, metadata: Metadata, rho: Fraction) -> Plan:
+    """The Gaussian plan at ρ (module docstring)."""
+    plan = plan_query(query, metadata, epsilon=1)
+    weights = [_power(o.epsilon) for o in plan.outputs]
+    total = sum(weights, Fraction(0))
+    shares = [rho * w / total for w in weights]
+    if any(not o.parts for o in plan.outputs):
+        epsilons = [
+            o.epsilon if o.parts else _epsilon_within(share)
+            for o, share in zip(plan.outputs, shares, strict=True)
+        ]
+        plan = plan_query(query, metadata, epsilon=sum(epsilons, Fraction(0)), shares=epsilons)
+    pure_rho = sum((o.epsilon**2 / 2 for o in plan.outputs if not o.parts), Fraction(0))
+    outputs = plan.outputs
+    if any(o.parts for o in outputs):
+        outputs = _gaussian_outputs(outputs, rho - pure_rho, plan.exact.bound.max_groups)
+    return replace(
+        plan,
+        outputs=outputs,
+        cost=ZCDP(rho),
+        event=ZCDPEvent(rho),
+        noise=f"discrete Gaussian (a ρ = {readable(rho)} zCDP cost)",
+    )
+
+
+def _gaussian_outputs(
+    outputs: tuple[OutputPlan, ...], rho: Fraction, groups: int
+) -> tuple[OutputPlan, ...]:
+    """Every noisy statistic of ``outputs`` with discrete Gaussian noise, sharing ``rho`` in
+    proportion to ε_j^(3/2) (module docstring); outputs without statistics are unchanged."""
+    parts = [part for output in outputs for part in output.parts]
+    total = sum((_power(p.epsilon) for p in parts), Fraction(0))
+    return tuple(
+        replace(
+            output,
+            parts=tuple(
+                _gaussian(p, rho * _power(p.epsilon) / total, groups) for p in output.parts
+            ),
+        )
+        for output in outputs
+    )
+
+
+def _gaussian(part: NoisyStatistic, rho: Fraction, groups: int) -> NoisyStatistic:
+    per_group, rest = divmod(part.sensitivity, groups)
+    if rest:
+        raise InternalInvariantError(
+            f"The L1 sensitivity {part.sensitivity} of {part.exact} is not per-group sensitivity "
+            f"times {groups} groups; please report this bug."
+        )
+    l2_squared = groups * per_group * per_group
+    mechanism = Gaussian.for_rho_squared(rho, l2_squared)
+    return replace(part, mechanism=mechanism, rho=rho, l2_squared=l2_squared)
+
+
+def _power(epsilon: Fraction) -> Fraction:
+    """ε^(3/2) as an exact Fraction of its double (a weight: only ratios matter)."""
+    return Fraction(float(epsilon) ** 1.5)
+
+
+def _epsilon_within(rho: Fraction) -> Fraction:
+    """The largest double ε with ε²/2 <= ρ: a pure ε-DP step inside a ρ share."""
+    eps = math.sqrt(2 * float(rho))
+    while Fraction(eps) ** 2 / 2 > rho:
+        eps = math.nextafter(eps, 0.0)
+    return Fraction(eps)
+
+
+@functools.lru_cache(maxsize=1024)
+def _largest_rho(epsilon: Fraction, delta: Fraction) -> Fraction:
+    """:func:`~dpcurator.accounting.concentrated.largest_rho`, cached (a pure function of public
+    numbers; the bisection on exact Fractions dominates planning time otherwise)."""
+    return largest_rho(epsilon, delta)
