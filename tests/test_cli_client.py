@@ -6,10 +6,12 @@ do not mix."""
 from __future__ import annotations
 
 import csv
+import http.server
 import io
 import json
 import math
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -285,3 +287,31 @@ def test_json_output_is_strict_even_if_a_value_is_not_finite() -> None:
     out = io.StringIO()
     show(output, "csv", out)
     assert out.getvalue() == "v,w\n,2.0\n"
+
+
+class _NotACurator(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"<html>hello</html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_a_server_that_is_not_a_curator_is_a_clear_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotACurator) as other:
+        thread = threading.Thread(target=other.serve_forever, daemon=True)
+        thread.start()
+        url = f"http://127.0.0.1:{other.server_address[1]}"
+        try:
+            code, out, err = _run(capsys, "budget", "--url", url, "--token", "t", "--dataset", "d")
+        finally:
+            other.shutdown()
+    assert (code, out) == (1, "")
+    assert err == f"error: --url {url} did not answer as a dpcurator curator\n"
