@@ -23,14 +23,16 @@ if TYPE_CHECKING:
     from dpcurator.cli_format import Output
     from dpcurator.service.client import CuratorClient
 
-_HELP = {
-    "query": "run a DP query (charged to your budget)",
-    "estimate": "the cost and expected CI half-widths of a query (free: nothing runs)",
-    "budget": "show your total, spent and remaining budget on a dataset",
-    "datasets": "list the datasets you can see, with your remaining budget",
-    "history": "your past queries (owners: everyone's, with the analyst)",
-    "publish": "owners: run queries once against the global cap and publish the release",
-    "releases": "list a dataset's published releases, or print one (free)",
+#: Each command's help, and whether it needs ``--dataset`` (True), may take it (False) or has
+#: its own choice of dataset or release (None).
+_COMMANDS: dict[str, tuple[str, bool | None]] = {
+    "query": ("run a DP query (charged to your budget)", True),
+    "estimate": ("the cost and expected CI half-widths of a query (free: nothing runs)", True),
+    "budget": ("show your total, spent and remaining budget on a dataset", True),
+    "datasets": ("list the datasets you can see, with your remaining budget", None),
+    "history": ("your past queries (owners: everyone's, with the analyst)", False),
+    "publish": ("owners: run queries once against the global cap and publish the release", True),
+    "releases": ("list a dataset's published releases, or print one (free)", None),
 }
 
 
@@ -53,9 +55,9 @@ def _add_cost(sub: argparse.ArgumentParser) -> None:
 
 def add_parsers(commands: Any) -> None:
     """Register the client commands on the CLI's subcommands."""
-    for name, text in _HELP.items():
+    for name, (text, dataset) in _COMMANDS.items():
         sub = commands.add_parser(name, help=text, description=text)
-        cli_args.add_connection(sub, dataset=_DATASET[name])
+        cli_args.add_connection(sub, dataset=dataset)
         if name in ("query", "estimate"):
             _add_cost(sub)
         elif name == "history":
@@ -85,18 +87,6 @@ def add_parsers(commands: Any) -> None:
             which.add_argument("--dataset", help="list this dataset's releases")
             which.add_argument("--id", help="print this release (e.g. rel_...) in full")
         cli_args.add_format(sub)
-
-
-#: Whether a command needs ``--dataset`` (True), may take it (False) or has its own (None).
-_DATASET: dict[str, bool | None] = {
-    "query": True,
-    "estimate": True,
-    "budget": True,
-    "datasets": None,
-    "history": False,
-    "publish": True,
-    "releases": None,
-}
 
 
 @contextmanager
@@ -194,8 +184,7 @@ def _datasets(args: argparse.Namespace) -> Output:
             }
         )
     columns = ["id", "name", "budget", "remaining_epsilon", "remaining_delta", "total_epsilon"]
-    output = f.records(listed, columns, empty="(no dataset)")
-    return f.Output(text=output.text, doc=found, header=output.header, rows=output.rows)
+    return f.records(listed, columns, empty="(no dataset)", doc=found)
 
 
 def _history(args: argparse.Namespace) -> Output:
@@ -220,8 +209,7 @@ def _history(args: argparse.Namespace) -> Output:
         }
         for e in entries
     ]
-    output = f.records(flat, columns, empty="(no query yet)")
-    return f.Output(text=output.text, doc=entries, header=output.header, rows=output.rows)
+    return f.records(flat, columns, empty="(no query yet)", doc=entries)
 
 
 def _publish(args: argparse.Namespace) -> Output:
@@ -263,8 +251,7 @@ def _releases(args: argparse.Namespace) -> Output:
         for r in found
     ]
     columns = ["id", "name", "created_at", "queries", "epsilon", "delta"]
-    output = f.records(listed, columns, empty="(no release published)")
-    return f.Output(text=output.text, doc=found, header=output.header, rows=output.rows)
+    return f.records(listed, columns, empty="(no release published)", doc=found)
 
 
 def run(args: argparse.Namespace) -> int:

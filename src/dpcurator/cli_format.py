@@ -84,11 +84,12 @@ def aligned(header: list[str], rows: list[Row]) -> str:
     )
 
 
-def records(docs: list[dict[str, Any]], columns: list[str], *, empty: str) -> Output:
-    """A list of flat records (``columns`` of each), or ``empty`` in text when there is none."""
-    rows = [[d.get(c) for c in columns] for d in docs]
+def records(flat: list[dict[str, Any]], columns: list[str], *, empty: str, doc: Any) -> Output:
+    """Flat records (``columns`` of each) as text and CSV, or ``empty`` in text when there is
+    none; ``doc`` (the server's documents they summarise) as JSON."""
+    rows = [[d.get(c) for c in columns] for d in flat]
     text = aligned(columns, rows) if rows else empty
-    return Output(text=text, doc=docs, header=columns, rows=rows)
+    return Output(text=text, doc=doc, header=columns, rows=rows)
 
 
 def cost_text(cost: dict[str, Any]) -> str:
