@@ -104,8 +104,8 @@ def add_format(sub: argparse.ArgumentParser) -> None:
         "--format",
         choices=FORMATS,
         default="table",
-        help="table (default, for people), csv (one row per group, with a ci_level column) or "
-        "json (the server's documents; strict JSON: a non-finite number is null)",
+        help="table (default, for people), csv (for spreadsheets; intervals with a ci_level "
+        "column) or json (the server's documents; strict JSON: a non-finite number is null)",
     )
 
 
