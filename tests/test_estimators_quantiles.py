@@ -7,11 +7,17 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from dpcurator.errors import ParameterError
+from dpcurator.estimators.quantile_refine import (
+    RefinedQuantile,
+    dp_quantile,
+    edge_scores,
+    refined_quantile,
+)
 from dpcurator.estimators.quantiles import (
     QuantileBins,
-    dp_quantile,
     quantile_scores,
     rank_error,
     rational_level,
@@ -71,3 +77,86 @@ def test_rank_error_and_level_validation() -> None:
         rational_level(1.5)
     with pytest.raises(ParameterError, match="'upper'"):
         QuantileBins(1.0, 0.0, 3)
+
+
+@pytest.mark.parametrize("p", [Fraction(0), Fraction(1, 4), Fraction(1, 2), Fraction(1)])
+def test_edge_score_sensitivity_bounds_every_neighbour(p: Fraction) -> None:
+    for counts in itertools.product(range(3), repeat=4):
+        scores, sensitivity = edge_scores(counts, p)
+        for b in range(4):
+            for change in (1, -1):
+                neighbour = list(counts)
+                neighbour[b] += change
+                if neighbour[b] < 0:
+                    continue
+                other, _ = edge_scores(neighbour, p)
+                assert np.max(np.abs(other - scores)) <= sensitivity
+
+
+def test_edge_scores_hand_computed() -> None:
+    # values 0,1,1,2 in bins 0..3 (edges 0..4 have 0,1,3,4,4 values below); median rank ρ = 1.5;
+    # the ideal edge would have 2 below (between ranks 1 and 2): edges 1 and 2 are one rank off.
+    scores, sensitivity = edge_scores([1, 2, 1, 0], Fraction(1, 2))
+    assert scores.tolist() == [-8, -4, -4, -8, -8]  # -|4L - 8|
+    assert sensitivity == 2
+
+
+def test_error_shrinks_below_the_bin_resolution() -> None:
+    # Lognormal data in public bounds [0, 100]: one selection among 1,024 bins cannot do better
+    # than about a quarter of a bin (0.024) on average; refinement must do 10x better at ε = 1.
+    gen = np.random.default_rng(11)
+    rng = SeededRng(3)
+    errors = []
+    for _ in range(20):
+        x = gen.lognormal(0, 1, 10_000)
+        errors.append(abs(dp_quantile(x, 0.5, 1.0, lower=0, upper=100, rng=rng) - np.median(x)))
+    assert np.mean(errors) < 0.0024
+
+
+def _covered(n: int, epsilon: float, alpha: float, narrow: float | None, reps: int) -> int:
+    """How many of ``reps`` intervals (or value ± ``narrow`` when given) hold the sample
+    quantile of fresh normal data (p cycling through 0.25, 0.5, 0.9)."""
+    gen = np.random.default_rng(n)
+    rng = SeededRng(n + 1)
+    hits = 0
+    for i in range(reps):
+        p = (0.25, 0.5, 0.9)[i % 3]
+        x = gen.normal(0, 1, n)
+        value, low, high = refined_quantile(x, p, epsilon, lower=-4, upper=4, alpha=alpha, rng=rng)
+        assert low is not None
+        assert high is not None
+        assert low <= value <= high
+        if narrow is not None:
+            low, high = value - narrow, value + narrow
+        hits += bool(low <= np.quantile(x, p) <= high)
+    return hits
+
+
+# The coverage test: a one-sided binomial test at level TEST_ALPHA of H0 "coverage >= 1 - α".
+TEST_ALPHA = 0.01
+CI_ALPHA = 0.1
+
+
+@pytest.mark.parametrize("n", [100, 10_000])
+@pytest.mark.parametrize("epsilon", [0.1, 1.0])
+def test_interval_covers(n: int, epsilon: float) -> None:
+    reps = 60
+    hits = _covered(n, epsilon, CI_ALPHA, None, reps)
+    assert stats.binomtest(hits, reps, 1 - CI_ALPHA, alternative="less").pvalue > TEST_ALPHA
+
+
+def test_interval_coverage_test_has_power() -> None:
+    # The same test rejects value ± 1e-4, narrower than the mechanism's error (n = 10^4, ε = 1).
+    reps = 60
+    hits = _covered(10_000, 1.0, CI_ALPHA, 1e-4, reps)
+    assert stats.binomtest(hits, reps, 1 - CI_ALPHA, alternative="less").pvalue <= TEST_ALPHA
+
+
+def test_refined_plan_is_public_and_validated() -> None:
+    plan = RefinedQuantile.plan(0.5, 1.0, 0.0, 1.0, alpha=0.05)
+    assert [level.bins for level in plan.levels] == [1024, 2048]
+    assert sum(level.mechanism.epsilon for level in plan.levels) == Fraction(4, 5)
+    assert plan.interval is not None
+    assert plan.interval.laplace.epsilon(2) == Fraction(1, 5)
+    with pytest.raises(ParameterError, match="'upper'"):
+        RefinedQuantile.plan(0.5, 1.0, 1.0, 1.0)

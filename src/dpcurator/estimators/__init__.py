@@ -15,9 +15,9 @@ from dpcurator.estimators.hypothesis_tests import (
 from dpcurator.estimators.logistic import logistic_regression
 from dpcurator.estimators.mle import MODELS, Model, dp_mle, dp_mle_sufficient
 from dpcurator.estimators.ptr import ptr_iqr, ptr_median
+from dpcurator.estimators.quantile_refine import RefinedQuantile, dp_quantile, refined_quantile
 from dpcurator.estimators.quantiles import (
     QuantileBins,
-    dp_quantile,
     quantile_mechanism,
     quantile_scores,
     rank_error,
@@ -37,6 +37,7 @@ __all__ = [
     "LogBins",
     "Model",
     "QuantileBins",
+    "RefinedQuantile",
     "bounds_from_noisy_counts",
     "detection_threshold",
     "difference_of_means_test",
@@ -52,6 +53,7 @@ __all__ = [
     "quantile_mechanism",
     "quantile_scores",
     "rank_error",
+    "refined_quantile",
     "sample_and_aggregate",
     "select_quantile_bin",
     "smooth_median",

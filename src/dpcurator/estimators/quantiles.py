@@ -153,27 +153,3 @@ def rank_error(
     level = rational_level(p)
     sensitivity = rows_per_person * max(level.numerator, level.denominator - level.numerator)
     return 2 * sensitivity * (math.log(candidates) + math.log(1 / a)) / (eps * level.denominator)
-
-
-def dp_quantile(
-    values: npt.ArrayLike,
-    p: float,
-    epsilon: float,
-    *,
-    lower: float,
-    upper: float,
-    integer: bool = False,
-    max_bins: int = DEFAULT_MAX_BINS,
-    rng: Rng | None = None,
-) -> float:
-    """An ε-DP p-quantile of ``values`` (one value per person) with public bounds.
-
-    >>> from dpcurator.random import SeededRng
-    >>> dp_quantile([1, 2, 3, 4, 5], 0.5, 1e6, lower=0, upper=10, integer=True, rng=SeededRng(1))
-    3.0
-    """
-    check_real("dp_quantile", "lower", lower)
-    check_real("dp_quantile", "upper", upper)
-    bins = QuantileBins.for_bounds(lower, upper, integer=integer, max_bins=max_bins)
-    index = select_quantile_bin(bins.counts(values), p, epsilon, rng=rng)
-    return float(bins.centres()[index])
