@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from peers import run_peer_script
+from quantile_peers import quantile_rows
 
 from dpcurator.estimators import (
     dp_mle,
@@ -227,7 +228,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="n <= 10^5, fewer repetitions")
     parser.add_argument("--peers", action="store_true", help="only the versus-peers table")
+    parser.add_argument("--quantiles", action="store_true", help="only the quantile table")
     args = parser.parse_args()
+    if args.quantiles:
+        print("| quantile | library | ε | MAE (n = 10^4) |")
+        print("|---|---|---|---|")
+        for row in quantile_rows(10**4, [0.1, 1.0], 20 if args.quick else 200):
+            print(row)
+        return
     if args.peers:
         print("| task | library | ε | n | error (coef RMSE; median MAE) |")
         print("|---|---|---|---|---|")

@@ -1,0 +1,69 @@
+"""Peer quantiles on the quantile benchmark's data (runs inside ``.bench-venv``).
+
+Usage: peer_quantiles.py DATA.npz EPSILON — prints one JSON object mapping "library|task" (task:
+``<distribution> p<level>``) to a list of releases, one per data set of the file, or to an error:
+
+* diffprivlib (IBM) ``tools.quantile``: the exponential mechanism over the intervals between the
+  sorted values (Smith 2011), ε-DP.
+* OpenDP 0.16 (Polars plugin) ``dp.quantile``: the exponential mechanism over 1,025 candidates
+  evenly spaced between the bounds, ε-DP.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+
+import numpy as np
+import opendp.prelude as dp
+import polars as pl
+from diffprivlib import tools
+
+#: The quantile levels of the benchmark (its task names read ``p25``, ``p50``, ``p75``).
+LEVELS = (0.25, 0.5, 0.75)
+
+
+def collect(run: Callable[[int], object], reps: int) -> object:
+    try:
+        return [run(i) for i in range(reps)]
+    except Exception as exc:  # report the peer's refusal instead of crashing the table
+        return f"error: {str(exc).strip().splitlines()[0][:120]}"
+
+
+def opendp_quantile(x: np.ndarray, p: float, epsilon: float, bounds: tuple[float, float]) -> float:
+    dp.enable_features("contrib")
+    context = dp.Context.compositor(
+        data=pl.LazyFrame({"x": x}),
+        privacy_unit=dp.unit_of(contributions=1),
+        privacy_loss=dp.loss_of(epsilon=epsilon),
+        split_evenly_over=1,
+        margins=[dp.polars.Margin(by=[], max_length=x.size)],
+    )
+    candidates = list(np.linspace(bounds[0], bounds[1], 1025))
+    query = context.query().select(pl.col("x").dp.quantile(p, candidates=candidates))
+    return float(query.release().collect().item())
+
+
+def main() -> None:
+    data = np.load(sys.argv[1])
+    eps = float(sys.argv[2])
+    out: dict[str, object] = {}
+    for dist in ("normal", "lognormal"):
+        x, (low, high) = data[dist], data[f"{dist}_bounds"]
+        bounds = (float(low), float(high))
+        for p in LEVELS:
+            task = f"{dist} p{round(100 * p)}"
+            out[f"diffprivlib|{task}"] = collect(
+                lambda i, p=p: float(tools.quantile(x[i], p, epsilon=eps, bounds=bounds)),  # type: ignore[misc]
+                x.shape[0],
+            )
+            out[f"opendp|{task}"] = collect(
+                lambda i, p=p: opendp_quantile(x[i], p, eps, bounds),  # type: ignore[misc]
+                x.shape[0],
+            )
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
