@@ -55,11 +55,11 @@ def main() -> None:
         for p in LEVELS:
             task = f"{dist} p{round(100 * p)}"
             out[f"diffprivlib|{task}"] = collect(
-                lambda i, p=p: float(tools.quantile(x[i], p, epsilon=eps, bounds=bounds)),  # type: ignore[misc]
+                lambda i, p=p, x=x, b=bounds: float(tools.quantile(x[i], p, epsilon=eps, bounds=b)),  # type: ignore[misc]
                 x.shape[0],
             )
             out[f"opendp|{task}"] = collect(
-                lambda i, p=p: opendp_quantile(x[i], p, eps, bounds),  # type: ignore[misc]
+                lambda i, p=p, x=x, b=bounds: opendp_quantile(x[i], p, eps, b),  # type: ignore[misc]
                 x.shape[0],
             )
     print(json.dumps(out))
