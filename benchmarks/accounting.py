@@ -1,90 +1,130 @@
-"""Accounting benchmark: mean (1-α) CI half-width per answer of k queries at a total (ε=1, δ=1e-6).
+"""Accounting benchmark: mean (1-α) CI half-width per answer of k real queries at a total
+(ε = 1, δ = 1e-6), basic composition against concentrated accounting.
 
-Workload: k queries on the UCI adult table, alternating COUNT(*) and AVG(age) (age in [17, 90],
-one row per person). Two accountings of the same total budget:
+Workload: k ``Session.sql`` queries on the UCI adult table (one row per person), alternating
+``SELECT COUNT(*) AS n FROM adult`` and ``SELECT AVG(age) AS a FROM adult`` (age in [17, 90]),
+each released through the whole query layer (plan, reserve, DuckDB, noise). Accountings of the
+same total budget:
 
-* basic: discrete Laplace, ε/k per query (basic composition, PrivacyFilter);
-* concentrated: discrete Gaussian, ρ/k per query with ρ the zCDP part of a
-  :class:`~dpcurator.accounting.ConcentratedFilter` on (1, 1e-6) with ``pure_share=0`` (every
-  query charged by its ρ; the filter admits exactly the k events).
+* basic: ``Session(budget=Budget(1, 1e-6))``, each query at ε = 1/k with discrete Laplace
+  (``noise="laplace"``; basic composition spends exactly the budget);
+* concentrated: ``Session(..., accounting="concentrated")``, each query at ρ = ρ_part/k with
+  discrete Gaussian noise (``rho=``), ρ_part the zCDP part of the session's
+  :class:`~dpcurator.accounting.ConcentratedFilter` (default: a quarter of ε is kept for
+  basic-side events, unused here);
+* concentrated, all of ε in ρ: the same with ``ConcentratedFilter(budget, pure_share=0)``
+  passed as the session's ``budget_filter``.
 
-A mean splits its query's share equally between its noisy count and noisy centred sum; its
-half-width is (h_S + |m|·h_N) / n with m the centred mean (first order). Half-widths are the
-mechanisms' exact ones (Laplace.ci_halfwidth, Gaussian.ci_halfwidth). The planning overhead is the
-time to build one query's mechanisms and reserve its event in the filter.
+Half-widths are the released intervals' (counts: the discrete mechanisms' exact (1-α)
+half-widths; means: half the conservative ratio interval, which follows the noisy count). The
+planning overhead is the time of ``Session.plan`` per query as the workload runs (the plan cache
+answers repeated queries) and, separately, of one cold plan (cache cleared), split into parsing,
+the Laplace plan and the Gaussian conversion.
 
-NOTE: this measures the accounting with the library's mechanisms directly; the query layer's
-``noise="gaussian"`` (issue 18 §1) is not wired yet.
-
-Run: ``.venv/bin/python benchmarks/accounting.py``
+Run: ``.venv/bin/python benchmarks/accounting.py [max_queries]``
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from fractions import Fraction
 from pathlib import Path
 
 import pandas as pd
 
-from dpcurator.accounting import Budget, ConcentratedFilter, PrivacyFilter, PureEvent
-from dpcurator.mechanisms import Gaussian, Laplace
+import dpcurator as dpc
+from dpcurator.accounting import ConcentratedFilter
+from dpcurator.query.noise import plan_with_noise
+from dpcurator.query.planner import plan_query
+from dpcurator.query.sql import parse_sql
+from dpcurator.random import SeededRng
 
 ADULT = Path("/work/shared/data/adult_uci/adult.data")
 ALPHA = 0.05
-BUDGET = Budget(1, Fraction(1, 10**6))
-LOWER, UPPER = 17, 90
+BUDGET = dpc.Budget(1, Fraction(1, 10**6))
+QUERIES = ("SELECT COUNT(*) AS n FROM adult", "SELECT AVG(age) AS a FROM adult")
+METADATA = dpc.Metadata.from_dict(
+    {
+        "table": "adult",
+        "max_rows_per_person": 1,
+        "columns": {"age": {"type": "int", "lower": 17, "upper": 90}},
+    }
+)
 
 
-def _workload() -> tuple[int, float]:
-    ages = pd.read_csv(ADULT, header=None, usecols=[0]).iloc[:, 0]
-    return len(ages), float(ages.mean()) - (LOWER + UPPER) / 2
+def _frame() -> pd.DataFrame:
+    return pd.read_csv(ADULT, header=None, usecols=[0], names=["age"])
 
 
-def _basic(k: int, n: int, m: float) -> tuple[float, float]:
-    flt = PrivacyFilter(BUDGET)
-    share = BUDGET.epsilon / k
-    widths, start = [], time.perf_counter()
+def _halfwidth(release: dpc.Release) -> float:
+    (estimate,) = release.rows[0][1]
+    assert estimate.ci_low is not None  # counts and means have intervals
+    assert estimate.ci_high is not None
+    return (estimate.ci_high - estimate.ci_low) / 2
+
+
+def _run(session: dpc.Session, k: int, cost: dict[str, object]) -> tuple[float, float]:
+    """Mean half-width per answer and mean seconds of ``Session.plan`` per query."""
+    widths, planning = [], 0.0
     for i in range(k):
-        flt.reserve(PureEvent(share)).commit()
-        if i % 2 == 0:
-            widths.append(Laplace.for_epsilon(share, 1).ci_halfwidth(ALPHA))
-        else:
-            count = Laplace.for_epsilon(share / 2, 1).ci_halfwidth(ALPHA)
-            total = Laplace.for_epsilon(share / 2, (UPPER - LOWER) / 2).ci_halfwidth(ALPHA)
-            widths.append((total + abs(m) * count) / n)
-    return sum(widths) / k, (time.perf_counter() - start) / k
+        sql = QUERIES[i % 2]
+        start = time.perf_counter()
+        session.plan(sql, **cost)  # type: ignore[arg-type]
+        planning += time.perf_counter() - start
+        widths.append(_halfwidth(session.sql(sql, alpha=ALPHA, **cost)))  # type: ignore[arg-type]
+    return sum(widths) / k, planning / k
 
 
-def _concentrated(k: int, n: int, m: float) -> tuple[float, float]:
-    flt = ConcentratedFilter(BUDGET, pure_share=0)
-    share = flt.limits.rho / k
-    widths, start = [], time.perf_counter()
-    for i in range(k):
-        if i % 2 == 0:
-            mech = Gaussian.for_rho(share, 1)
-            flt.reserve(mech.event(1)).commit()
-            widths.append(mech.ci_halfwidth(ALPHA))
-        else:
-            count = Gaussian.for_rho(share / 2, 1)
-            total = Gaussian.for_rho(share / 2, Fraction(UPPER - LOWER, 2))
-            flt.reserve(count.event(1)).commit()
-            flt.reserve(total.event(Fraction(UPPER - LOWER, 2))).commit()
-            widths.append((total.ci_halfwidth(ALPHA) + abs(m) * count.ci_halfwidth(ALPHA)) / n)
-    return sum(widths) / k, (time.perf_counter() - start) / k
+def _cold_plan() -> dict[str, float]:
+    """Seconds of one cold plan of the mean query at ρ, by step (parse, Laplace, Gaussian)."""
+    sql, repeats = QUERIES[1], 50
+    start = time.perf_counter()
+    for _ in range(repeats):
+        query = parse_sql(sql, METADATA)
+    parse = (time.perf_counter() - start) / repeats
+    start = time.perf_counter()
+    for _ in range(repeats):
+        plan_query(query, METADATA, epsilon=1)
+    laplace = (time.perf_counter() - start) / repeats
+    start = time.perf_counter()
+    for i in range(repeats):
+        plan_with_noise(query, METADATA, rho=Fraction(1, 10**4 + i))
+    gaussian = (time.perf_counter() - start) / repeats
+    return {"parse": parse, "Laplace plan": laplace, "Gaussian plan (incl. Laplace)": gaussian}
 
 
 def main() -> None:
-    n, m = _workload()
-    print(f"adult: n = {n}, total budget (ε = 1, δ = 1e-6), {1 - ALPHA:.0%} CIs")
-    print(f"{'queries':>8} {'basic CI':>12} {'zCDP CI':>12} {'ratio':>7} {'ms/query':>9}")
+    largest = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000
+    frame = _frame()
+    print(f"adult: n = {len(frame)}, total budget (ε = 1, δ = 1e-6), {1 - ALPHA:.0%} CIs")
+    print(
+        f"{'queries':>8} {'basic CI':>10} {'conc. CI':>10} {'ratio':>6} "
+        f"{'conc.ε→ρ CI':>12} {'ratio':>6} {'plan ms/q':>10}"
+    )
     for k in (10, 100, 1_000):
-        basic, _ = _basic(k, n, m)
-        concentrated, seconds = _concentrated(k, n, m)
-        print(
-            f"{k:>8} {basic:>12.4g} {concentrated:>12.4g} {basic / concentrated:>7.2f} "
-            f"{seconds * 1e3:>9.3f}"
+        if k > largest:
+            break
+        basic = dpc.Session.from_data(frame, metadata=METADATA, budget=BUDGET, rng=SeededRng(1))
+        concentrated = dpc.Session.from_data(
+            frame, metadata=METADATA, budget=BUDGET, accounting="concentrated", rng=SeededRng(1)
         )
+        whole = ConcentratedFilter(BUDGET, pure_share=0)
+        all_rho = dpc.Session.from_data(
+            frame, metadata=METADATA, budget_filter=whole, rng=SeededRng(1)
+        )
+        part = concentrated._filter.limits.rho  # type: ignore[attr-defined]
+        b, _ = _run(basic, k, {"epsilon": BUDGET.epsilon / k, "noise": "laplace"})
+        c, seconds = _run(concentrated, k, {"rho": part / k})
+        w, _ = _run(all_rho, k, {"rho": whole.limits.rho / k})
+        print(
+            f"{k:>8} {b:>10.4g} {c:>10.4g} {b / c:>6.2f} {w:>12.4g} {b / w:>6.2f} "
+            f"{seconds * 1e3:>10.3f}"
+        )
+    cold = _cold_plan()
+    print(
+        "one cold plan (no cache), ms: " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in cold.items())
+    )
 
 
 if __name__ == "__main__":
