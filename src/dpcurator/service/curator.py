@@ -23,7 +23,7 @@ import duckdb
 from dpcurator.accounting.budget import Budget
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.accounting.filter import BudgetFilter, PrivacyFilter, Reservation
-from dpcurator.core.measures import ApproxDP, Measure, PureDP
+from dpcurator.core.measures import ZCDP, ApproxDP, Measure, PureDP
 from dpcurator.errors import InternalInvariantError, ParameterError
 from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
 from dpcurator.query.precomputed import precomputed_columns
@@ -176,6 +176,7 @@ class DatasetRuntime:
             sql, epsilon=_budget(epsilon, accuracy), delta=_exact(delta), accuracy=accuracy
         )
         cost = estimate.cost
+        assert not isinstance(cost, ZCDP)  # the service plans at ε (and δ), never at a ρ
         exact_cost = cost.to_approx() if isinstance(cost, PureDP) else cost
         return exact_cost, estimate.to_dict()
 
