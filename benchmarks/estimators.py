@@ -12,10 +12,10 @@ Run ``python benchmarks/estimators.py`` (``--quick`` for n <= 10^5 and fewer rep
   level implied by ε-DP).
 * **Longley** (NIST StRD): digits of agreement (the log relative error, NIST's LRE) of the
   coefficients with the certified values, for the exact core (the same solver on noise-free
-  sufficient statistics) and for DP releases at large ρ. A float release is on a grid 2^-30 of
-  its noise scale with 2^52 steps, so a statistic can only be about 2^21 noise scales large: the
-  largest ρ is limited by n, and so is the DP release's precision (about 5 digits at ρ = 1e17
-  on Longley's 16 rows; beyond about 2e18 the Gram entries leave the grid's range and it is NR).
+  sufficient statistics) and for DP releases at large ρ. The Gram matrix is released on the
+  grid 2^-30 of its noise scale with exact unbounded integer noise (estimators/noisy_wide.py), so
+  its entries (up to n) never leave the grid's range: the digits grow with ρ (6 at about 1e22,
+  7 or more at 1e24 on Longley's 16 rows; before, the int64 grid capped ρ near 2e18).
 * **Versus peers** (``--peers``; diffprivlib and OpenDP run in ``.bench-venv``, ``peers.py``):
   on the same simulated data sets at the same ε, the RMSE of the coefficients against the true
   ones for linear regression (ours: AdaSSP at ρ = ε²/2, the zCDP level implied by ε-DP, a WEAKER
@@ -136,7 +136,7 @@ def longley_rows() -> list[str]:
     rows.append(
         f"| non-private OLS ({'statsmodels' if sm else 'numpy lstsq'}) | - | {lre(ols(X, y))} |"
     )
-    for rho in (1e6, 1e10, 1e14, 1e17):
+    for rho in (1e6, 1e10, 1e14, 1e18, 1e22, 1e24):
         out = linear_regression(
             X, y, rho=rho, x_lower=x_bounds[0], x_upper=x_bounds[1], y_lower=y_bounds[0],
             y_upper=y_bounds[1], rng=SeededRng(7),

@@ -33,6 +33,18 @@ def test_exact_core_reproduces_the_longley_certified_values(shared_data) -> None
     assert coef == pytest.approx(LONGLEY, rel=1e-6)
 
 
+def test_dp_release_at_very_large_rho_reproduces_longley_to_six_digits(shared_data) -> None:  # type: ignore[no-untyped-def]
+    """At ρ = 1e24 the Gram entries (up to n = 16) are ~10^13 noise scales: they must be released
+    on the grid without leaving its range (NR or saturation before), to NIST's 6 digits."""
+    frame = pd.read_csv(shared_data / "statsmodels_builtin" / "longley.csv")
+    X, y = frame.drop(columns="TOTEMP").to_numpy(), frame["TOTEMP"].to_numpy()
+    out = linear_regression(
+        X, y, rho=1e24, x_lower=X.min(0) - 1, x_upper=X.max(0) + 1, y_lower=y.min() - 1,
+        y_upper=y.max() + 1, rng=SeededRng(7),
+    )  # fmt: skip
+    assert out.value == pytest.approx(LONGLEY, rel=1e-6)
+
+
 @pytest.mark.parametrize("kind", ["numpy", "pandas", "polars"])
 def test_large_rho_matches_least_squares(kind: str) -> None:
     X, y = simulated(np.random.default_rng(1), 5000)

@@ -13,6 +13,8 @@ u ∈ [-1, 1]^d, v ∈ [-1, 1] (which also conditions the normal equations). Wit
 λ = max(0, σ_G(2√p + √(2 ln(1/η))) - λ̃_low), with λ̃_low a (1-η) lower bound of the noisy
 eigenvalue, makes the noisy design matrix positive definite with high probability (AdaSSP's
 adaptive ridge), and θ̂ = (Ũᵀ Ũ + λI)⁻¹ Ũᵀṽ; everything after the noise is post-processing.
+The noisy Gram matrix and eigenvalue are formed in unbounded integers on the mechanism's grid
+(:mod:`dpcurator.estimators.noisy_wide`), so entries up to n never saturate at large ρ.
 Degenerate data (singular UᵀU, few rows) cannot raise: the ridge and a least-squares solve give
 a finite answer, and a noisy count below p + 1 gives NR (decided on the noisy value).
 
@@ -38,6 +40,7 @@ from dpcurator._validation import check_positive, check_probability, fail
 from dpcurator.core.measures import ZCDP
 from dpcurator.core.numbers import to_fraction
 from dpcurator.estimators.clipping import clipping_zcdp, outside
+from dpcurator.estimators.noisy_wide import release_wide
 from dpcurator.estimators.release import (
     Covers,
     Estimate,
@@ -257,8 +260,8 @@ def regression_from_gram(
         warnings.simplefilter("ignore")
         design = np.nan_to_num(exact[first : d + 1, first : d + 1])
         smallest = float(np.linalg.eigvalsh(design)[0])
-    gram = _symmetric(noisy(gram_mech, gram_mech.sigma, exact[np.triu_indices(size)], rng), size)
-    eigen = float(noisy(eigen_mech, eigen_mech.sigma, [smallest], rng)[0])
+    gram = _symmetric(release_wide(gram_mech, exact[np.triu_indices(size)], rng), size)
+    eigen = float(release_wide(eigen_mech, [smallest], rng)[0])
     method = "DP linear regression (AdaSSP, Wang 2018; zCDP)"
     if gram[0, 0] < p + 1:
         return no_reply(ZCDP(rho), method, alpha)
