@@ -1,35 +1,58 @@
 """Differentially private k-means in the SuLQ style (Blum, Dwork, McSherry & Nissim 2005, §5).
 
-Lloyd's algorithm touching the data only through noisy aggregates: each iteration assigns every
-row to its nearest current centre and releases, per cluster, a noisy count and a noisy sum of the
-rows (centred on the midpoint of the public bounds); the new centre is noisy sum / noisy count.
+Lloyd's algorithm touching the data only through noisy aggregates of a query session
+(:mod:`dpcurator.mining._session`): each iteration releases ONE grouped query,
+``GROUP BY CASE <nearest current centre> ... END`` with a noisy count and, per column, a noisy sum
+of the value centred on the midpoint of its public bounds; the new centre is the noisy sum over
+the noisy count (a cluster whose noisy count is not positive keeps its centre).
 
-Privacy guarantee: rows are clamped to public bounds [lower, upper]. Adding or removing one row
-changes one cluster's count by 1 (L1 sensitivity 1) and one cluster's centred sum by at most
-Σ_j (upper_j - lower_j) / 2 in L1 norm. Each iteration spends ε / iterations, half on the counts
-(discrete Laplace, :class:`~dpcurator.mechanisms.Laplace`) and half on the sums (discrete Laplace on
-a public grid, rounding included), so the fit is ε-DP by sequential composition over iterations
-(parallel within one: each row is in one cluster). The initial centres are drawn uniformly in the
-bounds from the random generator (independent of the data) unless given.
+Privacy guarantee: the CASE has literal results 0..k-1, so its keys are public and every cluster
+is released (even empty ones). Each release is planned and charged by the session like any query
+(user-level: one person's rows bounded by the metadata), so by sequential composition the fit
+costs the sum of its releases' ε (``epsilon_spent_``), at most ``epsilon``: with ``iterations``
+given, ε / iterations per iteration; with ``iterations=None`` (the default),
+:data:`COUNT_SHARE` of ε first buys a noisy total count n̂, the iteration count is Su, Cao, Li,
+Bertino & Jha's rule (2016, "Differentially private k-means clustering", §5) for n̂ rows clamped to
+[2, 7], and the rest is split evenly over the iterations. The count's share within an iteration
+minimises the squared error of the centres in units of the half-ranges: error ∝ Σ_j 1/ε_j² +
+(d/3)/ε_N² (a centred cluster mean uniform over its range has m_j² = r_j²/3), so ε_N : ε_j =
+(d/3)^(1/3) : 1. Initial centres are spread out in the middle half of the bounds (farthest-point
+choice among uniform candidates) from the random generator only, never from the data.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
 
 from dpcurator._validation import check_int, fail
-from dpcurator.mechanisms import Laplace
 from dpcurator.mining._data import Array, as_bounds, clamp_rows, epsilon_of
+from dpcurator.mining._session import (
+    Table,
+    array_table,
+    check_affordable,
+    release,
+    release_epsilon,
+    session_table,
+)
+from dpcurator.query.builder import Expression, col, count, lit, sum_, when
+from dpcurator.query.session import Session
 from dpcurator.random import Rng, default_rng
 
-__all__ = ["KMeans"]
+__all__ = ["COUNT_SHARE", "KMeans"]
+
+#: The share of ε spent on the noisy total count that chooses the iteration count.
+COUNT_SHARE = Fraction(1, 20)
+
+#: Su et al.'s constant (their ρ) in the rule for the number of iterations.
+_SU_RHO = 0.225
 
 
 class KMeans:
-    """ε-DP k-means (SuLQ): ``fit`` spends ``epsilon`` over ``iterations`` noisy Lloyd steps.
+    """ε-DP k-means (SuLQ). ``fit(session, columns=[...])`` or ``fit(X)`` (with ``bounds``).
 
     Attributes after ``fit``: ``cluster_centers_``, ``n_iter_`` and ``epsilon_spent_`` (exact).
     """
@@ -38,68 +61,141 @@ class KMeans:
         self,
         n_clusters: int,
         epsilon: object,
-        bounds: object,
-        iterations: int = 5,
+        bounds: object = None,
+        iterations: int | None = None,
         init: npt.ArrayLike | None = None,
     ) -> None:
         owner = "KMeans"
         self.n_clusters = check_int(owner, "n_clusters", n_clusters, minimum=1)
         self.epsilon = epsilon_of(owner, epsilon)
-        self.lower, self.upper = as_bounds(owner, bounds)
-        self.iterations = check_int(owner, "iterations", iterations, minimum=1)
+        self.bounds = None if bounds is None else as_bounds(owner, bounds)
+        self.iterations = (
+            None if iterations is None else check_int(owner, "iterations", iterations, minimum=1)
+        )
         self.init = None if init is None else np.asarray(init, dtype=np.float64)
-        if self.init is not None and self.init.shape != (self.n_clusters, self.lower.size):
-            raise fail(
-                owner, "init", f"shape ({self.n_clusters}, {self.lower.size})", self.init.shape
-            )
-        step = self.epsilon / self.iterations / 2
-        self.sum_sensitivity = Fraction(float(np.sum(self.upper - self.lower))) / 2
-        self.count_mechanism = Laplace.for_epsilon(step, 1)
-        self.sum_mechanism = Laplace.for_epsilon_floats(step, self.sum_sensitivity, self.lower.size)
+        if self.init is not None and (self.init.ndim != 2 or self.init.shape[0] != n_clusters):
+            raise fail(owner, "init", f"shape ({n_clusters}, columns)", self.init.shape)
         self.cluster_centers_: Array | None = None
         self.n_iter_ = 0
         self.epsilon_spent_ = Fraction(0)
 
-    @property
-    def epsilon_per_iteration(self) -> Fraction:
-        """The exact ε of one iteration (counts plus sums)."""
-        dims = self.lower.size
-        return self.count_mechanism.epsilon(1) + self.sum_mechanism.epsilon_for_floats(
-            self.sum_sensitivity, dims
-        )
-
-    def fit(self, X: npt.ArrayLike, rng: Rng | None = None) -> KMeans:
-        source = rng or default_rng()
-        rows = clamp_rows("KMeans.fit", X, self.lower, self.upper)
-        middle = (self.lower + self.upper) / 2
-        if self.init is None:
-            uniform = source.integers_below(2**53, self.n_clusters * self.lower.size) / 2.0**53
-            centers = self.lower + uniform.reshape(self.n_clusters, -1) * (self.upper - self.lower)
-        else:
-            centers = np.clip(self.init, self.lower, self.upper)
+    def fit(
+        self,
+        data: Session | npt.ArrayLike,
+        rng: Rng | None = None,
+        *,
+        columns: Sequence[str] | None = None,
+    ) -> KMeans:
+        """Fit on a session table's numeric ``columns`` (bounds from the metadata) or on an array
+        (bounds given to the constructor); ``rng`` draws the initial centres and, for an array,
+        the noise (a session uses its own generator for the noise)."""
+        table = self._table(data, rng, columns)
+        dims = table.lower.size
+        if self.init is not None and self.init.shape[1] != dims:
+            raise fail("KMeans", "init", f"shape ({self.n_clusters}, {dims})", self.init.shape)
+        check_affordable("KMeans", table.session, self.epsilon)
+        source = rng or table.session.rng or default_rng()
+        centers = self._initial(table, source)
         self.epsilon_spent_ = Fraction(0)
-        for _ in range(self.iterations):
-            labels = _nearest(rows, centers)
-            counts = np.bincount(labels, minlength=self.n_clusters)
-            sums = np.zeros_like(centers)
-            np.add.at(sums, labels, rows - middle)
-            noisy_counts = self.count_mechanism.release_integers(counts, source)
-            noisy_sums = self.sum_mechanism.release_floats(sums, source)
-            self.epsilon_spent_ += self.epsilon_per_iteration
-            updated = middle + noisy_sums / np.maximum(noisy_counts, 1)[:, None]
-            # A cluster whose noisy count is not positive keeps its previous centre.
+        budget = self.epsilon
+        iterations = self.iterations
+        if iterations is None:
+            share = self.epsilon * COUNT_SHARE
+            total = release(table.session, table.query().agg(count()), release_epsilon(share))
+            self.epsilon_spent_ += total.epsilon
+            budget -= share
+            iterations = su_iterations(budget, float(total.values[0, 0]), self.n_clusters, dims)
+        step = release_epsilon(budget / iterations)
+        keys = list(range(self.n_clusters))
+        for _ in range(iterations):
+            query = table.query()
+            if self.n_clusters > 1:
+                query = query.group_by(_nearest_case(table, centers))
+            count_weight = float(np.cbrt(dims / 3))
+            query = query.agg(
+                count(name="n", weight=count_weight),
+                *(sum_(table.centred(j), name=f"s{j}") for j in range(dims)),
+            )
+            released = release(table.session, query, step, keys if self.n_clusters > 1 else None)
+            self.epsilon_spent_ += released.epsilon
+            noisy_counts, noisy_sums = released.values[:, 0], released.values[:, 1:]
+            updated = table.middle + noisy_sums / np.maximum(noisy_counts, 1)[:, None]
             centers = np.where((noisy_counts > 0)[:, None], updated, centers)
-            centers = np.clip(centers, self.lower, self.upper)
+            centers = np.clip(centers, table.lower, table.upper)
         self.cluster_centers_ = centers
-        self.n_iter_ = self.iterations
+        self.n_iter_ = iterations
         return self
 
     def predict(self, X: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """The nearest fitted centre of each row (post-processing, no cost)."""
         if self.cluster_centers_ is None:
             raise fail("KMeans.predict", "self", "fitted (call fit first)", "an unfitted model")
-        rows = clamp_rows("KMeans.predict", X, self.lower, self.upper)
+        rows = np.asarray(X, dtype=np.float64)
+        if self.bounds is not None:
+            rows = clamp_rows("KMeans.predict", rows, *self.bounds)
         return _nearest(rows, self.cluster_centers_)
+
+    def _table(
+        self, data: Session | npt.ArrayLike, rng: Rng | None, columns: Sequence[str] | None
+    ) -> Table:
+        if isinstance(data, Session):
+            return session_table("KMeans", data, columns)
+        if self.bounds is None:
+            raise fail("KMeans", "bounds", "given to fit an array", None)
+        return array_table(
+            "KMeans.fit",
+            data,
+            lower=self.bounds[0],
+            upper=self.bounds[1],
+            epsilon=self.epsilon,
+            rng=rng,
+        )
+
+    def _initial(self, table: Table, source: Rng) -> Array:
+        if self.init is not None:
+            return np.clip(self.init, table.lower, table.upper)
+        dims, k = table.lower.size, self.n_clusters
+        uniform = source.integers_below(2**53, 32 * k * dims) / 2.0**53
+        width = table.upper - table.lower
+        candidates = table.lower + width / 4 + uniform.reshape(-1, dims) * width / 2
+        chosen = [0]
+        scaled = candidates / width
+        for _ in range(k - 1):
+            gaps = ((scaled[:, None, :] - scaled[None, chosen, :]) ** 2).sum(axis=2).min(axis=1)
+            chosen.append(int(np.argmax(gaps)))
+        centers: Array = candidates[chosen]
+        return centers
+
+
+def su_iterations(epsilon: Fraction, rows: float, clusters: int, dims: int) -> int:
+    """Su et al.'s (2016) number of iterations for ``rows`` rows at ``epsilon``, in [2, 7]."""
+    n = max(rows, 1.0)
+    spread = dims + np.cbrt(4 * dims * _SU_RHO**2)
+    epsilon_m = float(np.sqrt(500 * clusters**3 / n**2 * spread**3))
+    return int(max(min(float(epsilon) / epsilon_m, 7), 2))
+
+
+def _nearest_case(table: Table, centers: Array) -> Expression:
+    """CASE WHEN row is nearest centre 0 THEN 0 ... ELSE k-1 END (ties to the lower index)."""
+    distances = []
+    for center in centers:
+        terms = [
+            (col(name) - float(c)) * (col(name) - float(c))
+            for name, c in zip(table.columns, center, strict=True)
+        ]
+        total = terms[0]
+        for term in terms[1:]:
+            total = total + term
+        distances.append(total)
+    k = len(distances)
+    case = None
+    for i in range(k - 1):
+        nearest = distances[i] <= distances[i + 1]
+        for j in range(i + 2, k):
+            nearest = nearest & (distances[i] <= distances[j])
+        case = when(nearest, lit(i)) if case is None else case.when(nearest, lit(i))
+    assert case is not None  # k >= 2
+    return case.otherwise(lit(k - 1))
 
 
 def _nearest(rows: Array, centers: Array) -> npt.NDArray[np.int64]:
