@@ -49,6 +49,7 @@ LAZY_IMPORT_ALLOWED = ("pyspark", "dpcurator.query.backends.spark", "matplotlib"
 DEFERRED_IMPORTS_MODULES = (
     "dpcurator.cli",
     "dpcurator.cli_client_commands",
+    "dpcurator.cli_fit",
     "dpcurator.metadata_check_cli",
 )
 

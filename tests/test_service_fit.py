@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from dpcurator.cli import main
 from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError
 from dpcurator.query.backends import Backend
 from dpcurator.query.ir import AggregatePlan, ExactResult
@@ -186,3 +187,20 @@ def _timeless(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _timeless(v) for k, v in value.items() if k not in _RUN_FIELDS}
     return value
+
+
+def test_the_cli_prints_the_coefficients_with_their_cis(
+    served: ServedTable, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = served._client.headers["authorization"][len("Bearer ") :]
+    common = ["--url", served._server.url, "--token", token, "--dataset", DATASET]
+    linear = ["--epsilon", "1", "--delta", "1e-6", "--model", "linear", "income", "age", "hours"]
+    assert main(["fit", *common, *linear]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("FIT linear_regression: income ~ age + hours")
+    assert lines[3].split() == ["term", "coefficient", "95%", "CI"]
+    assert [line.split()[0] for line in lines[4:]] == ["intercept", "age", "hours"]
+    assert main(["fit", *common, "--estimate", *linear]) == 0
+    assert "fits your budget" in capsys.readouterr().out
+    assert main(["fit", *common, "--epsilon", "1", "--delta", "1e-6", "income", "nope"]) == 1
+    assert "nope" in capsys.readouterr().err

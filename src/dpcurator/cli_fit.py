@@ -1,0 +1,82 @@
+"""``dpcurator fit``: fit a model on a curator's dataset and print its coefficients with CIs.
+
+``dpcurator fit --token T --dataset D --epsilon E [--delta X] --model linear y x1 x2 ...``
+posts to ``/v1/datasets/{D}/fits`` (charged to the caller's budget, like a query); with
+``--estimate`` to ``fits:estimate`` (free: the cost, and whether it fits). Registered by
+:mod:`dpcurator.cli`; the HTTP client is imported when the command runs, so ``dpcurator --help``
+stays fast. Errors are the server's problem text (naming the column or value), printed by
+:func:`dpcurator.cli.main` as one ``error: ...`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from dpcurator.errors import ParameterError
+
+HELP = "fit a model (linear or logistic regression): coefficients with CIs (charged)"
+
+
+def add_parser(commands: Any) -> None:
+    """Register ``fit`` on the CLI's subcommands."""
+    sub = commands.add_parser("fit", help=HELP, description=HELP)
+    sub.add_argument("--url", default=os.environ.get("DPCURATOR_URL", "http://127.0.0.1:8000"))
+    sub.add_argument("--token", default=os.environ.get("DPCURATOR_TOKEN"))
+    sub.add_argument("--dataset", required=True, help="the dataset's id")
+    sub.add_argument("--model", choices=("linear", "logistic"), default="linear")
+    sub.add_argument("--epsilon", type=float, required=True, help="the privacy cost ε (> 0)")
+    sub.add_argument("--delta", type=float, default=0.0, help="the privacy cost δ (> 0 for linear)")
+    sub.add_argument("--alpha", type=float, default=0.05, help="1 - the CI level (0.05)")
+    sub.add_argument(
+        "--coef-bound", type=float, help="logistic: every coefficient in [-b, b] (default 10)"
+    )
+    sub.add_argument("--estimate", action="store_true", help="only the cost (free)")
+    sub.add_argument("response", help="the response column")
+    sub.add_argument("predictors", nargs="+", help="the predictor columns")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Fit (or estimate) and print the result as a table."""
+    from dpcurator.service.client import CuratorClient  # noqa: PLC0415 (deferred)
+
+    if not args.token:
+        raise ParameterError("The --token option is required (or set $DPCURATOR_TOKEN).")
+    options = {} if args.coef_bound is None else {"coef_bound": args.coef_bound}
+    with CuratorClient(args.url, args.token) as client:
+        answer = client.fit(
+            args.dataset, args.model, args.response, args.predictors, epsilon=args.epsilon,
+            delta=args.delta, alpha=args.alpha, estimate=args.estimate, **options,
+        )  # fmt: skip
+    print(estimate_text(answer) if args.estimate else fit_text(answer))
+    return 0
+
+
+def _cost(cost: dict[str, Any]) -> str:
+    return f"ε = {cost['epsilon']:g}, δ = {cost['delta']:g}"
+
+
+def estimate_text(answer: dict[str, Any]) -> str:
+    """The free estimate: the request, its cost and whether it fits the budgets."""
+    fits = "fits your budget" if answer["fits"] else "does NOT fit your budget"
+    return f"{answer['request']}\ncost: {_cost(answer['cost'])} ({fits})"
+
+
+def fit_text(answer: dict[str, Any]) -> str:
+    """The released coefficients, one line per term with its CI, under the request and cost."""
+    fit = answer["fit"]
+    level = f"{100 * fit['ci_level']:g}% CI"
+    head = [answer["request"], f"cost: {_cost(answer['cost'])} · {fit['method']}"]
+    if not fit["replied"]:
+        return "\n".join([*head, "NR (no reply): the DP test declined to answer; the cost stands"])
+    table = [["term", "coefficient", level]]
+    for row in fit["rows"]:
+        value = row["values"]["coefficient"]
+        interval = (
+            "-" if value["ci_low"] is None else f"[{value['ci_low']:.6g}, {value['ci_high']:.6g}]"
+        )
+        table.append([row["group"]["term"], f"{value['value']:.6g}", interval])
+    widths = [max(len(r[i]) for r in table) for i in range(3)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    return "\n".join([*head, f"intervals cover: {fit['covers']}", *lines])
