@@ -30,26 +30,28 @@ def _session(drop_victim: bool = False, budget: float = 10.0) -> Session:
     return Session.from_data(frame, metadata=metadata, budget=Budget(budget), rng=SeededRng(3))
 
 
-def _fits(session: Session) -> list[object]:
+def _fits(session: Session) -> tuple[KMeans, PCA, GaussianNB]:
     kmeans = KMeans(3, 1, iterations=3).fit(session, SeededRng(4), columns=["age", "income"])
     pca = PCA(1, 1).fit(session, columns=["age", "income", "hours"])
     nb = GaussianNB(1).fit(session, columns=["age", "hours"], label="sex")
-    return [kmeans, pca, nb]
+    return kmeans, pca, nb
 
 
 def test_fits_on_a_session_are_charged_to_it_and_neighbours_differ_only_in_values() -> None:
     full, neighbour = _session(), _session(drop_victim=True)
     models = [_fits(full), _fits(neighbour)]
     assert full.spent() == neighbour.spent()
-    assert 3 - 1e-9 < float(full.spent().epsilon) <= 3
+    assert 3 - 1e-9 < float(full.spent().epsilon) <= 3  # type: ignore[union-attr]
     for a, b in zip(*models, strict=True):
-        assert a.epsilon_spent_ == b.epsilon_spent_  # type: ignore[attr-defined]
-        assert a.n_iter_ == b.n_iter_  # type: ignore[attr-defined]
+        assert (a.epsilon_spent_, a.n_iter_) == (b.epsilon_spent_, b.n_iter_)
     kmeans, pca, nb = models[0]
-    assert kmeans.cluster_centers_.shape == (3, 2)  # type: ignore[attr-defined]
-    assert kmeans.n_iter_ == 3  # type: ignore[attr-defined]
-    assert pca.components_.shape == (1, 3)  # type: ignore[attr-defined]
-    assert list(nb.classes_) == ["F", "M"]  # type: ignore[attr-defined]
+    assert kmeans.cluster_centers_ is not None
+    assert kmeans.cluster_centers_.shape == (3, 2)
+    assert kmeans.n_iter_ == 3
+    assert pca.components_ is not None
+    assert pca.components_.shape == (1, 3)
+    assert nb.classes_ is not None
+    assert list(nb.classes_) == ["F", "M"]
 
 
 def test_refusals_name_the_column_and_charge_nothing() -> None:
@@ -64,4 +66,4 @@ def test_refusals_name_the_column_and_charge_nothing() -> None:
         KMeans(2, 0.5).fit(session, columns=["nope"])
     with pytest.raises(dpc.BudgetExceededError):
         KMeans(2, 2, iterations=4).fit(session, columns=["age"])
-    assert session.spent().epsilon == 0
+    assert session.spent().epsilon == 0  # type: ignore[union-attr]
