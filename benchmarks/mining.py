@@ -6,7 +6,8 @@ written to a temporary file and both libraries fit on it; diffprivlib runs in ``
 (``peers.py``). Scores: k-means inertia (mean squared distance to the nearest centre, lower is
 better; non-private optimum printed), PCA captured variance of 2 components (higher is better),
 Gaussian naive Bayes test accuracy. All mechanisms are pure ε-DP on both sides. Last, the
-session-table path at ``--rows`` (10^6) rows on DuckDB (KMeans.fit(session, columns=...)) against the array path on the same rows.
+session-table path at ``--rows`` (10^6) rows on DuckDB (``KMeans.fit(session, columns=...)``)
+against the array path on the same rows.
 """
 
 from __future__ import annotations
