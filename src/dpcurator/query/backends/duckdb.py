@@ -32,6 +32,8 @@ from dpcurator.query.backends.duckdb_query import (
     binned_histogram,
     build_query,
     coded_groups,
+    collect_columns,
+    columnar,
     counts_whole_table,
     decode_groups,
     keys_after_grouping,
@@ -67,18 +69,6 @@ _INTEGER_TEXT = r"\s*[+-]?[0-9]+\s*"  # DuckDB would round '1.5' to 2: text must
 #: At most this many cells in a table's :class:`~.duckdb_query.Cube` (its key-code columns with
 #: the fewest keys are its dimensions, as many as fit).
 CUBE_CELLS = 65_536
-
-
-def _clustering(hidden: Hidden) -> str:
-    """``ORDER BY`` the key-code columns, smallest key set first ('' when there are none).
-
-    A private copy stored clustered by its public-key codes is aggregated by those codes in long
-    runs of equal values (DuckDB's perfect-hash GROUP BY then costs about 40% less CPU on the
-    service benchmark's mix) and lets zone maps skip row groups for filters on key columns. The
-    order depends on public metadata only, and no exact aggregate depends on the row order.
-    """
-    codes = sorted(hidden.key_codes.values(), key=lambda named: len(named[1].keys))
-    return " ORDER BY " + ", ".join(quote(name) for name, _ in codes) if codes else ""
 
 
 def _cube_dimensions(coded: list[KeyCodeColumn]) -> frozenset[str]:
@@ -150,6 +140,7 @@ class _Built:
     whole_table_count: bool
     binned: bool
     paced: bool  # the rows end with the discarded column of :func:`paced`
+    columnar: bool  # fetched as numpy columns (see :func:`.duckdb_query.columnar`)
 
 
 class DuckDBBackend:
@@ -309,7 +300,13 @@ class DuckDBBackend:
         temporary: bool,
     ) -> None:
         """Create the table ``target`` from ``source`` with ``casts`` applied (DomainError) and
-        the fixed-point and key-code columns of ``table`` added."""
+        the fixed-point and key-code columns of ``table`` added, in one pass over the source.
+
+        The copy is stored in the source's order, not sorted by key code: that sort more than
+        doubled the open (10^7 rows: 1.6 s of CPU against 0.7 s; raw DuckDB's load 0.4 s) and
+        saved about 20 ms of CPU per filtered row-level GROUP BY on key codes and 10% of a
+        filtered user-level query (unfiltered grouped counts and sums are read from the cube),
+        so it paid only after some 40 such queries (``benchmarks/open_table.py``)."""
         expressions = {name: _cast(name, kind, types[name]) for name, kind in casts.items()}
         replaced = ", ".join(f"{sql} AS {quote(name)}" for name, sql in expressions.items())
         columns = f"* REPLACE ({replaced})" if replaced else "*"
@@ -330,7 +327,6 @@ class DuckDBBackend:
                 )
             select = f"SELECT __dp_row.*, {', '.join(codes)} FROM ({select}) AS __dp_row"
             select += "".join(joins)
-        select += _clustering(hidden)
         kind = "TEMPORARY TABLE" if temporary else "TABLE"
         try:
             with _step(table, _copy_step(hidden, casts)):
@@ -357,8 +353,7 @@ class DuckDBBackend:
         """Add the bounding column ``name`` to the private copy of ``table`` (once; the caller
         holds the lock): FALSE everywhere, then TRUE on the rows that ``spec`` keeps, found by
         the same one-sort ranking as a query's own bounding (:meth:`.SqlBuilder.bounding`, over
-        the converted columns and the key codes). An UPDATE keeps the copy's key-code clustering
-        and needs no second copy of the table.
+        the converted columns and the key codes). An UPDATE needs no second copy of the table.
 
         Which plans trigger it, and when, depends on the plans and the metadata only
         (:func:`~.duckdb_query.precomputed_bounding`); the rows kept are those the plan's own
@@ -461,6 +456,7 @@ class DuckDBBackend:
                 counts_whole_table(plan),
                 binned_histogram(plan) is not None,
                 paced(plan, hidden),
+                columnar(plan, hidden),
             )
             self._queries.put(plan, built)
         size = self._sizes.get(plan.table) if built.whole_table_count else None
@@ -470,7 +466,10 @@ class DuckDBBackend:
         with self._lock:
             if bounding is not None:
                 self._flag(plan.table, *bounding)
-            rows = self._connection.execute(built.query, built.params).fetchall()
+            result = self._connection.execute(built.query, built.params)
+            if built.columnar:
+                return collect_columns(plan, result.fetchnumpy(), built.coded, built.keys)
+            rows = result.fetchall()
         if built.paced:
             rows = [row[:-1] for row in rows]
         if built.binned:

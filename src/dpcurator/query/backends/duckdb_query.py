@@ -15,8 +15,9 @@ quotes doubled. The query is a pipeline of common table expressions::
              and ``rn < k`` is the fast form on DuckDB (``rn <= k`` triggers a slower top-N
              rewrite)
     final    one CASE per value (clamp / fill / round half-even to the grid 2**k), GROUP BY,
-             exact HUGEINT sums (each group total is clamped afterwards: see
-             :func:`.base.clamp_total`)
+             exact HUGEINT sums, each group total clamped to int64 (:func:`.grid.clamp_total`)
+             in the query, so that results of counts and sums grouped by key codes are
+             fetched as numpy columns (see :func:`columnar`)
 
 Fixed-point columns (:class:`~dpcurator.query.ir.FixedPointColumn`, from the public bounds) are
 computed once when the table is materialised; a row-level sum of a bare column on the same bounds
@@ -43,6 +44,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
+from dpcurator.query.backends.base import TOTAL_LIMIT
 from dpcurator.query.backends.duckdb_sql import (
     CUBE_ROWS,
     SqlBuilder,
@@ -50,6 +54,7 @@ from dpcurator.query.backends.duckdb_sql import (
     fixed_point_aggregate,
     quote,
 )
+from dpcurator.query.backends.results import collect_groups
 from dpcurator.query.ir import (
     AggregatePlan,
     And,
@@ -57,6 +62,7 @@ from dpcurator.query.ir import (
     Col,
     Compare,
     ExactAggregate,
+    ExactResult,
     Expr,
     FixedPointColumn,
     KeyCodeColumn,
@@ -131,9 +137,9 @@ def build_query(
     else:
         aggregates = [
             (
-                sql.fixed_point_sum(agg, values[agg.name])
+                _int64(sql.fixed_point_sum(agg, values[agg.name]))
                 if agg.name in precomputed
-                else sql.aggregate(agg, values.get(agg.name, "NULL"), bounded=person is not None)
+                else _aggregate(sql, agg, values.get(agg.name, "NULL"), person is not None)
             )
             + f" AS {quote(agg.name)}"
             for agg in plan.aggregates
@@ -145,6 +151,20 @@ def build_query(
         aggregated += f" GROUP BY {', '.join(groups)}" if groups else ""
     query = f"WITH {', '.join(ctes)} {aggregated}" if ctes else aggregated
     return query, sql.params
+
+
+def _int64(total: str) -> str:
+    """An exact total (HUGEINT, NULL over no value) as the BIGINT that
+    :func:`~.results.collect_rows` would make of it: NULL -> 0, clamped by
+    :func:`~.grid.clamp_total`; so that every count and sum is fetched as int64 (see
+    :func:`columnar`)."""
+    return f"CAST(greatest(least(COALESCE({total}, 0), {TOTAL_LIMIT}), {-TOTAL_LIMIT}) AS BIGINT)"
+
+
+def _aggregate(sql: SqlBuilder, agg: ExactAggregate, column: str, bounded: bool) -> str:
+    """The SQL of one aggregate read from the rows: sums as int64 (see :func:`_int64`)."""
+    aggregate = sql.aggregate(agg, column, bounded=bounded)
+    return aggregate if agg.kind in ("count", "count_persons", "histogram") else _int64(aggregate)
 
 
 def cube_serves(plan: AggregatePlan, hidden: Hidden) -> bool:
@@ -177,7 +197,7 @@ def _cube_query(
             if agg.name in sums and isinstance(agg.expr, Col)
             else cube_sum(CUBE_ROWS)
         )
-        columns.append(f"{total} AS {quote(agg.name)}")
+        columns.append(f"{_int64(total)} AS {quote(agg.name)}")
     query = f"SELECT {', '.join(columns)} FROM {quote(hidden.cube.relation)}"
     conditions = [] if plan.where is None else _cube_conditions(plan.where, hidden)
     if conditions:
@@ -338,6 +358,46 @@ def decode_groups(
         else:
             decoded.append(tuple(values))
     return decoded
+
+
+def columnar(plan: AggregatePlan, hidden: Hidden) -> bool:
+    """Whether the result of ``plan``'s query is read column-wise (DuckDB's ``fetchnumpy``) by
+    :func:`collect_columns`: counts and sums only (int64 columns, see :func:`_int64`), every
+    group coded (small integer columns) and no aggregate named like a generated column. About
+    3x cheaper than Python rows for 1,000 groups; chosen from the plan and the metadata only."""
+    if binned_histogram(plan) is not None or any(a.kind == "histogram" for a in plan.aggregates):
+        return False
+    names = [agg.name for agg in plan.aggregates]
+    generated = {"__dp_rows", "__dp_pace", *(f"__dp_g{i}" for i in range(len(plan.group_by)))}
+    return len(coded_groups(plan, hidden)) == len(plan.group_by) and (
+        len(set(names)) == len(names) and not generated.intersection(names)
+    )
+
+
+def collect_columns(
+    plan: AggregatePlan,
+    columns: Mapping[str, Any],  # numpy arrays (masked where NULL), as fetchnumpy gives them
+    coded: Mapping[int, tuple[str, KeyCodeColumn]],
+    keys: frozenset[tuple[ScalarValue, ...]] | None,
+) -> ExactResult:
+    """The exact result of a :func:`columnar` plan from its query's columns: group codes back to
+    keys (a row with a NULL code, no key, dropped: as :func:`decode_groups`), groups outside the
+    public ``keys`` (if given) dropped, the int64 totals as Python integers."""
+    codes = [columns[f"__dp_g{i}"] for i in range(len(plan.group_by))]
+    present = np.ones(len(columns["__dp_rows"]), dtype=bool)
+    for code in codes:
+        present &= ~np.ma.getmaskarray(code)
+    decoded = [
+        [coded[i][1].keys[c] for c in np.ma.getdata(code)[present].tolist()]
+        for i, code in enumerate(codes)
+    ]
+    values = [np.asarray(columns[agg.name])[present].tolist() for agg in plan.aggregates]
+    groups = list(zip(*decoded, strict=True)) if decoded else [()] * int(present.sum())
+    if keys is not None:
+        kept = [i for i, key in enumerate(groups) if key in keys]
+        groups = [groups[i] for i in kept]
+        values = [[column[i] for i in kept] for column in values]
+    return collect_groups(plan, groups, values)
 
 
 def _fixed_point_sums(

@@ -86,18 +86,34 @@ def collect_rows(plan: AggregatePlan, rows: Iterable[Sequence[object]]) -> Exact
     width = len(plan.group_by)
     rows = list(rows)
     columns = list(zip(*rows, strict=True))  # column-wise: one loop per column, not per cell
+    columns = columns or [()] * (width + 1 + len(plan.aggregates))  # no rows: empty columns
     keys = list(zip(*(map(python_scalar, column) for column in columns[:width]), strict=True))
     values = [
         [histogram_array(agg.bins, value) for value in column]
         if agg.kind == "histogram"
         else [0 if value is None else clamp_total(int(value)) for value in column]
-        for agg, column in zip(plan.aggregates, columns[width + 1 :], strict=False)
+        for agg, column in zip(plan.aggregates, columns[width + 1 :], strict=True)
     ]
+    return collect_groups(plan, keys or [()] * len(rows), values)
+
+
+def collect_groups(
+    plan: AggregatePlan, keys: Sequence[tuple[ScalarValue, ...]], values: Sequence[Sequence[object]]
+) -> ExactResult:
+    """The ExactResult of groups ``keys`` (``()`` for an ungrouped plan) whose aggregates are the
+    columns ``values`` (one per aggregate of ``plan``, in its order, final values: clamped
+    totals and histogram arrays); an ungrouped plan over no rows gets :func:`empty_values`."""
     names = [agg.name for agg in plan.aggregates]
-    groups: dict[tuple[ScalarValue, ...], dict[str, object]] = {
-        key: dict(zip(names, group, strict=True))
-        for key, *group in zip(keys or [()] * len(rows), *values, strict=True)
-    }
+    if len(names) == 1:  # the common case, without a zip per group
+        (name,), (column,) = names, values
+        groups: dict[tuple[ScalarValue, ...], dict[str, object]] = {
+            key: {name: value} for key, value in zip(keys, column, strict=True)
+        }
+    else:
+        groups = {
+            key: dict(zip(names, group, strict=True))
+            for key, *group in zip(keys, *values, strict=True)
+        }
     if not plan.group_by and () not in groups:
         groups[()] = empty_values(plan)
     return ExactResult(groups=groups)
