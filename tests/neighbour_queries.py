@@ -37,7 +37,8 @@ from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError, DPError
 from dpcurator.query import session as session_module
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.ir import AggregatePlan, ExactResult
-from dpcurator.query.planner import Plan, plan_query
+from dpcurator.query.noise import plan_with_noise
+from dpcurator.query.planner import Plan
 from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.release import Estimate, Release, estimate_plan
 from dpcurator.query.sql import parse_sql
@@ -350,10 +351,11 @@ class Observation:
 
 
 def public_plan(query: NeighbourQuery) -> Plan | None:
-    """The plan of ``query`` from the metadata alone (None when the planner refuses it)."""
+    """The plan of ``query`` from the metadata alone, with the session's automatic noise family
+    (None when the planner refuses it)."""
     metadata = demo_metadata()
     try:
-        return plan_query(
+        return plan_with_noise(
             parse_sql(query.sql, metadata), metadata, epsilon=query.epsilon, delta=query.delta
         )
     except DPError:

@@ -50,7 +50,7 @@ from dpcurator.accounting import ConcentratedEvent, ZCDPEvent
 from dpcurator.accounting.concentrated import largest_rho
 from dpcurator.core.measures import ZCDP, ApproxDP, readable
 from dpcurator.core.numbers import to_fraction
-from dpcurator.errors import InternalInvariantError, UnsupportedQueryError
+from dpcurator.errors import InternalInvariantError, ParameterError, UnsupportedQueryError
 from dpcurator.mechanisms import Gaussian
 from dpcurator.query.builder import Query
 from dpcurator.query.planner import NoisyStatistic, OutputPlan, Plan, plan_query
@@ -85,8 +85,8 @@ def plan_with_noise(
 
     Automatic (``noise`` None, δ > 0, ε given): the Gaussian plan is chosen when the root mean
     square over its statistics of (half-width / L1 sensitivity) is below the Laplace plan's,
-    both at the same (ε, δ); ``Plan.noise`` says which won and by how much. Reads no data;
-    every refusal is free.
+    both at the same (ε, δ), and Laplace when no Gaussian can be built (ε too small for its
+    sampler); ``Plan.noise`` says which won and why. Reads no data; every refusal is free.
     """
     family = check_noise(noise)
     if rho is not None:
@@ -113,12 +113,19 @@ def plan_with_noise(
             delta,
             "Gaussian noise has no pure ε cost.",
         )
-    gaussian = _approx_plan(query, metadata, epsilon, delta_fraction, selection_weight)
     if family == "gaussian":
+        gaussian = _approx_plan(query, metadata, epsilon, delta_fraction, selection_weight)
         return replace(gaussian, noise="discrete Gaussian (requested)")
     laplace = plan_query(
         query, metadata, epsilon=epsilon, delta=delta, selection_weight=selection_weight
     )
+    try:
+        gaussian = _approx_plan(query, metadata, epsilon, delta_fraction, selection_weight)
+    except ParameterError:  # no ρ left, or σ beyond the exact sampler's 2^31: public inputs
+        return replace(
+            laplace,
+            noise="discrete Laplace (automatic): no discrete Gaussian can be built at this cost",
+        )
     return _choose(laplace, gaussian)
 
 

@@ -165,8 +165,8 @@ class Session:
     Args:
         backend: the engine holding the table (see :func:`~dpcurator.query.backends.open_backend`).
         metadata: the public metadata of the table.
-        budget: a total budget (a new in-memory filter: see ``accounting``): ε, (ε, δ), or
-            with ``accounting="concentrated"`` also a :class:`~dpcurator.core.measures.ZCDP` ρ.
+        budget: a total budget (a new in-memory filter: see ``accounting``): ε, (ε, δ), or a
+            :class:`~dpcurator.core.measures.ZCDP` ρ (composed in zCDP).
         budget_filter: any :class:`~dpcurator.accounting.BudgetFilter` instead (e.g. a ledger).
         accounting: ``"basic"`` (default: a :class:`~dpcurator.accounting.PrivacyFilter`, basic
             composition) or ``"concentrated"`` (a :class:`~dpcurator.accounting.ConcentratedFilter`
@@ -404,7 +404,10 @@ class Session:
             rho=rho,
         )
         event = plan_event(plan)
-        if event.approx_cost() is None and not isinstance(self._filter, ConcentratedFilter):
+        basic = isinstance(self._filter, PrivacyFilter) and not isinstance(
+            self._filter.budget, ZCDP
+        )
+        if basic and event.approx_cost() is None:
             raise UnsupportedQueryError(
                 f"A query given rho (cost {plan.cost}) needs a zCDP budget: open the session "
                 "with accounting='concentrated', or give epsilon and delta."
@@ -561,17 +564,10 @@ class Session:
 
 
 def _new_filter(budget: Budget | ZCDP, accounting: str) -> BudgetFilter:
-    """The session's own filter: basic composition, or the ConcentratedFilter."""
+    """The session's own filter: a PrivacyFilter (basic composition of an (ε, δ) budget, zCDP
+    composition of a ρ budget) or the ConcentratedFilter."""
     if accounting == "concentrated":
         return ConcentratedFilter(budget)
-    if isinstance(budget, ZCDP):
-        raise fail(
-            "Session",
-            "budget",
-            "an (ε, δ) Budget with basic accounting",
-            budget,
-            "A ρ budget needs accounting='concentrated'.",
-        )
     return PrivacyFilter(budget)
 
 
