@@ -3,7 +3,9 @@
 The SQL text is only ever parsed, never executed or re-emitted: identifiers are resolved against
 the public metadata and literals become :class:`~dpcurator.query.ir.Lit` values, so no string built
 from user input reaches an engine (SQL injection has nothing to inject into). Comments are
-ignored.
+ignored. This module translates the statement (clauses, grouping, aggregates);
+:mod:`dpcurator.query.sql_text` turns the text into a parsed SELECT under the length and nesting
+limits, and :mod:`dpcurator.query.sql_expressions` translates row-level expressions.
 
 Supported::
 
@@ -25,27 +27,16 @@ non-grouped columns, ``*``.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Literal
 
 from sqlglot import exp
-from sqlglot.dialects.dialect import Dialect
-from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokenizer_core import Token, TokenType
 
-from dpcurator._validation import fail
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.query import builder, ir
-from dpcurator.query.limits import (
-    MAX_EXPRESSION_DEPTH,
-    MAX_SQL_LENGTH,
-    check_at_most,
-    check_depth,
-    depth_exceeded,
-)
 from dpcurator.query.schema import Metadata
-from dpcurator.query.typecheck import literal_type
+from dpcurator.query.sql_expressions import ExpressionTranslator, is_clamp
+from dpcurator.query.sql_text import parse_select
 
 #: Clauses of a SELECT that are refused, with the name used in the message.
 _REFUSED_CLAUSES = {
@@ -62,30 +53,6 @@ _REFUSED_CLAUSES = {
     "sample": "TABLESAMPLE",
 }
 
-_ARITHMETIC: dict[type[exp.Expression], ir.ArithmeticOp] = {
-    exp.Add: "+",
-    exp.Sub: "-",
-    exp.Mul: "*",
-    exp.Div: "/",
-}
-_COMPARISON: dict[type[exp.Expression], ir.ComparisonOp] = {
-    exp.EQ: "=",
-    exp.NEQ: "!=",
-    exp.LT: "<",
-    exp.LTE: "<=",
-    exp.GT: ">",
-    exp.GTE: ">=",
-}
-_FUNCTIONS: dict[type[exp.Expression], ir.FunctionName] = {
-    exp.Abs: "abs",
-    exp.Round: "round",
-    exp.Floor: "floor",
-    exp.Ceil: "ceil",
-    exp.Lower: "lower",
-    exp.Upper: "upper",
-    exp.Length: "length",
-    exp.Coalesce: "coalesce",
-}
 _AGGREGATES = (
     exp.Count,
     exp.Sum,
@@ -111,32 +78,6 @@ FIT_FUNCTIONS: dict[str, Literal["linear_regression", "logistic_regression"]] = 
     "logistic": "logistic_regression",
 }
 
-_DIALECT = Dialect.get_or_raise("duckdb")
-
-#: Tokens that open a nesting level of the parser, and those that close one.
-_OPENING = frozenset({TokenType.L_PAREN, TokenType.CASE})
-_CLOSING = frozenset({TokenType.R_PAREN, TokenType.END})
-#: Prefix operators: each one in a row nests the parser one level deeper.
-_PREFIX = frozenset({TokenType.NOT, TokenType.DASH, TokenType.PLUS, TokenType.TILDE})
-#: Tokens after which ``-`` and ``+`` are binary operators, not prefixes.
-_OPERAND_ENDS = frozenset(
-    {
-        TokenType.VAR,
-        TokenType.IDENTIFIER,
-        TokenType.NUMBER,
-        TokenType.STRING,
-        TokenType.R_PAREN,
-        TokenType.END,
-        TokenType.NULL,
-        TokenType.TRUE,
-        TokenType.FALSE,
-    }
-)
-#: Wrapper levels of a parsed SELECT around its expressions (SELECT, alias, column name).
-_TREE_WRAPPERS = 3
-_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
-_PARSE_FAILURE = "The SQL could not be parsed"
-
 
 def parse_sql(sql: str, metadata: Metadata) -> builder.Query:
     """Parse one SELECT statement into a :class:`~dpcurator.query.builder.Query`.
@@ -152,115 +93,13 @@ def parse_sql(sql: str, metadata: Metadata) -> builder.Query:
     return _Translator(metadata).select(parse_select(sql))
 
 
-def parse_select(sql: str) -> exp.Select:
-    """The one SELECT statement of ``sql``, checked against the text's limits (see
-    :func:`parse_sql`), not yet translated."""
-    if not isinstance(sql, str) or not sql.strip():
-        raise fail("sql", "query", "a non-empty SQL string", sql)
-    check_at_most("The SQL text length", len(sql), "MAX_SQL_LENGTH", MAX_SQL_LENGTH)
-    tokens = _tokenize(sql)
-    _check_token_nesting(tokens)
-    statements = _parse(tokens, sql)
-    if len(statements) != 1:
-        raise UnsupportedQueryError(
-            f"Exactly one SQL statement is accepted; got {len(statements)} (stacked statements "
-            "are refused)."
-        )
-    statement = statements[0]
-    if not isinstance(statement, exp.Select):
-        first = tokens[0]
-        if first.token_type in (TokenType.VAR, TokenType.IDENTIFIER):
-            raise UnsupportedQueryError(
-                f"Only SELECT queries are accepted; the text starts with {first.text!r}, which "
-                "is not a SQL keyword (check the spelling of SELECT)."
-            )
-        raise UnsupportedQueryError(
-            f"Only SELECT queries are accepted; got a {statement.key.upper()} statement."
-        )
-    tree: exp.Expr = statement
-    check_depth(tree, _tree_children, slack=_TREE_WRAPPERS)
-    return statement
-
-
 def from_table(node: exp.Select, metadata: Metadata) -> str:
     """The private table a SELECT reads: the metadata's table (anything else is refused)."""
     return _Translator(metadata)._table(node)
 
 
-def _clean(text: str) -> str:
-    """sqlglot's message without terminal colour codes, on one line."""
-    return " ".join(_ANSI_ESCAPE.sub("", text).split())
-
-
-def _tokenize(sql: str) -> list[Token]:
-    try:
-        tokens: list[Token] = _DIALECT.tokenize(sql)
-    except TokenError as exc:
-        raise UnsupportedQueryError(
-            f"{_PARSE_FAILURE}: it has an unterminated string or quoted name, or a character "
-            f"outside SQL ({_clean(str(exc))[:200]})."
-        ) from exc
-    if not tokens:
-        raise UnsupportedQueryError(f"{_PARSE_FAILURE}: it holds no SQL statement.")
-    return tokens
-
-
-def _check_token_nesting(tokens: list[Token]) -> None:
-    """Refuse nesting beyond MAX_EXPRESSION_DEPTH from the tokens alone: parentheses, CASE and
-    runs of prefix operators (NOT, unary minus) are what the parser recurses on."""
-    bases = [0]
-    run = 0
-    previous: TokenType | None = None
-    for token in tokens:
-        kind = token.token_type
-        if kind in _PREFIX and (kind == TokenType.NOT or previous not in _OPERAND_ENDS):
-            run += 1
-        elif kind in _OPENING:
-            bases.append(bases[-1] + run + 1)
-            run = 0
-        elif kind in _CLOSING:
-            if len(bases) > 1:
-                bases.pop()
-            run = 0
-        else:
-            run = 0
-        if bases[-1] + run > MAX_EXPRESSION_DEPTH:
-            raise depth_exceeded()
-        previous = kind
-
-
-def _parse(tokens: list[Token], sql: str) -> list[exp.Expr]:
-    try:
-        parsed = _DIALECT.parser().parse(tokens, sql)
-    except ParseError as exc:
-        detail = exc.errors[0] if exc.errors else {}
-        where = f" at line {detail.get('line')}, column {detail.get('col')}" if detail else ""
-        description = _clean(str(detail.get("description", exc)))
-        raise UnsupportedQueryError(f"{_PARSE_FAILURE}{where}: {description}.") from exc
-    except RecursionError:  # only when the caller's own stack is already deep
-        raise depth_exceeded() from None
-    except Exception as exc:  # sqlglot raises assorted errors on malformed text
-        raise UnsupportedQueryError(
-            f"{_PARSE_FAILURE} ({type(exc).__name__}); check the syntax of the query."
-        ) from exc
-    return [statement for statement in parsed if statement is not None]
-
-
-def _tree_children(node: exp.Expr) -> Iterable[tuple[exp.Expr, int]]:
-    """Children of a parsed node with the depth each adds: parentheses and CASE branches add
-    none (their content is the level), nor does an operand of the same AND or OR chain."""
-    chain = isinstance(node, exp.And | exp.Or)
-    for child in node.iter_expressions():
-        same = chain and type(child) is type(node)
-        yield child, 0 if same or isinstance(child, exp.Paren | exp.If) else 1
-
-
-class _Translator:
+class _Translator(ExpressionTranslator):
     """Translate one sqlglot SELECT tree (a new instance per query)."""
-
-    def __init__(self, metadata: Metadata) -> None:
-        self.metadata = metadata
-        self.alias: str | None = None
 
     def select(self, node: exp.Select) -> builder.Query:
         self._refuse_constructs(node)
@@ -411,27 +250,27 @@ class _Translator:
             return maker(value, lower=lower, upper=upper)
         if isinstance(node, exp.Quantile):
             value, lower, upper = self._clamped(node.this)
-            p = self._number(node.args["quantile"])
+            p = self.number(node.args["quantile"])
             return builder.quantile(value, p, lower=lower, upper=upper)
         if isinstance(node, exp.WithinGroup) and isinstance(node.this, exp.PercentileCont):
             order = node.expression
             if not isinstance(order, exp.Order) or len(order.expressions) != 1:
                 raise UnsupportedQueryError("PERCENTILE_CONT needs WITHIN GROUP (ORDER BY x).")
             value, lower, upper = self._clamped(order.expressions[0].this)
-            p = self._number(node.this.this)
+            p = self.number(node.this.this)
             return builder.quantile(value, p, lower=lower, upper=upper)
         if isinstance(node, exp.Anonymous) and node.name.lower() == "histogram":
             args = node.expressions
             if len(args) != 4:
                 raise UnsupportedQueryError("HISTOGRAM takes (x, lower, upper, bins).")
-            bins = self._number(args[3])
+            bins = self.number(args[3])
             if not float(bins).is_integer():
                 raise UnsupportedQueryError(f"HISTOGRAM bins must be an integer; got {bins}.")
             return builder.histogram(
                 builder.Expression(self._value(args[0])),
                 int(bins),
-                lower=self._number(args[1]),
-                upper=self._number(args[2]),
+                lower=self.number(args[1]),
+                upper=self.number(args[2]),
             )
         if isinstance(node, exp.Variance | exp.VariancePop | exp.StddevPop | exp.PercentileDisc):
             raise UnsupportedQueryError(f"{node.key.upper()} is not supported.")
@@ -477,151 +316,10 @@ class _Translator:
     ) -> tuple[builder.Expression, float | None, float | None]:
         """An aggregate's argument, with the bounds of ``CLAMP(x, lower, upper)`` when the
         whole argument is one (the aggregate then clamps its values to these public bounds)."""
-        if not _is_clamp(node):
+        if not is_clamp(node):
             return builder.Expression(self._value(node)), None, None
         args = node.expressions
         if len(args) != 3:
             raise UnsupportedQueryError("CLAMP takes (x, lower, upper).")
         value = builder.Expression(self._value(args[0]))
-        return value, self._number(args[1]), self._number(args[2])
-
-    def _number(self, node: exp.Expression) -> float:
-        value = self.expr(node)
-        if not isinstance(value, ir.Lit) or isinstance(value.value, bool | str | None):
-            raise UnsupportedQueryError(f"Expected a numeric literal; got {node.sql()!r}.")
-        return float(value.value)
-
-    # ------------------------------------------------------------------------------------------
-    # Row-level expressions
-
-    def expr(self, node: exp.Expression) -> ir.Expr:
-        if isinstance(node, exp.Paren):
-            return self.expr(node.this)
-        leaf = self._leaf(node)
-        if leaf is not None:
-            return leaf
-        op = _ARITHMETIC.get(type(node))
-        if op is not None:
-            return ir.BinOp(op, self.expr(node.this), self.expr(node.expression))
-        cmp = _COMPARISON.get(type(node))
-        if cmp is not None:
-            return ir.Compare(cmp, self.expr(node.this), self.expr(node.expression))
-        name = _FUNCTIONS.get(type(node))
-        if name is not None:
-            return self._function(name, node)
-        return self._logic(node)
-
-    def _leaf(self, node: exp.Expression) -> ir.Expr | None:
-        if isinstance(node, exp.Column):
-            return self._column(node)
-        if isinstance(node, exp.Literal):
-            return _literal(node.this if node.is_string else _parse_number(node.this))
-        if isinstance(node, exp.Boolean):
-            return ir.Lit(bool(node.this))
-        if isinstance(node, exp.Null):
-            return ir.Lit(None)
-        if isinstance(node, exp.Neg):
-            if isinstance(node.this, exp.Literal) and not node.this.is_string:
-                return _literal(-_parse_number(node.this.this))  # -9223372036854775808 fits
-            return ir.BinOp("-", ir.Lit(0), self.expr(node.this))
-        return None
-
-    def _logic(self, node: exp.Expression) -> ir.Expr:
-        if isinstance(node, exp.And):
-            return ir.And(tuple(self.expr(operand) for operand in _chain(node)))
-        if isinstance(node, exp.Or):
-            return ir.Or(tuple(self.expr(operand) for operand in _chain(node)))
-        if isinstance(node, exp.Not):
-            return ir.Not(self.expr(node.this))
-        if isinstance(node, exp.Is):
-            if not isinstance(node.expression, exp.Null):
-                raise UnsupportedQueryError(f"Only IS [NOT] NULL is supported; got {node.sql()!r}.")
-            return ir.IsNull(self.expr(node.this))
-        if isinstance(node, exp.In):
-            return self._in(node)
-        if isinstance(node, exp.Between):
-            return ir.Between(
-                self.expr(node.this), self.expr(node.args["low"]), self.expr(node.args["high"])
-            )
-        if isinstance(node, exp.Case):
-            return self._case(node)
-        if _is_clamp(node):
-            raise UnsupportedQueryError(
-                "CLAMP(x, lower, upper) is supported only as the whole argument of an aggregate, "
-                "e.g. SUM(CLAMP(x, 0, 100))."
-            )
-        raise UnsupportedQueryError(
-            f"The SQL construct {node.sql()!r} ({node.key}) is not supported."
-        )
-
-    def _column(self, node: exp.Column) -> ir.Expr:
-        if node.table and node.table.lower() not in {
-            (self.alias or "").lower(),
-            self.metadata.table.lower(),
-        }:
-            raise UnsupportedQueryError(f"Unknown table qualifier in {node.sql()!r}.")
-        if isinstance(node.this, exp.Star):
-            raise UnsupportedQueryError("SELECT * is not supported: ask for aggregates.")
-        return ir.Col(self.metadata.column(node.name).name)
-
-    def _in(self, node: exp.In) -> ir.Expr:
-        if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
-            raise UnsupportedQueryError("IN (subquery) is not supported.")
-        values = []
-        for item in node.expressions:
-            value = self.expr(item)
-            if not isinstance(value, ir.Lit):
-                raise UnsupportedQueryError(f"IN accepts literal values only; got {item.sql()!r}.")
-            values.append(value.value)
-        return ir.In(self.expr(node.this), tuple(values))
-
-    def _case(self, node: exp.Case) -> ir.Expr:
-        whens: tuple[tuple[ir.Expr, ir.Expr], ...]
-        if node.this is not None:
-            subject = self.expr(node.this)
-            whens = tuple(
-                (ir.Compare("=", subject, self.expr(i.this)), self.expr(i.args["true"]))
-                for i in node.args["ifs"]
-            )
-        else:
-            whens = tuple((self.expr(i.this), self.expr(i.args["true"])) for i in node.args["ifs"])
-        default = node.args.get("default")
-        return ir.Case(whens, None if default is None else self.expr(default))
-
-    def _function(self, name: ir.FunctionName, node: exp.Expression) -> ir.Expr:
-        if name == "round" and node.args.get("decimals") is not None:
-            raise UnsupportedQueryError("ROUND with a number of decimals is not supported.")
-        args = [self.expr(node.this)]
-        args.extend(self.expr(e) for e in node.expressions)
-        return ir.Func(name, tuple(args))
-
-
-def _parse_number(text: str) -> int | float:
-    try:
-        return int(text)
-    except ValueError:
-        return float(text)
-
-
-def _literal(value: ir.ScalarValue) -> ir.Lit:
-    """A literal, refused at once when no engine can bind it (beyond int64, not finite)."""
-    literal_type(value)
-    return ir.Lit(value)
-
-
-def _is_clamp(node: exp.Expression) -> bool:
-    return isinstance(node, exp.Anonymous) and node.name.lower() == "clamp"
-
-
-def _chain(node: exp.And | exp.Or) -> list[exp.Expression]:
-    """The operands of a chain ``a AND b AND c`` (one node type), left to right, without
-    recursion (sqlglot nests a long chain as deep as it is long)."""
-    operands: list[exp.Expression] = []
-    stack: list[exp.Expression] = [node]
-    while stack:
-        current = stack.pop()
-        if type(current) is type(node):
-            stack.extend((current.expression, current.this))
-        else:
-            operands.append(current)
-    return operands
+        return value, self.number(args[1]), self.number(args[2])

@@ -23,7 +23,8 @@ from sqlglot import exp
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.query.fit import FitRequest
 from dpcurator.query.schema import Metadata
-from dpcurator.query.sql import FIT_FUNCTIONS, from_table, parse_select
+from dpcurator.query.sql import FIT_FUNCTIONS, from_table
+from dpcurator.query.sql_text import parse_select
 
 #: A cheap test on the text before parsing: most queries name no fit and skip the parser here.
 _FIT_CALL = re.compile(rf"\b(?:{'|'.join(FIT_FUNCTIONS)})\s*\(", re.IGNORECASE)
