@@ -240,3 +240,18 @@ def test_rho_costs_and_concentrated_accounting() -> None:
     assert (event.epsilon, event.epsilon_delta) == (Fraction(0.2), Fraction(1e-7))
     assert event.rho > 0
     assert event.delta == 0
+
+
+def test_automatic_choice_falls_back_to_laplace_when_no_gaussian_fits() -> None:
+    """At ε = 1e-9 (the documented minimum) and δ = 1e-10 no ρ is left for a Gaussian: the
+    automatic plan is Laplace and says why, where a refusal would lose a query Laplace answers;
+    asking for the Gaussian by name is refused, free."""
+    session = _session(ENGINES["memory"].open(demo_frame()))
+    sql = "SELECT age, COUNT(*) AS n FROM people GROUP BY age"
+    plan = session.plan(sql, epsilon=1e-9, delta=1e-10)
+    assert isinstance(plan.outputs[0].parts[0].mechanism, Laplace)
+    assert plan.noise == (
+        "discrete Laplace (automatic): no discrete Gaussian can be built at this cost"
+    )
+    with pytest.raises(ParameterError, match="epsilon"):
+        session.plan(sql, epsilon=1e-9, delta=1e-10, noise="gaussian")
