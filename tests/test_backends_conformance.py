@@ -598,19 +598,12 @@ def test_bounding_columns_serve_the_plans_they_match(
     assert "__dp_bk" in build_query(within, None, backend._hidden[within.table])[0]
 
 
-def test_private_copy_is_clustered_by_key_codes(backends: Callable[[str, str], Backend]) -> None:
-    """The duckdb_fixed private copy is stored in key-code order (smallest key set first), and
-    plans grouped by key codes only are paced: the conformance plans above run that path."""
+def test_plans_grouped_by_key_codes_are_paced(backends: Callable[[str, str], Backend]) -> None:
+    """On the duckdb_fixed private copy, plans grouped by key codes only are paced: the
+    conformance plans above run that path."""
     backend = backends("duckdb_fixed", "pums")
     assert isinstance(backend, DuckDBBackend)
     hidden = backend._hidden["pums"]
-    codes = sorted(hidden.key_codes.values(), key=lambda named: len(named[1].keys))
-    assert len(codes) >= 2
-    names = ", ".join(f'"{name}"' for name, _ in codes)
-    relation = backend._relations.get("pums", "pums")
-    stored = backend._connection.execute(f'SELECT {names} FROM "{relation}"').fetchall()
-    assert len(stored) >= 1000
-    assert stored == sorted(stored, key=lambda row: tuple((v is None, v or 0) for v in row))
     grouped = [plan for plan in PLANS.values() if plan.table == "pums" and plan.group_by]
     paced_plans = [plan for plan in grouped if paced(plan, hidden)]
     assert paced_plans

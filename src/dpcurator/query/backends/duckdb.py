@@ -71,18 +71,6 @@ _INTEGER_TEXT = r"\s*[+-]?[0-9]+\s*"  # DuckDB would round '1.5' to 2: text must
 CUBE_CELLS = 65_536
 
 
-def _clustering(hidden: Hidden) -> str:
-    """``ORDER BY`` the key-code columns, smallest key set first ('' when there are none).
-
-    A private copy stored clustered by its public-key codes is aggregated by those codes in long
-    runs of equal values (DuckDB's perfect-hash GROUP BY then costs about 40% less CPU on the
-    service benchmark's mix) and lets zone maps skip row groups for filters on key columns. The
-    order depends on public metadata only, and no exact aggregate depends on the row order.
-    """
-    codes = sorted(hidden.key_codes.values(), key=lambda named: len(named[1].keys))
-    return " ORDER BY " + ", ".join(quote(name) for name, _ in codes) if codes else ""
-
-
 def _cube_dimensions(coded: list[KeyCodeColumn]) -> frozenset[str]:
     """The key-code columns a :class:`Cube` is built over: fewest keys first, while the number
     of cells (keys + 1 for NULL, per column, multiplied) stays within :data:`CUBE_CELLS`."""
@@ -312,7 +300,13 @@ class DuckDBBackend:
         temporary: bool,
     ) -> None:
         """Create the table ``target`` from ``source`` with ``casts`` applied (DomainError) and
-        the fixed-point and key-code columns of ``table`` added."""
+        the fixed-point and key-code columns of ``table`` added, in one pass over the source.
+
+        The copy is stored in the source's order, not sorted by key code: that sort more than
+        doubled the open (10^7 rows: 1.6 s of CPU against 0.7 s; raw DuckDB's load 0.4 s) and
+        saved about 20 ms of CPU per filtered row-level GROUP BY on key codes and 10% of a
+        filtered user-level query (unfiltered grouped counts and sums are read from the cube),
+        so it paid only after some 40 such queries (``benchmarks/open_table.py``)."""
         expressions = {name: _cast(name, kind, types[name]) for name, kind in casts.items()}
         replaced = ", ".join(f"{sql} AS {quote(name)}" for name, sql in expressions.items())
         columns = f"* REPLACE ({replaced})" if replaced else "*"
@@ -333,7 +327,6 @@ class DuckDBBackend:
                 )
             select = f"SELECT __dp_row.*, {', '.join(codes)} FROM ({select}) AS __dp_row"
             select += "".join(joins)
-        select += _clustering(hidden)
         kind = "TEMPORARY TABLE" if temporary else "TABLE"
         try:
             with _step(table, _copy_step(hidden, casts)):
@@ -360,8 +353,7 @@ class DuckDBBackend:
         """Add the bounding column ``name`` to the private copy of ``table`` (once; the caller
         holds the lock): FALSE everywhere, then TRUE on the rows that ``spec`` keeps, found by
         the same one-sort ranking as a query's own bounding (:meth:`.SqlBuilder.bounding`, over
-        the converted columns and the key codes). An UPDATE keeps the copy's key-code clustering
-        and needs no second copy of the table.
+        the converted columns and the key codes). An UPDATE needs no second copy of the table.
 
         Which plans trigger it, and when, depends on the plans and the metadata only
         (:func:`~.duckdb_query.precomputed_bounding`); the rows kept are those the plan's own
