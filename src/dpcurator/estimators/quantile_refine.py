@@ -14,6 +14,11 @@ inputs and earlier DP outputs only:
 3. optionally a (1-α) interval (:class:`IntervalPlan`) from discrete Laplace counts around the
    final edge.
 
+Which levels: :func:`choose_levels`, a public rule of ε·n-free inputs (ε, the bounds): two levels
+by default, one level of evenly spaced candidates when ε is small (the refinement's second level
+then costs more than it gains). Integer data whose range fits unit bins (``integer=True``) has one
+level choosing among the integers (bin centres, :mod:`dpcurator.estimators.quantiles`).
+
 Scores (edges, not bin centres, so that a candidate's score measures the rank distance of the
 value it would release). For an edge e with L values below it among n, the target (0-indexed)
 rank is ρ = p·(n - 1) and e is a perfect answer when ρ < L <= ρ + 1 (it separates the order
@@ -27,19 +32,25 @@ by r. Each level is ε_l-DP (permute-and-flip with that sensitivity), the interv
 release is ε-DP with ε = Σ ε_l + ε_ci by basic composition.
 
 Interval (noise only: it covers the empirical quantile of the clamped values the engine counted,
-not the population quantile). With the final edge e_k, the counts L (values below e_k), U
-(values at or above) and disjoint shells of final-level bins doubling in width on each side get
-discrete Laplace noise (each value is in L or U and in at most one shell: L1 sensitivity 2r).
-Every noisy count is within its (1 - α/N) half-width τ of the truth with probability >= 1 - α
-(union bound over the N counts). The lower end is the nearest edge e_{k-m} whose shells are
-certain (after subtracting τ per shell) to hold enough values that at most ⌊ρ⌋ values lie below
-it, given the bounds on L and U; the upper end likewise; where no shell suffices the interval
-extends to the public bound. So on that event the interval holds x_(⌊ρ⌋) and x_(⌈ρ⌉), hence the
-linearly interpolated quantile.
+not the population quantile). With the final pivot edge e_k, the counts L (values below e_k), U
+(values at or above) and disjoint shells of final-level bins (widths w, w, 2w, 4w, ... on each
+side) get discrete Laplace noise (each value is in L or U and in at most one shell: L1
+sensitivity 2r). The lower end is the farthest-in edge e_s whose shells S_m (the first m shells
+below e_k) hold enough values that at most ⌊ρ⌋ values lie below it: L - S_m <= p·(L + U - 1),
+i.e. D_m = S_m - (1-p)·L + p·U - p >= 0. Its noisy version D̃_m = D_m + N_m, where N_m is a sum of
+m + 2 independent discrete Laplace variables (weights 1, ..., 1, 1-p, p), is tested against one
+tail bound t_m of that SUM (a Chernoff bound from the discrete Laplace moment generating
+function, or the union bound over the m + 2 counts when smaller) at level α/(2M) for M shells
+per side: D̃_m - t_m >= 0 implies D_m >= 0 except with probability α/(2M). The upper end likewise
+(L + S'_m >= ρ + 2 suffices for ⌈ρ⌉ + 1 values below it). Where no shell suffices, the interval
+extends to the public bound. By the union bound over the 2M tests the interval holds x_(⌊ρ⌋) and
+x_(⌈ρ⌉), hence the linearly interpolated quantile, with probability >= 1 - α.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -52,6 +63,7 @@ from dpcurator.core.numbers import to_fraction
 from dpcurator.estimators.quantiles import (
     DEFAULT_MAX_BINS,
     QuantileBins,
+    quantile_scores,
     rational_level,
     select_quantile_bin,
 )
@@ -66,11 +78,21 @@ DEFAULT_LEVELS: tuple[tuple[Fraction, int, int], ...] = (
     (Fraction(4, 5), 16, 2048),
 )
 
+#: One level of evenly spaced candidates (the 1,025 edges of 1,024 bins), for small ε.
+ONE_LEVEL: tuple[tuple[Fraction, int, int], ...] = ((Fraction(1), 0, 1024),)
+
+#: Below this ε (of the selection), :func:`choose_levels` picks :data:`ONE_LEVEL`.
+ONE_LEVEL_BELOW = Fraction(1, 5)
+
 #: Share of a quantile's ε spent on its interval when one is asked for.
 DEFAULT_INTERVAL_SHARE = Fraction(1, 5)
 
 #: Width, in final-level bins, of the two innermost shells of the interval (then doubling).
 SHELL_WIDTH = 16
+
+#: A refined level's bins must be wider than this fraction of the bounds' magnitude (float
+#: edges stay distinct); otherwise :func:`choose_levels` keeps one level.
+_MIN_RELATIVE_WIDTH = 2.0**-40
 
 #: Counts the values of one public histogram (a numpy bincount, or an engine's GROUP BY bin).
 Counter = Callable[[QuantileBins], npt.NDArray[np.int64]]
@@ -92,6 +114,47 @@ def edge_scores(
     return np.array(scores, dtype=np.int64), 2 * rows_per_person * max(num, den - num)
 
 
+def choose_levels(
+    epsilon: object, lower: float, upper: float
+) -> tuple[tuple[Fraction, int, int], ...]:
+    """The levels of a quantile from public inputs only (never the data): :data:`ONE_LEVEL` when
+    the selection's ε is below :data:`ONE_LEVEL_BELOW` (the refined level would land outside its
+    neighbourhood too often) or when refined bins would be too narrow for float edges, else
+    :data:`DEFAULT_LEVELS`."""
+    if to_fraction(epsilon) < ONE_LEVEL_BELOW:
+        return ONE_LEVEL
+    magnitude = max(abs(float(lower)), abs(float(upper)))
+    (_, _, coarse), (_, half_width, fine) = DEFAULT_LEVELS
+    finest = (float(upper) - float(lower)) / coarse * 2 * half_width / fine
+    if finest <= magnitude * _MIN_RELATIVE_WIDTH:
+        return ONE_LEVEL
+    return DEFAULT_LEVELS
+
+
+@functools.lru_cache(maxsize=4096)
+def summed_noise_threshold(scale: Fraction, shells: int, p: Fraction, level: float) -> float:
+    """A t with P[N > t] <= ``level`` for N = Z_1 + ... + Z_m + (1-p)·Z_L + p·Z_U, independent
+    discrete Laplace(``scale``) variables, m = ``shells``: the smaller of the Chernoff bound
+    min_λ (K(λ) + ln(1/level)) / λ over a grid of λ in (0, 1/scale), K the cumulant generating
+    function of N, and the union bound (m + 1)·τ with τ the (1 - level/(m+2)) two-sided bound
+    of one variable. Public inputs only."""
+    a = 1 / float(scale)
+    lam = a * np.linspace(0.001, 0.999, 999)
+
+    def log_mgf(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        # E[e^{xZ}] = (1-q)^2 / ((1-q e^x)(1-q e^-x)), q = e^-a, for |x| < a
+        return np.asarray(
+            2 * np.log(-np.expm1(-a)) - np.log(-np.expm1(x - a)) - np.log(-np.expm1(-x - a)),
+            np.float64,
+        )
+
+    pf = float(p)
+    cumulant = shells * log_mgf(lam) + log_mgf((1 - pf) * lam) + log_mgf(pf * lam)
+    chernoff = float(np.min((cumulant + math.log(1 / level)) / lam))
+    union = (shells + 1) * Laplace(scale).ci_halfwidth(level / (shells + 2))
+    return min(chernoff, union)
+
+
 @dataclass(frozen=True)
 class Level:
     """One selection: ``bins`` equal-width bins over ± ``half_width`` bins of the previous level
@@ -110,22 +173,25 @@ class IntervalPlan:
     shells: int
     alpha: float
 
-    @property
-    def halfwidth(self) -> float:
-        """τ: every one of the 2 + 2·shells counts is within τ with probability 1 - α/N."""
-        return self.laplace.ci_halfwidth(self.alpha / (2 + 2 * self.shells))
+    def thresholds(self, p: Fraction, alpha: float | None = None) -> list[float]:
+        """t_m for m = 1..shells: the tail bounds of the summed noise at α/(2·shells)."""
+        level = (self.alpha if alpha is None else alpha) / (2 * self.shells)
+        scale = self.laplace.scale
+        return [summed_noise_threshold(scale, m, p, level) for m in range(1, self.shells + 1)]
 
 
 @dataclass(frozen=True)
 class RefinedQuantile:
     """The public plan of one refined quantile (a function of p, ε, bounds and r only, so a plan
-    can build it, and be refused, before anything is charged)."""
+    can build it, and be refused, before anything is charged). ``unit``: one level choosing
+    among the integers (bin centres of unit bins)."""
 
     p: Fraction
     lower: float
     upper: float
     levels: tuple[Level, ...]
     interval: IntervalPlan | None
+    unit: bool = False
 
     @classmethod
     def plan(
@@ -137,97 +203,138 @@ class RefinedQuantile:
         *,
         rows_per_person: int = 1,
         alpha: float | None = None,
+        integer: bool = False,
         interval_share: Fraction = DEFAULT_INTERVAL_SHARE,
-        levels: tuple[tuple[Fraction, int, int], ...] = DEFAULT_LEVELS,
+        levels: tuple[tuple[Fraction, int, int], ...] | None = None,
     ) -> RefinedQuantile:
-        """Split ``epsilon`` over the levels (and the interval when ``alpha`` is given)."""
+        """Split ``epsilon`` over the levels (and the interval when ``alpha`` is given); levels
+        default to :func:`choose_levels`; ``integer`` data whose bounds fit
+        :data:`DEFAULT_MAX_BINS` unit bins gets one level over the integers."""
         level = rational_level(p)
         eps = to_fraction(epsilon)
         if not float(lower) < float(upper):
             raise fail("RefinedQuantile.plan", "upper", f"> lower ({lower})", upper)
         check_int("RefinedQuantile.plan", "rows_per_person", rows_per_person, minimum=1)
-        if sum(share for share, _, _ in levels) != 1:
-            raise fail("RefinedQuantile.plan", "levels", "shares summing to 1", levels)
         interval = None
         selection = eps
-        last_bins = levels[-1][2]
+        unit_bins = QuantileBins.for_bounds(lower, upper, integer=integer)
+        unit = unit_bins.lower != float(lower)
+        if unit:
+            levels = ((Fraction(1), 0, unit_bins.bins),)
+        elif levels is None:
+            share = 1 - interval_share if alpha is not None else Fraction(1)
+            levels = choose_levels(eps * share, lower, upper)
+        if sum(share for share, _, _ in levels) != 1:
+            raise fail("RefinedQuantile.plan", "levels", "shares summing to 1", levels)
         if alpha is not None:
             a = float(check_probability("quantile", "alpha", alpha, open_low=True, open_high=True))
             selection = eps * (1 - interval_share)
             laplace = Laplace.for_epsilon(eps * interval_share, 2 * rows_per_person)
-            shells = max(1, (last_bins // SHELL_WIDTH).bit_length())
+            shells = max(1, (levels[-1][2] // SHELL_WIDTH).bit_length())
             interval = IntervalPlan(laplace, shells, a)
-        sensitivity = (
-            2 * rows_per_person * max(level.numerator, level.denominator - level.numerator)
-        )
+        factor = 1 if unit else 2  # centre scores (quantiles.py) or edge scores (above)
+        num, den = level.numerator, level.denominator
+        sensitivity = factor * rows_per_person * max(num, den - num)
         planned = tuple(
             Level(
                 half_width,
                 check_int("RefinedQuantile.plan", "bins", bins, minimum=2),
-                PermuteAndFlip(selection * share, sensitivity, bins + 1 if i == 0 else bins - 1),
+                PermuteAndFlip(
+                    selection * share,
+                    sensitivity,
+                    bins if unit else bins + 1 if i == 0 else bins - 1,
+                ),
             )
             for i, (share, half_width, bins) in enumerate(levels)
         )
-        return cls(level, float(lower), float(upper), planned, interval)
+        return cls(level, float(lower), float(upper), planned, interval, unit)
+
+    def first_bins(self) -> QuantileBins:
+        """The public bins of the first level (unit bins around the integers when ``unit``)."""
+        if self.unit:
+            return QuantileBins(self.lower - 0.5, self.upper + 0.5, self.levels[0].bins)
+        return QuantileBins(self.lower, self.upper, self.levels[0].bins)
+
+    def select(self, level: int, counts: npt.ArrayLike, rng: Rng | None) -> int:
+        """The index chosen at ``level`` from its histogram: a bin (``unit``), an edge of the
+        first level, or an interior edge of a later level (the outer edges of a neighbourhood
+        do not know the values clamped into its first and last bins)."""
+        mechanism = self.levels[level].mechanism
+        if self.unit:
+            return mechanism.select(quantile_scores(counts, self.p)[0], rng)
+        scores, _ = edge_scores(counts, self.p)
+        if level:
+            return 1 + mechanism.select(scores[1:-1], rng)
+        return mechanism.select(scores, rng)
+
+    def next_bins(self, bins: QuantileBins, index: int, level: int) -> QuantileBins:
+        """The bins of ``level`` (>= 1) around edge ``index`` of the previous level's ``bins``:
+        ± half-width bins, shifted inside [lower, upper] (see :func:`_neighbourhood`)."""
+        return _neighbourhood(bins, index, self.levels[level], self.lower, self.upper)
+
+    def finish(
+        self,
+        bins: QuantileBins,
+        counts: npt.ArrayLike,
+        index: int,
+        rng: Rng | None,
+        alpha: float | None = None,
+    ) -> tuple[float, float | None, float | None]:
+        """The released value from the last level's choice and, when planned, its (1-α)
+        interval (``alpha`` overrides the planned level)."""
+        value = float(bins.centres()[index] if self.unit else _edges(bins)[index])
+        if self.interval is None:
+            return value, None, None
+        exact = np.asarray(counts, dtype=np.int64).reshape(-1)
+        low, high = self._interval(bins, exact, index, rng, alpha)
+        if self.unit:  # integer values: the interval's ends round inwards
+            low, high = float(math.ceil(low)), float(math.floor(high))
+        return value, min(low, value), max(high, value)
 
     def run(
-        self, count: Counter, rng: Rng | None = None
+        self, count: Counter, rng: Rng | None = None, alpha: float | None = None
     ) -> tuple[float, float | None, float | None]:
         """The released value and, when planned, its (1-α) interval (else None, None)."""
-        bins = QuantileBins(self.lower, self.upper, self.levels[0].bins)
-        index, counts = self._select(bins, count(bins), self.levels[0], rng, interior=False)
-        for level in self.levels[1:]:
-            bins = _neighbourhood(bins, index, level, self.lower, self.upper)
-            index, counts = self._select(bins, count(bins), level, rng, interior=True)
-        value = _edges(bins)[index]
-        if self.interval is None:
-            return float(value), None, None
-        low, high = self._interval(bins, counts, index, rng)
-        return float(value), low, high
+        bins = self.first_bins()
+        counts = count(bins)
+        index = self.select(0, counts, rng)
+        for level in range(1, len(self.levels)):
+            bins = self.next_bins(bins, index, level)
+            counts = count(bins)
+            index = self.select(level, counts, rng)
+        return self.finish(bins, counts, index, rng, alpha)
 
-    def _select(
+    def _interval(
         self,
         bins: QuantileBins,
         counts: npt.NDArray[np.int64],
-        level: Level,
+        k: int,
         rng: Rng | None,
-        *,
-        interior: bool,
-    ) -> tuple[int, npt.NDArray[np.int64]]:
-        """The chosen edge and the counts (interior edges only after the first level: the outer
-        edges of a neighbourhood do not know the values clamped into its first and last bins)."""
-        scores, _ = edge_scores(counts, self.p)
-        if interior:
-            return 1 + level.mechanism.select(scores[1:-1], rng), counts
-        return level.mechanism.select(scores, rng), counts
-
-    def _interval(
-        self, bins: QuantileBins, counts: npt.NDArray[np.int64], k: int, rng: Rng | None
+        alpha: float | None,
     ) -> tuple[float, float]:
         assert self.interval is not None  # only called when planned
         plan, edges = self.interval, _edges(bins)
         below = _shells(k, -1, 1, plan.shells)  # bin ranges [start, stop) going down
         above = _shells(k, 1, bins.bins - 1, plan.shells)
-        exact = [int(counts[:k].sum()), int(counts[k:].sum())]
-        exact += [int(counts[a:b].sum()) for a, b in below + above]
-        noisy = [int(v) for v in plan.laplace.release_integers(np.array(exact, np.int64), rng)]
-        tau = plan.halfwidth
+        ints = [int(c) for c in counts]  # Python ints: no int64 wrap-around in the sums
+        exact = [sum(ints[:k]), sum(ints[k:])]
+        exact += [sum(ints[a:b]) for a, b in below + above]
+        clamped = np.array([min(max(v, 0), 2**62) for v in exact], np.int64)  # total
+        noisy = [int(v) for v in plan.laplace.release_integers(clamped, rng)]
+        thresholds = plan.thresholds(self.p, alpha)
         p = float(self.p)
         n_below, n_above, shells = noisy[0], noisy[1], noisy[2:]
-        # Upper bounds of (1-p)L - pU and pU - (1-p)L on the event that every count is within τ.
-        excess = (1 - p) * n_below - p * n_above + tau
-        deficit = p * n_above - (1 - p) * n_below + tau
         low, high = self.lower, self.upper
         total = 0.0
         for j, (start, _) in enumerate(below):
-            total += shells[j] - tau
-            if total >= excess + p + 1:
+            total += shells[j]
+            if total - thresholds[j] >= (1 - p) * n_below - p * n_above + p:
                 low = float(edges[start])
                 break
         total = 0.0
         for j, (_, stop) in enumerate(above):
-            total += shells[len(below) + j] - tau
-            if total >= deficit - p + 2:
+            total += shells[len(below) + j]
+            if total - thresholds[j] >= p * n_above - (1 - p) * n_below - p + 2:
                 high = float(edges[stop])
                 break
         return low, high

@@ -46,7 +46,6 @@ from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
 from dpcurator.core.numbers import to_fraction
 from dpcurator.errors import DomainError, DPError, InternalInvariantError, UnsupportedQueryError
-from dpcurator.estimators.quantiles import QuantileBins
 from dpcurator.mechanisms import (
     Gaussian,
     Laplace,
@@ -67,6 +66,7 @@ from dpcurator.query.plan_facts import (
     unit_grid,
     value_bounds,
 )
+from dpcurator.query.quantile_plan import QuantileStep, first_histogram, plan_step
 from dpcurator.query.schema import Metadata
 from dpcurator.query.split import moment_weights, output_weight, reference_ratio, split
 from dpcurator.query.validation import check_epsilon, check_query
@@ -110,17 +110,6 @@ class NoisyStatistic:
     epsilon: Fraction
     rho: Fraction = Fraction(0)
     l2_squared: int = 0
-
-
-@dataclass(frozen=True)
-class QuantileStep:
-    """A quantile selected by permute-and-flip over the bins of one exact histogram."""
-
-    exact: str
-    bins: QuantileBins
-    p: float
-    epsilon_per_group: Fraction
-    rows_per_person: int
 
 
 @dataclass(frozen=True)
@@ -348,9 +337,7 @@ def _with_share(output: OutputPlan, share: Fraction) -> OutputPlan:
         _noisy(p.exact, p.role, p.sensitivity, p.grid_exponent, p.epsilon * factor)
         for p in output.parts
     )
-    step = output.quantile
-    if step is not None:
-        step = replace(step, epsilon_per_group=step.epsilon_per_group * factor)
+    step = None if output.quantile is None else output.quantile.scaled(factor)
     return replace(output, epsilon=share, parts=parts, quantile=step)
 
 
@@ -482,22 +469,19 @@ def _plan_aggregate(
         edges = histogram_cuts(exact, integer=integer)
         return OutputPlan(name, "histogram", share, (part,), lower, upper, edges=edges), [exact]
     if kind == "quantile":
-        bins_spec = QuantileBins.for_bounds(lower, upper, integer=integer)
-        exact = ir.ExactAggregate(
-            context.name("qhist"),
-            "histogram",
-            expr,
-            bins_spec.lower,
-            bins_spec.upper,
-            None,
-            0,
-            bins_spec.bins,
-        )
         assert aggregate.p is not None  # validated by Aggregate
-        step = QuantileStep(
-            exact.name, bins_spec, aggregate.p, share / context.groups, context.rows
+        step = plan_step(  # refined levels and interval: dpcurator.query.quantile_plan
+            context.name("qhist"),
+            expr,
+            aggregate.p,
+            lower=lower,
+            upper=upper,
+            epsilon_per_group=share / context.groups,
+            rows_per_person=context.rows,
+            integer=integer,
         )
-        return OutputPlan(name, "quantile", share, (), lower, upper, quantile=step), [exact]
+        output = OutputPlan(name, "quantile", share, (), lower, upper, quantile=step)
+        return output, [first_histogram(step)]
     return _plan_moments(aggregate, share, context, (lower, upper), integer=integer, fill=fill)
 
 

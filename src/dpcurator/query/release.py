@@ -15,8 +15,9 @@ Confidence intervals (level 1-α, ``alpha`` default 0.05) cover the exact value 
   interval is conservative: each part gets a (1-α/2) interval and the ratio's range over both
   intervals is reported (union bound), or the full bounds when the count interval reaches 0;
 * variances (sample variance, n-1) and standard deviations: the same with three parts at α/3;
-* quantiles: no value interval (it would need the data); the mechanism record gives the rank error
-  bound of :func:`dpcurator.estimators.quantiles.rank_error`.
+* quantiles: the noise-only interval of :mod:`dpcurator.query.quantile_plan` (it covers the
+  empirical quantile of the counted values; the mechanism record says so and gives the last
+  level's rank error bound, :func:`dpcurator.estimators.quantiles.rank_error`).
 
 Histogram bins are labelled by :mod:`dpcurator.query.histogram`: values outside [lower, upper]
 are counted in the first and last bins, whose labels are open (``<85``, ``>=85``). A Release
@@ -41,11 +42,11 @@ import pandas as pd
 
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
-from dpcurator.estimators.quantiles import rank_error, select_quantile_bin
 from dpcurator.mechanisms import Laplace
 from dpcurator.query import ir, release_view
 from dpcurator.query.histogram import HistogramBin, histogram_bins
 from dpcurator.query.planner import NoisyStatistic, OutputKind, OutputPlan, Plan, plan_event
+from dpcurator.query.quantile_plan import Compute, release_quantiles
 from dpcurator.random import Rng
 
 if TYPE_CHECKING:
@@ -319,13 +320,11 @@ def mechanism_uses(plan: Plan, alpha: float) -> tuple[MechanismUse, ...]:
                 MechanismUse(
                     output.name,
                     "quantile",
-                    "permute-and-flip",
+                    step.describe(),
                     None,
                     float(step.rows_per_person),
                     output.epsilon,
-                    rank_error=rank_error(
-                        step.epsilon_per_group, step.p, step.bins.bins, alpha, step.rows_per_person
-                    ),
+                    rank_error=step.rank_error(alpha),
                 )
             )
     if plan.selection is not None:
@@ -444,12 +443,27 @@ def _noisy(
 
 
 def release_plan(
-    plan: Plan, exact: ir.ExactResult, *, alpha: float, rng: Rng | None = None
+    plan: Plan,
+    exact: ir.ExactResult,
+    *,
+    alpha: float,
+    rng: Rng | None = None,
+    compute: Compute | None = None,
 ) -> Release:
-    """Add the planned noise to exact aggregates and post-process them into a Release."""
+    """Add the planned noise to exact aggregates and post-process them into a Release.
+
+    ``compute`` runs the later levels of refined quantiles (one engine pass per level,
+    :mod:`dpcurator.query.quantile_plan`); without it quantiles stop at their first level."""
     keys = released_keys(plan, exact, rng)
+    steps = {o.name: o.quantile for o in plan.outputs if o.quantile is not None}
+    quantiles = release_quantiles(
+        steps, plan.exact, exact, keys, read=_exact_values, compute=compute, alpha=alpha, rng=rng
+    )
     per_output: list[list[list[Estimate]]] = []  # output -> group -> estimates (columns)
     for output in plan.outputs:
+        if output.name in quantiles:
+            per_output.append([[Estimate(*cell)] for cell in quantiles[output.name]])
+            continue
         per_output.append(_release_output(output, exact, keys, alpha, rng))
     rows = [
         (key, tuple(itertools.chain.from_iterable(columns)))
@@ -498,17 +512,6 @@ def _release_output(
     alpha: float,
     rng: Rng | None,
 ) -> list[list[Estimate]]:
-    if output.quantile is not None:
-        step = output.quantile
-        counts = _exact_values(exact, keys, step.exact, step.bins.bins)
-        centres = step.bins.centres()
-        values = []
-        for row in counts:
-            index = select_quantile_bin(
-                row, step.p, step.epsilon_per_group, rows_per_person=step.rows_per_person, rng=rng
-            )
-            values.append([Estimate(float(centres[index]), None, None)])
-        return values
     if output.kind == "histogram":
         part = output.parts[0]
         noisy = _noisy(part, exact, keys, len(output.edges) - 1, rng)

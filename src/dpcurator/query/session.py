@@ -225,6 +225,7 @@ class Session:
         alpha: float = 0.05,
         rng: Rng | None = None,
         precompute: bool = True,
+        progress: bool | None = None,
     ) -> Session:
         """Open ``source`` (CSV/Parquet path, pandas/polars/pyarrow, DuckDB, Spark) as the table.
 
@@ -248,6 +249,7 @@ class Session:
             engine=engine,
             column_types=metadata.column_types(),
             precomputed=precomputed_columns(metadata) if precompute else None,
+            progress=progress,
         )
         return cls(
             backend,
@@ -415,7 +417,13 @@ class Session:
         reservation = self._filter.reserve(event, description=_describe(query))
         reservation.commit()
         return after_charge(
-            lambda: release_plan(plan, self._compute(plan.exact), alpha=level, rng=self._rng)
+            lambda: release_plan(
+                plan,
+                self._compute(plan.exact),
+                alpha=level,
+                rng=self._rng,
+                compute=self._backend.compute,  # refined quantiles' later levels, uncached
+            )
         )
 
     def sql(
