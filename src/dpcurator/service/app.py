@@ -42,6 +42,7 @@ from dpcurator.service.routes import router
 from dpcurator.service.routes_fit import router as fit_router
 from dpcurator.service.routes_pmw import router as pmw_router
 from dpcurator.service.routes_streams import router as streams_router
+from dpcurator.service.routes_synth import router as synth_router
 
 PROBLEM = "application/problem+json"
 STATIC_DIR = Path(__file__).parent / "static"
@@ -278,6 +279,7 @@ def create_app(
     app.include_router(fit_router)
     app.include_router(streams_router)
     app.include_router(pmw_router)
+    app.include_router(synth_router)
     app.mount("/console", StaticFiles(directory=STATIC_DIR, html=True), name="console")
     app.add_middleware(BodyLimit, max_body=max_body)
     app.add_middleware(SecurityHeaders)

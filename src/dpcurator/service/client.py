@@ -12,11 +12,14 @@ NotFoundError (404), ConflictError (409), DPError otherwise.
 
 from __future__ import annotations
 
+import io
+import time
 from fractions import Fraction
 from typing import Any
 
 import httpx
 import numpy as np
+import pandas as pd
 
 from dpcurator.errors import (
     AuthError,
@@ -174,8 +177,9 @@ class CuratorClient:
     ) -> dict[str, Any]:
         """Fit ``model`` (``linear``: δ > 0; ``logistic``) of ``response`` on ``predictors``;
         the answer's ``fit`` holds one row per term with its coefficient and (1-α) CI.
-        ``options``: ``fit_intercept``, ``coef_bound``. With ``estimate=True``:
-        the cost and whether it fits, nothing charged (``POST .../fits:estimate``)."""
+        ``options``: ``fit_intercept``, ``coef_bound``, ``method``, ``blocks``. With
+        ``estimate=True``: the cost and whether it fits, nothing charged (``POST
+        .../fits:estimate``)."""
         headers = None if idempotency_key is None else {"Idempotency-Key": idempotency_key}
         body: dict[str, Any] = {
             "model": model,
@@ -328,6 +332,44 @@ class CuratorClient:
             "POST", f"/v1/surveys/{survey_id}/responses", json={"reports": reports}
         )
         return result
+
+    def estimate_synthetic(self, dataset_id: str, **release: Any) -> dict[str, Any]:
+        """The charge and expected errors of a synthetic release (owners; free). ``release``:
+        ``kind`` (marginals, mst, aim, mwem), ``epsilon``/``delta`` or ``rho``, ``columns``,
+        ``marginals``, ``rows``."""
+        path = f"/v1/datasets/{dataset_id}/synthetic:estimate"
+        result: dict[str, Any] = self._call("POST", path, json=release)
+        return result
+
+    def publish_synthetic(
+        self, dataset_id: str, *, wait: bool = False, poll: float = 1.0, **release: Any
+    ) -> dict[str, Any]:
+        """Publish a synthetic release (owners; charged once to the dataset's cap): the job,
+        or with ``wait`` the finished release (polled every ``poll`` seconds)."""
+        job: dict[str, Any] = self._call(
+            "POST", f"/v1/datasets/{dataset_id}/synthetic", json=release
+        )
+        while wait and job["status"] == "running":
+            time.sleep(poll)
+            job = self.synthetic(job["id"])
+        return job
+
+    def synthetic(self, release_id: str) -> dict[str, Any]:
+        """A synthetic release's request, cost, status and progress (free)."""
+        result: dict[str, Any] = self._call("GET", f"/v1/synthetic/{release_id}")
+        return result
+
+    def synthetic_releases(self, dataset_id: str) -> list[dict[str, Any]]:
+        """A dataset's synthetic releases with their cost (free)."""
+        result: list[dict[str, Any]] = self._call("GET", f"/v1/datasets/{dataset_id}/synthetic")
+        return result
+
+    def synthetic_data(self, release_id: str) -> pd.DataFrame:
+        """A finished synthetic release's table (free: post-processing)."""
+        response = self._http.get(f"/v1/synthetic/{release_id}/data", params={"format": "parquet"})
+        if response.status_code >= 400:
+            raise _error(response)
+        return pd.read_parquet(io.BytesIO(response.content))
 
 
 def randomize_answers(

@@ -54,6 +54,28 @@ class PmwMode(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class SyntheticRelease(Base):
+    """A published synthetic table or set of contingency tables
+    (:mod:`dpcurator.service.synth_store`): public request, the charge paid before it ran, the
+    job's status and progress, and the released table (Parquet; post-processing, free to read)."""
+
+    __tablename__ = "synthetic_releases"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(20))
+    params: Mapped[dict[str, Any]]
+    charge_id: Mapped[int] = mapped_column(ForeignKey("charges.id"))
+    public: Mapped[bool] = mapped_column(default=False)
+    status: Mapped[str] = mapped_column(String(20), default="running")
+    progress: Mapped[dict[str, Any]]
+    rows: Mapped[int | None] = mapped_column(default=None)
+    data: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
+    created_by: Mapped[str] = mapped_column(ForeignKey("principals.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
 def found(row: _Row | None, what: str, key: object) -> _Row:
     """``row``, or :class:`NotFoundError` naming what was looked up."""
     if row is None:

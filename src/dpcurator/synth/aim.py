@@ -25,16 +25,26 @@ import itertools
 import math
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
-from dpcurator._validation import check_positive, fail
+from dpcurator._validation import check_int, check_positive, fail
 from dpcurator.accounting import ZCDPEvent
 from dpcurator.mechanisms import Gaussian
 from dpcurator.query.session import Session
 from dpcurator.random import Rng
 from dpcurator.synth import _mbi
-from dpcurator.synth.common import Step, SyntheticData, select, selection_epsilon, synthetic
+from dpcurator.synth.common import (
+    Progress,
+    Step,
+    SyntheticData,
+    report,
+    sample_rows,
+    select,
+    selection_epsilon,
+    synthetic,
+)
 from dpcurator.synth.domain import DEFAULT_MAX_BINS, Clique, SynthDomain
 from dpcurator.synth.measure import Contribution, exact_marginals
 from dpcurator.synth.mst import positive_rho
@@ -43,6 +53,11 @@ from dpcurator.synth.mst import positive_rho
 ALPHA = Fraction(9, 10)
 #: mbi model size limit (MB) of the reference implementation.
 DEFAULT_MAX_MODEL_SIZE = 80.0
+
+
+def aim_round_rho(rho: Fraction, columns: int) -> Fraction:
+    """ρ_m of AIM's first rounds: αρ/T with T = 16d rounds."""
+    return ALPHA * rho / (16 * columns)
 
 
 def candidates_of(workload: Sequence[Clique]) -> dict[Clique, int]:
@@ -54,6 +69,13 @@ def candidates_of(workload: Sequence[Clique]) -> dict[Clique, int]:
         for sub in itertools.combinations(clique, k)
     }
     return {r: sum(len(set(r) & set(s)) for s in workload) for r in sorted(closure)}
+
+
+def _workload(domain: SynthDomain, workload: Sequence[Sequence[str]] | None) -> tuple[Clique, ...]:
+    """The workload's marginals by column name (default: every 2-way marginal)."""
+    if workload is None:
+        return tuple(itertools.combinations(domain.names, 2))
+    return tuple(tuple(domain.column(n).name for n in c) for c in workload)
 
 
 def _candidates(
@@ -106,26 +128,26 @@ def aim(
     rng: Rng | None = None,
     iters: int = _mbi.DEFAULT_ITERS,
     round_iters: int = 100,
+    rows: int | None = None,
+    progress: Progress | None = None,
 ) -> SyntheticData:
-    """AIM synthetic data under ``rho``-zCDP (see the module docstring).
+    """AIM synthetic data under ``rho``-zCDP (see the module docstring): ``rows`` records (the
+    model's noisy total when None); ``progress`` hears of every round.
 
     Free refusals: a column without a public domain, a workload marginal over the cell limit,
     or a 1-way model already over ``max_model_size`` (sizes and limits named).
     """
     total = positive_rho("aim", rho)
     check_positive("aim", "max_model_size", max_model_size)
+    if rows is not None:
+        check_int("aim", "rows", rows, minimum=1)
     domain = SynthDomain.from_metadata(session.metadata, columns, max_bins=max_bins)
     names = domain.names
-    chosen = (
-        tuple(itertools.combinations(names, 2))
-        if workload is None
-        else tuple(tuple(domain.column(n).name for n in c) for c in workload)
-    )
-    weights, ones = _candidates(domain, chosen, max_model_size)
+    weights, ones = _candidates(domain, _workload(domain, workload), max_model_size)
     contribution = Contribution.of(session)
     l2, l1 = contribution.l2(), contribution.l1()
     rounds = 16 * len(names)
-    rho_m = ALPHA * total / rounds
+    rho_m = aim_round_rho(total, len(names))
     gaussian = Gaussian.for_rho(rho_m, l2)
     epsilon = selection_epsilon((1 - ALPHA) * total / rounds)
     event = ZCDPEvent(total)
@@ -140,6 +162,7 @@ def aim(
     ]
     model = _mbi.estimate(domain, measured, iters=round_iters)
     spent = sum((s.cost for s in steps), Fraction(0))
+    report(progress, f"AIM: {len(ones)} one-way marginals measured", 0.9 * float(spent / total))
     sensitivity = max(weights.values()) * l1
     final = False
     while not final:
@@ -172,7 +195,37 @@ def aim(
             rho_m *= 4
             gaussian = Gaussian.for_rho(rho_m, l2)
             epsilon *= 2
+        share = float(spent / total)
+        report(progress, f"AIM round {len(measured) - len(ones)}: {share:.0%} of rho", 0.9 * share)
     del exact
+    return _final(
+        domain,
+        measured,
+        model,
+        iters=iters,
+        rows=rows,
+        rng=source,
+        progress=progress,
+        event=event,
+        steps=steps,
+    )
+
+
+def _final(
+    domain: SynthDomain,
+    measured: list[_mbi.Measurement],
+    model: Any,
+    *,
+    iters: int,
+    rows: int | None,
+    rng: Rng | None,
+    progress: Progress | None,
+    event: ZCDPEvent,
+    steps: list[Step],
+) -> SyntheticData:
+    """The final fit (``iters`` iterations, warm-started) and ``rows`` records drawn from it."""
     model = _mbi.estimate(domain, measured, iters=iters, warm_start=model)
-    records = _mbi.sample(model, domain, max(round(float(model.total)), 1), source)
+    report(progress, "AIM: final model fitted", 0.95)
+    records = _mbi.sample(model, domain, sample_rows(rows, float(model.total)), rng)
+    report(progress, "AIM: records sampled", 1.0)
     return synthetic(records, domain, "aim", event, steps)

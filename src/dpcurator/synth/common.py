@@ -10,7 +10,9 @@ synthesizers (MST, AIM) account for it.
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -26,6 +28,23 @@ from dpcurator.synth.domain import Clique, SynthDomain
 
 #: Grid steps spanned by a score's sensitivity (see the module docstring).
 SCORE_GRID_BITS = 20
+
+#: A progress callback of a synthesizer: a short message and the fraction done, in [0, 1].
+Progress = Callable[[str, float], None]
+_LOG = logging.getLogger("dpcurator.synth")
+
+
+def report(progress: Progress | None, message: str, done: float) -> None:
+    """Log ``message`` (INFO, logger ``dpcurator.synth``) and pass it to ``progress``. The
+    messages carry released quantities only (rounds, shares of the budget spent)."""
+    _LOG.info("%s (%.0f%%)", message, 100 * done)
+    if progress is not None:
+        progress(message, done)
+
+
+def sample_rows(rows: int | None, total: float) -> int:
+    """How many records to draw: ``rows`` if given (public), else the model's noisy total."""
+    return max(round(total), 1) if rows is None else rows
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from dpcurator.query.histogram import histogram_bins
 from dpcurator.query.session import Session
 from dpcurator.random import Rng
 from dpcurator.synth import _mbi
+from dpcurator.synth.common import Progress, report
 from dpcurator.synth.domain import DEFAULT_MAX_BINS, Clique, SynthDomain
 from dpcurator.synth.measure import Contribution, exact_marginals
 
@@ -250,8 +251,10 @@ def release_marginals(
     alpha: float = 0.05,
     rng: Rng | None = None,
     iters: int = _mbi.DEFAULT_ITERS,
+    progress: Progress | None = None,
 ) -> ContingencyTables:
-    """Charge the plan, measure every marginal, and release consistent integral tables."""
+    """Charge the plan, measure every marginal, and release consistent integral tables
+    (``progress`` hears of each stage)."""
     check_probability("release_marginals", "alpha", alpha, open_low=True, open_high=True)
     source = rng if rng is not None else session.rng
     exact = exact_marginals(
@@ -270,7 +273,9 @@ def release_marginals(
         _mbi.Measurement(c, noisy[c].astype(np.float64), noise_std(m))
         for c, m in zip(plan.cliques, plan.mechanisms, strict=True)
     ]
+    report(progress, f"{len(measurements)} marginals measured", 0.2)
     model = _mbi.estimate(plan.domain, measurements, iters=iters)
+    report(progress, "consistent model fitted", 0.9)
     total = max(round(float(model.total)), 1)
     records = _mbi.sample(model, plan.domain, total, source)
     tables = {

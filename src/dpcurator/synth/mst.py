@@ -26,7 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpcurator._validation import fail
+from dpcurator._validation import check_int, fail
 from dpcurator.accounting import ZCDPEvent
 from dpcurator.core.numbers import to_fraction
 from dpcurator.mechanisms import Gaussian
@@ -34,9 +34,12 @@ from dpcurator.query.session import Session
 from dpcurator.random import Rng
 from dpcurator.synth import _mbi
 from dpcurator.synth.common import (
+    Progress,
     Step,
     SyntheticData,
+    report,
     round_counts,
+    sample_rows,
     select,
     selection_epsilon,
     shuffle,
@@ -74,13 +77,18 @@ def mst(
     max_bins: int = DEFAULT_MAX_BINS,
     rng: Rng | None = None,
     iters: int = _mbi.DEFAULT_ITERS,
+    rows: int | None = None,
+    progress: Progress | None = None,
 ) -> SyntheticData:
-    """MST synthetic data under ``rho``-zCDP (see the module docstring).
+    """MST synthetic data under ``rho``-zCDP (see the module docstring): ``rows`` records (the
+    model's noisy total when None); ``progress`` hears of each stage.
 
     Free refusals: a column without a public domain, fewer than 2 columns, a 2-way marginal over
     the cell limit (its size and the limit).
     """
     rho_ = positive_rho("mst", rho)
+    if rows is not None:
+        check_int("mst", "rows", rows, minimum=1)
     domain = SynthDomain.from_metadata(session.metadata, columns, max_bins=max_bins)
     d = len(domain.names)
     if d < 2:
@@ -101,6 +109,7 @@ def mst(
         for c in ones
     ]
     model = _mbi.estimate(domain, measured, iters=iters)
+    report(progress, "MST: one-way marginals measured and fitted", 0.3)
     tree = _spanning_tree(
         domain,
         exact=exact,
@@ -116,8 +125,11 @@ def mst(
         measured.append(_mbi.Measurement(edge, noisy, float(two.sigma)))
         steps.append(Step("measure", edge, two.rho(l2)))
     del exact
+    report(progress, "MST: spanning tree chosen and measured", 0.5)
     model = _mbi.estimate(domain, measured, iters=iters)
-    records = _mbi.sample(model, domain, max(round(float(model.total)), 1), source)
+    report(progress, "MST: final model fitted", 0.9)
+    records = _mbi.sample(model, domain, sample_rows(rows, float(model.total)), source)
+    report(progress, "MST: records sampled", 1.0)
     return synthetic(records, domain, "mst", event, steps)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from fractions import Fraction
 
 import numpy as np
 
@@ -32,7 +33,16 @@ from dpcurator.errors import UnsupportedQueryError
 from dpcurator.mechanisms import Laplace
 from dpcurator.query.session import Session
 from dpcurator.random import Rng
-from dpcurator.synth.common import Step, SyntheticData, records_from_table, select, synthetic
+from dpcurator.synth.common import (
+    Progress,
+    Step,
+    SyntheticData,
+    records_from_table,
+    report,
+    sample_rows,
+    select,
+    synthetic,
+)
 from dpcurator.synth.domain import DEFAULT_MAX_BINS, SynthDomain
 from dpcurator.synth.measure import Contribution, exact_marginals
 
@@ -40,18 +50,30 @@ from dpcurator.synth.measure import Contribution, exact_marginals
 MAX_MWEM_CELLS = 10_000_000
 
 
+#: MWEM's default number of rounds.
+DEFAULT_ROUNDS = 30
+
+
+def mwem_round_epsilon(epsilon: Fraction, rounds: int = DEFAULT_ROUNDS) -> Fraction:
+    """The ε of each round's selection and of its measurement: ε/(2·rounds)."""
+    return epsilon / (2 * rounds)
+
+
 def mwem(
     session: Session,
     *,
     epsilon: object,
-    rounds: int = 30,
+    rounds: int = DEFAULT_ROUNDS,
     columns: Sequence[str] | None = None,
     workload: Sequence[Sequence[str]] | None = None,
     max_bins: int = DEFAULT_MAX_BINS,
     updates: int = 5,
     rng: Rng | None = None,
+    rows: int | None = None,
+    progress: Progress | None = None,
 ) -> SyntheticData:
-    """MWEM synthetic data under pure ``epsilon``-DP (see the module docstring).
+    """MWEM synthetic data under pure ``epsilon``-DP (see the module docstring): ``rows``
+    records (the noisy total when None); ``progress`` hears of every round.
 
     Free refusals: a column without a public domain, a full domain over
     :data:`MAX_MWEM_CELLS` cells, bad parameters.
@@ -61,6 +83,8 @@ def mwem(
         raise fail("mwem", "epsilon", "> 0", epsilon)
     check_int("mwem", "rounds", rounds, minimum=1)
     check_int("mwem", "updates", updates, minimum=1)
+    if rows is not None:
+        check_int("mwem", "rows", rows, minimum=1)
     domain = SynthDomain.from_metadata(session.metadata, columns, max_bins=max_bins)
     cells = domain.cells(domain.names)
     if cells > MAX_MWEM_CELLS:
@@ -79,7 +103,7 @@ def mwem(
         raise fail("mwem", "workload", "at least one marginal", workload)
     contribution = Contribution.of(session)
     l1 = contribution.l1()
-    share = eps / (2 * rounds)
+    share = mwem_round_epsilon(eps, rounds)
     laplace = Laplace.for_epsilon(share, l1)
     cost = laplace.epsilon(l1)
     event = PureEvent(rounds * (share + cost))
@@ -89,7 +113,7 @@ def mwem(
     steps: list[Step] = []
     measured: list[tuple[tuple[int, ...], np.ndarray]] = []
     total = 1.0
-    for _ in range(rounds):
+    for done in range(1, rounds + 1):
         errors = [float(np.abs(exact[c] - total * _project(table, names, c)).sum()) for c in chosen]
         clique = chosen[select(errors, l1, share, source)]
         steps.append(Step("select", clique, share))
@@ -102,8 +126,9 @@ def mwem(
         for _pass in range(updates):
             for measured_axes, values in measured:
                 table = _multiply(table, measured_axes, values, total)
+        report(progress, f"MWEM round {done} of {rounds}", 0.95 * done / rounds)
     del exact
-    records = records_from_table(table, domain, max(round(total), 1), source)
+    records = records_from_table(table, domain, sample_rows(rows, total), source)
     return synthetic(records, domain, "mwem", event, steps)
 
 

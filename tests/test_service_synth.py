@@ -1,0 +1,238 @@
+"""Synthetic releases in the service (dpcurator.service.synth_store), over HTTP on a real uvicorn
+server with the demo table: the estimate is free, publishing charges the dataset's cap once
+(before any data is read) and runs as a job, analysts and (for public releases) anyone download
+for free, non-owners cannot publish, a restart keeps the release; D and D minus one person give
+the same statuses, schema and size."""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pandas as pd
+import pytest
+
+from dpcurator.service.app import create_app
+from dpcurator.service.client import CuratorClient
+from dpcurator.service.server import build_service
+from tests.neighbour_queries import demo_frame, demo_metadata
+from tests.service_fixtures import ThreadServer, cheap_hasher
+
+VICTIM = 4322
+#: A quick release: MWEM over three public-key columns of the demo table.
+MWEM: dict[str, Any] = {
+    "kind": "mwem",
+    "epsilon": 1.0,
+    "columns": ["sex", "region", "education"],
+    "rows": 500,
+}
+
+
+@dataclass
+class Kit:
+    """A server with an owner, one analyst (alice, ε = 1 on ``people``) and the demo table."""
+
+    server: ThreadServer
+    owner: httpx.Client
+    alice: httpx.Client
+    anonymous: httpx.Client
+    tokens: tuple[str, str]
+
+
+@contextmanager
+def _kit(root: Path, frame: pd.DataFrame, tokens: tuple[str, str] | None = None) -> Iterator[Kit]:
+    """A server on the ledger under ``root``; without ``tokens``, register everything first
+    (with them, reuse the stored ledger, as after a restart)."""
+    service = build_service(
+        f"sqlite:///{root / 'ledger.sqlite3'}", hasher=cheap_hasher(), data_root=root
+    )
+    try:
+        with ThreadServer(create_app(service)) as server:
+            if tokens is None:
+                frame.to_csv(root / "people.csv", index=False)
+                _, issued = service.create_principal("owner", "owner")
+                owner = server.client(issued.token)
+                created = owner.post(
+                    "/v1/datasets",
+                    json={
+                        "id": "people",
+                        "source": {"path": str(root / "people.csv")},
+                        "metadata": demo_metadata().to_dict(),
+                        "cap_epsilon": 10,
+                        "cap_delta": 1e-6,
+                    },
+                )
+                assert created.status_code == 201, created.text
+                alice = owner.post("/v1/analysts", json={"name": "alice"}).json()
+                granted = owner.put(
+                    f"/v1/analysts/{alice['principal']['id']}/grants/people", json={"epsilon": 1}
+                )
+                assert granted.status_code == 200, granted.text
+                tokens = (issued.token, alice["token"])
+            yield Kit(
+                server,
+                server.client(tokens[0]),
+                server.client(tokens[1]),
+                server.client(),
+                tokens,
+            )
+    finally:
+        service.close()
+
+
+def _cap_spent(owner: httpx.Client) -> dict[str, Any]:
+    spent: dict[str, Any] = owner.get("/v1/datasets/people").json()["cap"]["spent"]
+    return spent
+
+
+def _wait(client: httpx.Client, release_id: str, timeout: float = 300) -> dict[str, Any]:
+    """Poll the job until it is no longer running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = client.get(f"/v1/synthetic/{release_id}")
+        assert got.status_code == 200, got.text
+        body: dict[str, Any] = got.json()
+        if body["status"] != "running" or time.monotonic() > deadline:
+            return body
+        time.sleep(0.2)
+
+
+def test_estimate_is_free_and_publish_charges_once(tmp_path: Path) -> None:
+    with _kit(tmp_path, demo_frame()) as kit:
+        before = _cap_spent(kit.owner)
+        estimate = kit.owner.post("/v1/datasets/people/synthetic:estimate", json=MWEM)
+        assert estimate.status_code == 200, estimate.text
+        assert estimate.json()["cost"]["epsilon_exact"] == "1"
+        assert estimate.json()["expected_errors"][0]["noise_std"] > 0
+        assert _cap_spent(kit.owner) == before
+        published = kit.owner.post("/v1/datasets/people/synthetic", json={**MWEM, "public": True})
+        assert published.status_code == 202, published.text
+        job = published.json()
+        assert job["cost"]["epsilon_exact"] == "1"
+        assert _cap_spent(kit.owner)["epsilon"] == before["epsilon"] + 1
+        done = _wait(kit.owner, job["id"])
+        assert done["status"] == "done", done
+        assert done["progress"]["done"] == 1.0
+        assert done["rows"] == 500
+        grant_before = kit.alice.get("/v1/datasets/people/budget").json()
+        frames = {}
+        for fmt in ("csv", "parquet", "json"):
+            got = kit.alice.get(f"/v1/synthetic/{job['id']}/data", params={"format": fmt})
+            assert got.status_code == 200, got.text
+            frames[fmt] = got.content
+        frame = pd.read_parquet(io.BytesIO(frames["parquet"]))
+        assert list(frame.columns) == MWEM["columns"]
+        assert len(frame) == 500
+        assert set(frame["sex"]) <= {"F", "M"}
+        assert len(pd.read_csv(io.BytesIO(frames["csv"]))) == 500
+        # public: readable without a token
+        assert kit.anonymous.get(f"/v1/synthetic/{job['id']}/data").status_code == 200
+        assert kit.alice.get("/v1/datasets/people/budget").json() == grant_before
+        assert _cap_spent(kit.owner)["epsilon"] == before["epsilon"] + 1
+        listed = kit.alice.get("/v1/datasets/people/synthetic").json()
+        assert [(r["id"], r["cost"]["epsilon_exact"]) for r in listed] == [(job["id"], "1")]
+        history = kit.owner.get("/v1/datasets/people/queries").json()
+        assert [(h["kind"], h["status"]) for h in history] == [("synthetic", "released")]
+
+
+def test_non_owners_cannot_publish_and_private_releases_need_a_grant(tmp_path: Path) -> None:
+    with _kit(tmp_path, demo_frame()) as kit:
+        before = _cap_spent(kit.owner)
+        for path in ("synthetic", "synthetic:estimate"):
+            refused = kit.alice.post(f"/v1/datasets/people/{path}", json=MWEM)
+            assert refused.status_code == 403, refused.text
+        assert _cap_spent(kit.owner) == before
+        job = kit.owner.post("/v1/datasets/people/synthetic", json=MWEM).json()
+        assert _wait(kit.owner, job["id"])["status"] == "done"
+        assert kit.alice.get(f"/v1/synthetic/{job['id']}/data").status_code == 200
+        assert kit.anonymous.get(f"/v1/synthetic/{job['id']}").status_code == 404
+        assert kit.anonymous.get(f"/v1/synthetic/{job['id']}/data").status_code == 404
+
+
+def test_free_refusals_before_the_charge(tmp_path: Path) -> None:
+    with _kit(tmp_path, demo_frame()) as kit:
+        before = _cap_spent(kit.owner)
+        bad = [
+            ({**MWEM, "columns": ["pid"]}, "pid"),  # no public keys or bounds
+            ({**MWEM, "delta": 1e-9}, "delta"),  # MWEM is pure ε
+            ({"kind": "mst", "epsilon": 1.0}, "delta"),  # zCDP needs δ > 0
+            ({**MWEM, "epsilon": 100.0}, None),  # over the cap: 409
+        ]
+        for body, word in bad:
+            refused = kit.owner.post("/v1/datasets/people/synthetic", json=body)
+            assert refused.status_code in (409, 422), refused.text
+            if word is not None:
+                assert word in refused.json()["detail"], refused.text
+        assert _cap_spent(kit.owner) == before
+        assert kit.owner.get("/v1/datasets/people/synthetic").json() == []
+
+
+def test_restart_keeps_the_release(tmp_path: Path) -> None:
+    with _kit(tmp_path, demo_frame()) as kit:
+        job = kit.owner.post("/v1/datasets/people/synthetic", json=MWEM).json()
+        first = _wait(kit.owner, job["id"])
+        data = kit.alice.get(f"/v1/synthetic/{job['id']}/data").content
+        tokens = kit.tokens
+    with _kit(tmp_path, demo_frame(), tokens) as again:
+        assert again.owner.get(f"/v1/synthetic/{job['id']}").json() == first
+        assert again.alice.get(f"/v1/synthetic/{job['id']}/data").content == data
+
+
+def test_client_publishes_and_downloads(tmp_path: Path) -> None:
+    with (
+        _kit(tmp_path, demo_frame()) as kit,
+        CuratorClient(kit.server.url, kit.tokens[0]) as owner,
+        CuratorClient(kit.server.url, kit.tokens[1]) as alice,
+    ):
+        estimate = owner.estimate_synthetic("people", **MWEM)
+        assert estimate["cost"]["epsilon_exact"] == "1"
+        release = owner.publish_synthetic("people", wait=True, **MWEM)
+        assert release["status"] == "done"
+        frame = alice.synthetic_data(release["id"])
+        assert list(frame.columns) == MWEM["columns"]
+        assert len(frame) == 500
+        assert [r["id"] for r in alice.synthetic_releases("people")] == [release["id"]]
+
+
+def _observe(frame: pd.DataFrame, root: Path, body: dict[str, Any]) -> list[Any]:
+    """What one owner's publication shows besides the released values."""
+    with _kit(root, frame) as kit:
+        estimate = kit.owner.post("/v1/datasets/people/synthetic:estimate", json=body)
+        published = kit.owner.post("/v1/datasets/people/synthetic", json=body)
+        done = _wait(kit.owner, published.json()["id"])
+        data = kit.alice.get(f"/v1/synthetic/{done['id']}/data", params={"format": "parquet"})
+        released = pd.read_parquet(io.BytesIO(data.content))
+        public = {k: v for k, v in done.items() if k not in ("id", "created_at", "finished_at")}
+        return [
+            estimate.status_code,
+            estimate.json(),
+            published.status_code,
+            public,
+            data.status_code,
+            list(released.columns),
+            [str(t) for t in released.dtypes],
+            len(released),
+        ]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        MWEM,
+        {"kind": "marginals", "epsilon": 1.0, "columns": ["sex", "employed"]},
+    ],
+    ids=["mwem", "marginals"],
+)
+def test_neighbours_differ_only_in_values(tmp_path: Path, body: dict[str, Any]) -> None:
+    full = demo_frame()
+    without = full[full["pid"] != VICTIM]
+    assert len(without) == len(full) - 1
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d-1").mkdir()
+    assert _observe(full, tmp_path / "d", body) == _observe(without, tmp_path / "d-1", body)
