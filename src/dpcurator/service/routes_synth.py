@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dpcurator.service import schemas as s
 from dpcurator.service.auth import Identity
+from dpcurator.service.operations import fits_budget
 from dpcurator.service.routes import Caller, Owner, Service, _identity
 from dpcurator.service.synth_plan import KINDS, SynthSpec
 from dpcurator.service.synth_store import FORMATS, SynthStore, encode, release_json
@@ -79,14 +80,14 @@ def estimate_synthetic(
 ) -> dict[str, Any]:
     """The charge and expected per-marginal errors of a release (owners; free)."""
     plan = SynthStore(service).plan(who, dataset_id, body.spec())
-    dataset = service.visible_dataset(who, dataset_id)
-    cap = service.cap(who, dataset)
+    access = service.access(who, dataset_id)
+    cap = service.cap(who, access.dataset)
     return {
         "kind": body.kind,
         "cost": s.cost_json(plan.cost),
         "event": plan.event.to_dict(),
         "expected_errors": plan.errors,
-        "fits_cap": cap is None or plan.cost.fits_within(cap.remaining),
+        "fits_cap": fits_budget(access, plan.cost),
         "cap": None if cap is None else s.budget_json(cap),
     }
 
