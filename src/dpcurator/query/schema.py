@@ -14,6 +14,10 @@ Two file formats are read:
       person_column: pid          # omit (or null) for row-level privacy
       max_rows_per_person: 2      # per group
       max_groups_per_person: 1
+      neighbouring: replace_one   # or add_remove (the default)
+      public_size: 1000           # replace_one: the public number of rows (persons)
+      public_tables:              # public lookup tables for JOIN (dpcurator.query.public_tables)
+        regions: {path: regions.csv, keys: [zip]}
       columns:
         age: {type: int, lower: 0, upper: 100}
         sex: {type: string, keys: [F, M]}
@@ -38,8 +42,10 @@ import yaml
 from dpcurator._validation import check_int, check_real, fail
 from dpcurator.errors import DomainError
 from dpcurator.query.ir import ContributionBound, ScalarValue
+from dpcurator.query.public_tables import PublicTable, public_tables
 
 ColumnType = Literal["int", "float", "string", "bool"]
+Neighbouring = Literal["add_remove", "replace_one"]
 
 _TYPES: dict[str, ColumnType] = {
     "int": "int",
@@ -167,6 +173,17 @@ class Metadata:
             contribution bounding when ``person_column`` is set).
         max_groups_per_person: groups one person may contribute to.
         schema: an optional qualifier accepted in ``FROM schema.table`` (SmartNoise style).
+        neighbouring: the neighbouring relation the guarantee is stated for:
+            ``"add_remove"`` (unbounded DP: add or remove one person, the default) or
+            ``"replace_one"`` (bounded DP: replace one person's rows by others; the table's
+            size is public). Under replace-one a whole-table count is the public
+            ``public_size`` (free, exact), an ungrouped mean divides a noisy sum by it, and
+            every other sensitivity is that of removing one person plus adding one
+            (:mod:`dpcurator.query.planner`).
+        public_size: replace-one only: the public number of rows (row-level tables) or of
+            persons (with ``person_column``). Never checked against the data by a query (it is
+            public; ``dpcurator metadata-check`` compares it with the data for the owner).
+        public_tables: public lookup tables analysts may JOIN (:mod:`.public_tables`).
     """
 
     table: str
@@ -175,8 +192,12 @@ class Metadata:
     max_rows_per_person: int = 1
     max_groups_per_person: int = 1
     schema: str | None = None
+    neighbouring: Neighbouring = "add_remove"
+    public_size: int | None = None
+    public_tables: tuple[PublicTable, ...] = ()
 
     def __post_init__(self) -> None:
+        self._check_neighbouring()
         if not isinstance(self.table, str) or not self.table:
             raise fail("Metadata", "table", "a non-empty string", self.table)
         if not self.columns:
@@ -190,6 +211,32 @@ class Metadata:
             raise fail(
                 "Metadata", "person_column", f"one of the columns {names}", self.person_column
             )
+
+    def _check_neighbouring(self) -> None:
+        if self.neighbouring not in ("add_remove", "replace_one"):
+            raise fail("Metadata", "neighbouring", "add_remove or replace_one", self.neighbouring)
+        if self.neighbouring == "replace_one":
+            check_int("Metadata", "public_size", self.public_size, minimum=1)
+        elif self.public_size is not None:
+            raise fail(
+                "Metadata",
+                "public_size",
+                "absent unless neighbouring is replace_one",
+                self.public_size,
+            )
+        names = [t.name.lower() for t in self.public_tables]
+        if len(set(names)) != len(names) or self.table.lower() in names:
+            raise fail(
+                "Metadata",
+                "public_tables",
+                f"distinct names other than the private table {self.table!r}",
+                names,
+            )
+
+    @property
+    def replace_one(self) -> bool:
+        """Whether neighbouring tables differ by replacing one person (bounded DP)."""
+        return self.neighbouring == "replace_one"
 
     # ------------------------------------------------------------------------------------------
     # Lookup
@@ -244,6 +291,11 @@ class Metadata:
         updated = replace(target, lower=lower, upper=upper, fill=fill)
         return replace(self, columns=tuple(updated if c is target else c for c in self.columns))
 
+    def with_public_tables(self, tables: Mapping[str, object]) -> Metadata:
+        """A copy with more public lookup tables (name -> frame, CSV/Parquet path, or the
+        native mapping; :func:`~dpcurator.query.public_tables.public_table`)."""
+        return replace(self, public_tables=(*self.public_tables, *public_tables(tables)))
+
     def with_keys(self, name: str, keys: tuple[ScalarValue, ...]) -> Metadata:
         """A copy with a public key set for a categorical column."""
         target = self.column(name)
@@ -254,12 +306,16 @@ class Metadata:
     # Reading and writing
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, object], *, table: str | None = None) -> Metadata:
-        """Read the native format or SmartNoise metadata (detected from the structure)."""
+    def from_dict(
+        cls, data: Mapping[str, object], *, table: str | None = None, base: Path | None = None
+    ) -> Metadata:
+        """Read the native format or SmartNoise metadata (detected from the structure);
+        ``base``: the directory relative paths of public tables start from (default: the
+        working directory)."""
         if not isinstance(data, Mapping):
             raise fail("Metadata.from_dict", "data", "a mapping", type(data).__name__)
         if "columns" in data and "table" in data:
-            return _from_native(data)
+            return _from_native(data, base)
         return _from_smartnoise(data, table)
 
     @classmethod
@@ -267,14 +323,14 @@ class Metadata:
         """Read a YAML file in the native or SmartNoise format."""
         with Path(path).open(encoding="utf-8") as handle:
             data = yaml.safe_load(handle)
-        return cls.from_dict(data, table=table)
+        return cls.from_dict(data, table=table, base=Path(path).parent)
 
     @classmethod
     def from_json(cls, path: str | Path, *, table: str | None = None) -> Metadata:
         """Read a JSON file in the native or SmartNoise format."""
         with Path(path).open(encoding="utf-8") as handle:
             data = json.load(handle)
-        return cls.from_dict(data, table=table)
+        return cls.from_dict(data, table=table, base=Path(path).parent)
 
     def to_dict(self) -> dict[str, object]:
         """The native format (JSON/YAML-serialisable)."""
@@ -300,11 +356,26 @@ class Metadata:
         }
         if self.schema is not None:
             out["schema"] = self.schema
+        if self.replace_one:
+            out["neighbouring"] = self.neighbouring
+            out["public_size"] = self.public_size
+        if self.public_tables:
+            out["public_tables"] = {t.name: t.to_dict() for t in self.public_tables}
         return out
 
 
 _NATIVE_TABLE_KEYS = frozenset(
-    {"table", "schema", "columns", "person_column", "max_rows_per_person", "max_groups_per_person"}
+    {
+        "table",
+        "schema",
+        "columns",
+        "person_column",
+        "max_rows_per_person",
+        "max_groups_per_person",
+        "neighbouring",
+        "public_size",
+        "public_tables",
+    }
 )
 _NATIVE_COLUMN_KEYS = frozenset({"type", "lower", "upper", "keys", "nullable", "fill"})
 
@@ -315,7 +386,7 @@ def _column_type(owner: str, value: object) -> ColumnType:
     return _TYPES[value.lower()]
 
 
-def _from_native(data: Mapping[str, object]) -> Metadata:
+def _from_native(data: Mapping[str, object], base: Path | None) -> Metadata:
     unknown = set(data) - _NATIVE_TABLE_KEYS
     if unknown:
         raise fail("Metadata", "keys", f"among {sorted(_NATIVE_TABLE_KEYS)}", sorted(unknown))
@@ -355,6 +426,11 @@ def _from_native(data: Mapping[str, object]) -> Metadata:
         max_rows_per_person=cast(int, data.get("max_rows_per_person", 1)),
         max_groups_per_person=cast(int, data.get("max_groups_per_person", 1)),
         schema=None if schema is None else str(schema),
+        neighbouring=cast(Neighbouring, data.get("neighbouring", "add_remove")),
+        public_size=cast(int | None, data.get("public_size")),
+        public_tables=public_tables(
+            cast(Mapping[str, object], data.get("public_tables", {})), base=base
+        ),
     )
 
 

@@ -226,8 +226,12 @@ class Session:
         rng: Rng | None = None,
         precompute: bool = True,
         progress: bool | None = None,
+        public_tables: Mapping[str, object] | None = None,
     ) -> Session:
         """Open ``source`` (CSV/Parquet path, pandas/polars/pyarrow, DuckDB, Spark) as the table.
+
+        ``public_tables``: public lookup tables that SQL may JOIN, by name (a frame or a
+        CSV/Parquet path each; :mod:`dpcurator.query.public_tables`), added to the metadata.
 
         The table is exposed with the metadata's declared column types (a CSV column of digits
         declared a string is text), so a conversion the engine cannot make is refused here, with
@@ -243,6 +247,7 @@ class Session:
         """
         if not isinstance(metadata, Metadata):
             raise fail("Session.from_data", "metadata", "a Metadata", metadata)
+        metadata = metadata.with_public_tables(public_tables or {})
         backend = open_backend(
             source,
             table=metadata.table,

@@ -10,6 +10,7 @@ limits, and :mod:`dpcurator.query.sql_expressions` translates row-level expressi
 Supported::
 
     SELECT <group columns>, <aggregates> FROM <table> [AS alias]
+    [[INNER | LEFT] JOIN <public table> [AS p] ON <table column> = <p column>] ...
     [WHERE <predicate>] [GROUP BY <columns or expressions>] [ORDER BY <output columns>]
 
 Aggregates: ``COUNT(*)``, ``COUNT(x)``, ``COUNT(DISTINCT <person column>)``, ``SUM``, ``AVG``,
@@ -20,7 +21,8 @@ Aggregates: ``COUNT(*)``, ``COUNT(x)``, ``COUNT(DISTINCT <person column>)``, ``S
 NULL, IN (literals), BETWEEN, CASE, and ABS, ROUND, FLOOR, CEIL, LOWER, UPPER, LENGTH, COALESCE.
 
 Everything else is refused with :class:`~dpcurator.errors.UnsupportedQueryError` naming the
-construct: several statements, anything but SELECT, joins, subqueries, CTEs, set operations,
+construct: several statements, anything but SELECT, joins other than with a registered public
+table (:mod:`dpcurator.query.sql_join`), subqueries, CTEs, set operations,
 window functions, DISTINCT, HAVING, LIMIT/OFFSET, ORDER BY on non-output columns, SELECT of
 non-grouped columns, ``*``.
 """
@@ -36,11 +38,11 @@ from dpcurator.errors import UnsupportedQueryError
 from dpcurator.query import builder, ir
 from dpcurator.query.schema import Metadata
 from dpcurator.query.sql_expressions import ExpressionTranslator, is_clamp
+from dpcurator.query.sql_join import read_joins
 from dpcurator.query.sql_text import parse_select
 
 #: Clauses of a SELECT that are refused, with the name used in the message.
 _REFUSED_CLAUSES = {
-    "joins": "JOIN",
     "having": "HAVING",
     "limit": "LIMIT",
     "offset": "OFFSET",
@@ -104,11 +106,13 @@ class _Translator(ExpressionTranslator):
     def select(self, node: exp.Select) -> builder.Query:
         self._refuse_constructs(node)
         table = self._table(node)
+        self.joins = read_joins(node, self.metadata, self.alias)
         where_clause = node.args.get("where")
-        where = None
+        filters = [] if self.joins is None else self.joins.filters()
         if where_clause is not None:
             self._no_aggregates(where_clause.this, "WHERE")
-            where = self.expr(where_clause.this)
+            filters.append(self.expr(where_clause.this))
+        where = None if not filters else filters[0] if len(filters) == 1 else ir.And(tuple(filters))
         groups = self._groups(node)
         aggregates: list[builder.Aggregate] = []
         outputs: list[str] = []
@@ -141,7 +145,6 @@ class _Translator(ExpressionTranslator):
             (exp.Union, "UNION"),
             (exp.Intersect, "INTERSECT"),
             (exp.Except, "EXCEPT"),
-            (exp.Join, "JOIN"),
         ):
             if node.find(refused) is not None:
                 raise UnsupportedQueryError(f"{construct} are not supported on private tables.")

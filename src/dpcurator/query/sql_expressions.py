@@ -14,6 +14,7 @@ from sqlglot import exp
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.query import ir
 from dpcurator.query.schema import Metadata
+from dpcurator.query.sql_join import JoinScope
 from dpcurator.query.typecheck import literal_type
 
 _ARITHMETIC: dict[type[exp.Expression], ir.ArithmeticOp] = {
@@ -49,6 +50,7 @@ class ExpressionTranslator:
     def __init__(self, metadata: Metadata) -> None:
         self.metadata = metadata
         self.alias: str | None = None
+        self.joins: JoinScope | None = None
 
     def number(self, node: exp.Expression) -> float:
         value = self.expr(node)
@@ -117,6 +119,9 @@ class ExpressionTranslator:
         )
 
     def _column(self, node: exp.Column) -> ir.Expr:
+        public = None if self.joins is None else self.joins.column(node, self.metadata)
+        if public is not None:
+            return public
         if node.table and node.table.lower() not in {
             (self.alias or "").lower(),
             self.metadata.table.lower(),
