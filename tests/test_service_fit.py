@@ -87,7 +87,12 @@ def test_a_retry_with_the_same_key_is_answered_once(served: ServedTable) -> None
         ({"predictors": ["nope"]}, 422, "nope"),
         ({"predictors": ["sex"]}, 422, "'sex' is declared string"),
         ({"predictors": ["pid"]}, 422, "person column"),
-        ({"model": "logistic", "response": "employed"}, 422, "delta"),
+        ({"model": "logistic", "response": "employed", "blocks": 10}, 422, "blocks"),
+        (
+            {"model": "logistic", "response": "employed", "method": "sample_and_aggregate"},
+            422,
+            "delta",
+        ),
         ({"delta": 0.9}, 409, "budget"),
     ],
 )

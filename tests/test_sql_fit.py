@@ -67,3 +67,21 @@ def test_a_fit_name_inside_a_string_is_an_ordinary_query() -> None:
         "SELECT COUNT(*) AS n FROM people WHERE education = 'regress(x)'", epsilon=1
     )
     assert release.value_columns == ("n",)
+
+
+def test_the_default_logistic_box_is_in_standardised_units() -> None:
+    """A narrow feature (x in [0, 0.1]) with a steep slope (60 per unit: 3 over half the range)
+    is fitted, not clamped at the old data-unit default |β| <= 10."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0, 0.1, 20_000)
+    y = (rng.uniform(size=x.size) < 1 / (1 + np.exp(-60 * (x - 0.05)))).astype(int)
+    meta = dpc.Metadata.from_dict(
+        {"table": "t", "columns": {"x": {"type": "float", "lower": 0, "upper": 0.1},
+                                   "y": {"type": "int", "lower": 0, "upper": 1}}}
+    )  # fmt: skip
+    session = Session.from_data(
+        pd.DataFrame({"x": x, "y": y}), metadata=meta, budget=dpc.Budget(1e6), rng=SeededRng(2)
+    )
+    frame = session.sql("SELECT LOGISTIC(y, x) FROM t", epsilon=1e4).to_pandas()
+    slope = float(frame.loc[frame["term"] == "x", "coefficient"].iloc[0])
+    assert 40 < slope < 80

@@ -30,8 +30,16 @@ def add_parser(commands: Any) -> None:
     sub.add_argument("--delta", type=float, default=0.0, help="the privacy cost δ (> 0 for linear)")
     sub.add_argument("--alpha", type=float, default=0.05, help="1 - the CI level (0.05)")
     sub.add_argument(
-        "--coef-bound", type=float, help="logistic: every coefficient in [-b, b] (default 10)"
+        "--coef-bound",
+        type=float,
+        help="logistic: every coefficient in [-b, b] (default: 10 in standardised units)",
     )
+    sub.add_argument(
+        "--method",
+        choices=("objective_perturbation", "sample_and_aggregate"),
+        help="logistic: the route (default objective_perturbation)",
+    )
+    sub.add_argument("--blocks", type=int, help="logistic sample_and_aggregate: the blocks")
     sub.add_argument("--estimate", action="store_true", help="only the cost (free)")
     sub.add_argument("response", help="the response column")
     sub.add_argument("predictors", nargs="+", help="the predictor columns")
@@ -43,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.token:
         raise ParameterError("The --token option is required (or set $DPCURATOR_TOKEN).")
-    options = {} if args.coef_bound is None else {"coef_bound": args.coef_bound}
+    chosen = {"coef_bound": args.coef_bound, "method": args.method, "blocks": args.blocks}
+    options = {name: value for name, value in chosen.items() if value is not None}
     with CuratorClient(args.url, args.token) as client:
         answer = client.fit(
             args.dataset, args.model, args.response, args.predictors, epsilon=args.epsilon,

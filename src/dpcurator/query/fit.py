@@ -20,9 +20,20 @@ data gives NR or a ridge solution, never an error).
   what is charged.
 * ``logistic_regression``, ``mle`` and ``sample_and_aggregate`` (any user function): the engine
   returns each person's bounded rows of the estimator's columns (grouped by person and values
-  with their multiplicities: the rows stay inside the trusted curator), and the library
-  estimator forms its blocks by a keyed hash of the person id (user-level privacy: one person
-  moves one block estimate). These are ε-DP: δ must be 0 and ε is charged.
+  with their multiplicities: the rows stay inside the trusted curator). Logistic regression is
+  objective perturbation by default (ε-DP, or (ε, δ)-DP with δ > 0; each person's
+  ``max_rows_per_person`` rows bound its shift of the objective), or sample-and-aggregate with
+  ``method="sample_and_aggregate"``. Sample-and-aggregate fits (that method, ``mle`` and
+  ``sample_and_aggregate``) form their blocks by a keyed hash of the person id (user-level
+  privacy: one person moves one block estimate); they are ε-DP: δ must be 0 and ε is charged.
+
+Every parameter combination is decided by :func:`plan_fit` before the charge: the method and its
+options (``blocks`` only with sample-and-aggregate, at most
+:data:`~dpcurator.query.limits.MAX_FIT_BLOCKS`; δ only with objective perturbation), the
+parameter box, and every noise scale the estimator can draw (objective perturbation's
+calibration is built at plan time; a sample-and-aggregate scale is checked at one block, its
+largest, and :data:`BLOCK_NOISE_SHARE` of ε, below the least share any of its mechanisms gets).
+After the charge nothing raises (tests/test_fit_parameters.py walks the combinations).
 """
 
 from __future__ import annotations
@@ -39,14 +50,17 @@ from dpcurator._validation import check_int, check_positive, check_probability, 
 from dpcurator.accounting import ApproxEvent, PureEvent
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
-from dpcurator.errors import UnsupportedQueryError
-from dpcurator.estimators.logistic import logistic_regression
+from dpcurator.errors import DPError, UnsupportedQueryError
+from dpcurator.estimators.logistic import METHODS, logistic_regression
 from dpcurator.estimators.mle import MODELS, dp_mle
+from dpcurator.estimators.objective_perturbation import Perturbation
 from dpcurator.estimators.regression import Scaling, regression_from_gram
 from dpcurator.estimators.release import Estimate, FloatArray
 from dpcurator.estimators.sample_aggregate import BlockEstimator, Box, sample_and_aggregate
+from dpcurator.mechanisms import Laplace
 from dpcurator.query import ir
 from dpcurator.query.after_charge import after_charge
+from dpcurator.query.limits import MAX_FIT_BLOCKS, MAX_FIT_FEATURES, check_at_most
 from dpcurator.query.schema import ColumnMeta, Metadata
 from dpcurator.query.validation import check_epsilon
 from dpcurator.random import Rng, default_rng
@@ -56,13 +70,19 @@ if TYPE_CHECKING:
 
 FitKind = Literal["linear_regression", "logistic_regression", "mle", "sample_and_aggregate"]
 FIT_KINDS: Final = ("linear_regression", "logistic_regression", "mle", "sample_and_aggregate")
-#: The most feature columns of one fit (the Gram plan has (d + 2)(d + 3)/2 aggregates).
-MAX_FIT_FEATURES: Final = 16
 #: Fixed-point grid 2^k of the Gram entries (each in [-1, 1]): rounding moves an entry by at
 #: most 2^-31 per row, far below the noise, and 2^63 grid units hold 8·10^9 rows.
 GRAM_GRID_EXPONENT: Final = -30
-#: The default public bound |coefficient| <= b of a :class:`FitRequest`'s logistic fit.
+#: The default public bound of a :class:`FitRequest`'s logistic coefficients in standardised
+#: units: each feature rescaled to [-1, 1] by its public bounds, |θ_j| <= b, which bounds the
+#: logit's change over a feature's half range (:func:`standardised_box` gives the data-unit box).
 DEFAULT_COEFFICIENT_BOUND: Final = 10.0
+#: Objective perturbation's shares of ε for its ridge and for its interval's Hessian, passed to
+#: the estimator and used by the plan to build the same calibration before the charge.
+OP_SHARES: Final = (Fraction(1, 4), Fraction(1, 4))
+#: A share of ε below the least any sample-and-aggregate mechanism receives (the person count
+#: 1/10, logistic's spread 9/40, the means >= 27/40): the plan checks the noise at this share.
+BLOCK_NOISE_SHARE: Final = Fraction(1, 16)
 #: Share of ρ paying for AdaSSP's ridge (the regression library's default).
 EIGEN_SHARE: Final = Fraction(1, 10)
 
@@ -106,15 +126,19 @@ class FitRequest:
     given separately.
 
     ``kind`` is ``linear_regression`` or ``logistic_regression``; ``y`` the response and ``x``
-    the features; ``coef_bound`` the public box [-b, b] of every logistic coefficient (the
-    parameter space, data units; default :data:`DEFAULT_COEFFICIENT_BOUND`).
+    the features; ``coef_bound`` the public box [-b, b] of every logistic coefficient in data
+    units, or None (the default) for |θ| <= :data:`DEFAULT_COEFFICIENT_BOUND` in standardised
+    units (:func:`standardised_box`); ``method`` and ``blocks`` choose the logistic route
+    (:func:`plan_fit`).
     """
 
     kind: Literal["linear_regression", "logistic_regression"]
     y: str
     x: tuple[str, ...]
     fit_intercept: bool = True
-    coef_bound: float = DEFAULT_COEFFICIENT_BOUND
+    coef_bound: float | None = None
+    method: str | None = None
+    blocks: int | None = None
 
     def plan(self, metadata: Metadata, *, epsilon: float, delta: float) -> FitPlan:
         """The :func:`plan_fit` of this request (refusals free)."""
@@ -125,10 +149,17 @@ class FitRequest:
             )  # fmt: skip
         if not self.fit_intercept:
             raise fail(_OWNER, "fit_intercept", f"True for {self.kind}", self.fit_intercept)
-        bound = check_positive(_OWNER, "coef_bound", self.coef_bound)
+        lower: object
+        upper: object
+        if self.coef_bound is None:
+            features = _numeric(metadata, _names("x", self.x))
+            lower, upper = standardised_box(features, DEFAULT_COEFFICIENT_BOUND)
+        else:
+            bound = check_positive(_OWNER, "coef_bound", self.coef_bound)
+            lower, upper = -bound, bound
         return plan_fit(
             metadata, self.kind, epsilon=epsilon, delta=delta, y=self.y, x=self.x,
-            lower=-bound, upper=bound,
+            lower=lower, upper=upper, method=self.method, blocks=self.blocks,
         )  # fmt: skip
 
     def describe(self) -> str:
@@ -136,6 +167,11 @@ class FitRequest:
         options = [] if self.fit_intercept else ["no intercept"]
         if self.kind == "logistic_regression":
             options.append(f"coef_bound={self.coef_bound!r}")
+        options.extend(
+            f"{name}={value!r}"
+            for name, value in (("method", self.method), ("blocks", self.blocks))
+            if value is not None
+        )
         tail = f" [{', '.join(options)}]" if options else ""
         return f"FIT {self.kind}: {self.y} ~ {' + '.join(self.x)}{tail}"
 
@@ -154,34 +190,39 @@ def plan_fit(
     lower: object = None,
     upper: object = None,
     blocks: int | None = None,
+    method: str | None = None,
 ) -> FitPlan:
     """The plan of a fit, from the request and the metadata only (refusals charge nothing).
 
     ``y``/``x`` name the response and feature columns (``mle``: ``y`` is the data column;
     ``sample_and_aggregate``: ``x`` are the columns passed to ``estimator``). ``lower``/``upper``
     bound the estimated parameters (logistic coefficients, MLE parameters, the user function's
-    output); they are public, like the columns' bounds in the metadata.
+    output); they are public, like the columns' bounds in the metadata. ``method`` (logistic
+    regression only): ``objective_perturbation`` (the default; ``lower``/``upper`` optional,
+    they clamp the release) or ``sample_and_aggregate``; ``blocks`` fixes the number of blocks
+    of a sample-and-aggregate fit (default: chosen from a noisy count of persons).
     """
     eps = check_epsilon(_OWNER, epsilon)
     features = _names("x", x)
+    chosen = _method(kind, method, blocks, len(features))
     if kind == "linear_regression":
         response = _required("y", y)
         return _plan_linear(
             metadata, response, x=features, epsilon=eps, delta=delta, fit_intercept=fit_intercept
         )
-    if kind not in FIT_KINDS:
-        raise fail(_OWNER, "kind", f"one of {', '.join(FIT_KINDS)}", kind)
+    if chosen == "objective_perturbation":
+        return _plan_perturbed(
+            metadata, _required("y", y), features, eps, delta=delta, bounds=(lower, upper)
+        )
     if delta != 0:
-        raise fail(_OWNER, "delta", f"0 for {kind} (an ε-DP sample-and-aggregate)", delta)
-    if blocks is not None:
-        check_int(_OWNER, "blocks", blocks, minimum=1)
+        raise fail(_OWNER, "delta", f"0 for {kind} by sample-and-aggregate (ε-DP)", delta)
     if kind == "logistic_regression":
         if not features:
             raise fail(_OWNER, "x", "at least one feature column", list(features))
         metas = (*_numeric(metadata, features), _label(metadata, _required("y", y)))
         box = _box(lower, upper, len(features) + 1)
-        rows = metadata.max_rows_per_person if metadata.person_column is not None else 1
-        run = _logistic(metas[:-1], box, blocks, rows)
+        rows = _rows(metadata)
+        run = _logistic(metas[:-1], box, rows=rows, method=str(chosen), blocks=blocks)
         terms = ("intercept", *features)
     elif kind == "mle":
         if model not in MODELS:
@@ -199,12 +240,111 @@ def plan_fit(
         box = _box(lower, upper, None)
         run = _user(estimator, box, blocks)
         terms = tuple(f"theta_{i}" for i in range(box.dimension))
+    width = _check_block_noise(eps, box)
     finish = _rows_finish(metadata, metas, run, eps)
     columns = tuple(m.name for m in metas)
     exact = _rows_plan(metadata, metas)
-    width = float(np.sum(box.upper - box.lower))
-    blocks_sum = "the sum of the block estimates"
-    return FitPlan(kind, columns, PureDP(eps), exact, finish, terms, blocks_sum, width)
+    statistic = "the sum of the block estimates"
+    return FitPlan(kind, columns, PureDP(eps), exact, finish, terms, statistic, width)
+
+
+def _method(kind: str, method: str | None, blocks: int | None, features: int) -> str | None:
+    """The logistic method (None for other kinds), after the checks every kind shares."""
+    if kind not in FIT_KINDS:
+        raise fail(_OWNER, "kind", f"one of {', '.join(FIT_KINDS)}", kind)
+    if method is not None and kind != "logistic_regression":
+        raise fail(_OWNER, "method", f"None for {kind} (methods are logistic_regression's)", method)
+    check_at_most(f"The number of {kind} features", features, "MAX_FIT_FEATURES", MAX_FIT_FEATURES)
+    if blocks is not None:
+        check_int(_OWNER, "blocks", blocks, minimum=1)
+        check_at_most("The number of blocks", blocks, "MAX_FIT_BLOCKS", MAX_FIT_BLOCKS)
+        if kind == "linear_regression":
+            raise fail(_OWNER, "blocks", "None for linear_regression (AdaSSP)", blocks)
+    if kind != "logistic_regression":
+        return None
+    chosen = METHODS[0] if method is None else method
+    if chosen not in METHODS:
+        raise fail(_OWNER, "method", f"one of {', '.join(METHODS)}", method)
+    if chosen == "objective_perturbation" and blocks is not None:
+        raise fail(_OWNER, "blocks", "None with objective perturbation (blocks are "
+                   "method='sample_and_aggregate''s)", blocks)  # fmt: skip
+    return chosen
+
+
+def _rows(metadata: Metadata) -> int:
+    """The public bound of one person's rows (1 under row-level privacy)."""
+    return metadata.max_rows_per_person if metadata.person_column is not None else 1
+
+
+def _plan_perturbed(
+    metadata: Metadata,
+    y: str,
+    features: tuple[str, ...],
+    epsilon: Fraction,
+    *,
+    delta: float,
+    bounds: tuple[object, object],
+) -> FitPlan:
+    """Logistic regression by objective perturbation: ε-DP, or (ε, δ)-DP with δ > 0; its
+    calibration (ridge, noise, Hessian noise) is built here, so any refusal is free."""
+    check_probability(_OWNER, "delta", delta, open_high=True)
+    if not features:
+        raise fail(_OWNER, "x", "at least one feature column", list(features))
+    metas = (*_numeric(metadata, features), _label(metadata, y))
+    size, rows = len(features) + 1, _rows(metadata)
+    box = None if bounds[0] is None and bounds[1] is None else _box(*bounds, size)
+    _calibrated(lambda: Perturbation.of(
+        epsilon, delta, size, rows_per_person=rows, jacobian_share=OP_SHARES[0],
+        hessian_share=OP_SHARES[1]))  # fmt: skip
+    run = _logistic(metas[:-1], box, rows=rows, method="objective_perturbation", delta=delta)
+    cost: PureDP | ApproxDP = ApproxDP(epsilon, delta) if delta > 0 else PureDP(epsilon)
+    finish = _rows_finish(metadata, metas, run, epsilon)
+    columns = tuple(m.name for m in metas)
+    statistic = "the objective's gradient (objective perturbation)"
+    return FitPlan(
+        "logistic_regression", columns, cost, _rows_plan(metadata, metas), finish,
+        ("intercept", *features), statistic, float(rows),
+    )  # fmt: skip
+
+
+def standardised_box(features: Sequence[ColumnMeta], bound: float) -> tuple[FloatArray, FloatArray]:
+    """The data-unit box of logistic coefficients (intercept first) with |θ_j| <= ``bound`` in
+    standardised units, u_j = (x_j - m_j)/h_j the feature rescaled to [-1, 1] by its public
+    bounds (midpoint m_j, half range h_j): β_j = θ_j/h_j and β_0 = θ_0 - Σ_j θ_j m_j/h_j, so
+    |β_j| <= bound/h_j and |β_0| <= bound·(1 + Σ_j |m_j|/h_j). A bound in standardised units
+    limits the logit's change over each feature's half range whatever the feature's units."""
+    mids = np.array([(float(m.lower or 0) + float(m.upper or 0)) / 2 for m in features])
+    halves = np.array([(float(m.upper or 0) - float(m.lower or 0)) / 2 for m in features])
+    intercept = 1 + float(np.sum(np.abs(mids) / halves))
+    high: FloatArray = bound * np.concatenate([[intercept], 1 / halves])
+    return -high, high
+
+
+def _calibrated(build: Callable[[], object]) -> None:
+    """Build a mechanism's calibration at plan time: a scale out of the exact samplers' range
+    is refused here, free, naming ε (the same construction would fail after the charge)."""
+    try:
+        build()
+    except DPError as exc:
+        raise fail(
+            _OWNER, "epsilon", f"large enough for the fit's noise ({exc})", "too small"
+        ) from None
+
+
+def _check_block_noise(epsilon: Fraction, box: Box) -> float:
+    """The L1 width of the parameter box (the sum of block estimates' sensitivity), after
+    checking every sample-and-aggregate noise scale at one block and :data:`BLOCK_NOISE_SHARE`
+    of ε (each mechanism's largest scale: a finer split of blocks or ε only shrinks it)."""
+    with np.errstate(over="ignore"):
+        width = float(np.sum(box.upper - box.lower))
+    if not math.isfinite(width):
+        raise fail(_OWNER, "upper", "a parameter box of finite total width (sum of upper - "
+                   "lower)", "an overflowing width")  # fmt: skip
+    sensitivity = Fraction(max(width, box.dimension + 1))
+    _calibrated(
+        lambda: Laplace.for_epsilon_floats(epsilon * BLOCK_NOISE_SHARE, sensitivity, box.dimension)
+    )
+    return width
 
 
 def _names(name: str, values: Sequence[str]) -> tuple[str, ...]:
@@ -301,11 +441,6 @@ def _plan_linear(
 ) -> FitPlan:
     if not x:
         raise fail(_OWNER, "x", "at least one feature column", list(x))
-    if len(x) > MAX_FIT_FEATURES:
-        raise UnsupportedQueryError(
-            f"linear_regression takes at most {MAX_FIT_FEATURES} features (MAX_FIT_FEATURES); "
-            f"got {len(x)}."
-        )
     check_probability(_OWNER, "delta", delta, open_low=True, open_high=True)
     metas = _numeric(metadata, (*x, y))
     scaling = Scaling.of(
@@ -417,18 +552,27 @@ def _rows_finish(
     return finish
 
 
-def _logistic(features: Sequence[ColumnMeta], box: Box, blocks: int | None, rows: int) -> _Run:
-    """Objective perturbation (each person's ``rows`` bound the gradient and Hessian shifts),
-    or sample-and-aggregate when ``blocks`` is given."""
-    method = "objective_perturbation" if blocks is None else "sample_and_aggregate"
+def _logistic(
+    features: Sequence[ColumnMeta],
+    box: Box | None,
+    *,
+    rows: int,
+    method: str,
+    blocks: int | None = None,
+    delta: float = 0.0,
+) -> _Run:
+    """Objective perturbation (each person's ``rows`` bound the gradient and Hessian shifts;
+    the shares of ε are :data:`OP_SHARES`, as planned) or sample-and-aggregate."""
     x_low = [m.lower for m in features]
     x_high = [m.upper for m in features]
+    low, high = (None, None) if box is None else (box.lower, box.upper)
 
     def run(table: FloatArray, person: Any, alpha: float, eps: Fraction, rng: Rng) -> Estimate:
         return logistic_regression(
             table[:, :-1], table[:, -1], epsilon=float(eps), x_lower=x_low, x_upper=x_high,
-            coef_lower=box.lower, coef_upper=box.upper, blocks=blocks, person=person,
+            coef_lower=low, coef_upper=high, blocks=blocks, person=person, delta=delta,
             alpha=alpha, rng=rng, method=method, rows_per_person=rows,
+            jacobian_share=float(OP_SHARES[0]), hessian_share=float(OP_SHARES[1]),
         )  # fmt: skip
 
     return run

@@ -22,6 +22,11 @@ limit                         value           what it bounds
 ``MIN_EPSILON``               1e-9            ε of one query (noise scales stay exact in int64)
 ``MAX_BOUND_MAGNITUDE``       1e300           |bounds| of an aggregated value (finite sums,
                                               differences and grids)
+``MAX_FIT_FEATURES``          16              feature columns of one fit (a Gram plan has
+                                              (d + 2)(d + 3)/2 aggregates; objective
+                                              perturbation a (d + 1)² Hessian)
+``MAX_FIT_BLOCKS``            100,000         blocks of one sample-and-aggregate fit (the block
+                                              estimates are a blocks × parameters matrix)
 ============================  ==============  ====================================================
 
 Why 32 levels: sqlglot parses by recursive descent and spends about 24 Python frames per
@@ -44,6 +49,8 @@ MAX_PUBLIC_GROUPS: Final = 100_000
 MAX_KEYS_FROM_BOUNDS: Final = 1_000
 MIN_EPSILON: Final = 1e-9
 MAX_BOUND_MAGNITUDE: Final = 1e300
+MAX_FIT_FEATURES: Final = 16
+MAX_FIT_BLOCKS: Final = 100_000
 
 Node = TypeVar("Node")
 

@@ -2,8 +2,9 @@
 
 ``REGRESS(y, x1, ..., xk)`` is the linear regression of ``y`` on the features with an intercept
 (AdaSSP on engine-computed sufficient statistics) and ``LOGISTIC(y, x1, ..., xk [, b])`` the
-logistic regression of a 0/1 ``y`` with every coefficient in the public box [-b, b] (default
-:data:`~dpcurator.query.fit.DEFAULT_COEFFICIENT_BOUND`), both planned by
+logistic regression of a 0/1 ``y`` with every coefficient in the public box [-b, b] (data units;
+default: :data:`~dpcurator.query.fit.DEFAULT_COEFFICIENT_BOUND` in standardised units,
+:func:`~dpcurator.query.fit.standardised_box`), both planned by
 :func:`~dpcurator.query.fit.plan_fit` (see :mod:`dpcurator.query.fit` for their guarantees).
 Arguments are plain column names. :meth:`Session.sql <dpcurator.query.session.Session.sql>`
 releases the fit as a table of coefficients (:mod:`dpcurator.query.fit_release`).

@@ -43,6 +43,8 @@ def fit_request(body: s.FitIn) -> FitRequest:
         x=tuple(body.predictors),
         fit_intercept=body.fit_intercept,
         coef_bound=body.coef_bound,
+        method=body.method,
+        blocks=body.blocks,
     )
 
 

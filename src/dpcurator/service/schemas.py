@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from dpcurator.core.measures import ApproxDP
-from dpcurator.query.fit import DEFAULT_COEFFICIENT_BOUND
+from dpcurator.query.limits import MAX_FIT_BLOCKS
 from dpcurator.service.ledger_budgets import BudgetView
 
 Epsilon = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False, description="ε > 0")]
@@ -296,7 +296,9 @@ class FitIn(_Strict):
     """A model fit on the dataset's table (:mod:`dpcurator.query.fit`): the response, the
     predictors, the cost (ε, and δ > 0 for ``linear``) and the level 1-``alpha`` of the
     coefficients' intervals. ``coef_bound`` is a public parameter of ``logistic``: every
-    coefficient lies in [-coef_bound, coef_bound]."""
+    coefficient lies in [-coef_bound, coef_bound] (default: |coefficient| <=
+    DEFAULT_COEFFICIENT_BOUND in standardised units, :func:`dpcurator.query.fit.standardised_box`);
+    ``method`` and ``blocks`` choose its route (:func:`dpcurator.query.fit.plan_fit`)."""
 
     model: Literal["linear", "logistic"]
     response: ColumnName
@@ -305,9 +307,9 @@ class FitIn(_Strict):
     delta: Delta = 0.0
     alpha: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.05
     fit_intercept: bool = True
-    coef_bound: Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)] = (
-        DEFAULT_COEFFICIENT_BOUND
-    )
+    coef_bound: Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)] | None = None
+    method: Literal["objective_perturbation", "sample_and_aggregate"] | None = None
+    blocks: Annotated[int, Field(ge=1, le=MAX_FIT_BLOCKS)] | None = None
 
 
 class FitOut(BaseModel):
