@@ -28,7 +28,9 @@ grid 2^k with values clamped to [L, U] r·g·max(|round(L/2^k)|, |round(U/2^k)|)
 histogram r·g. Sums are computed on an integer grid (the defence against float-sum attacks,
 Casacuberta et al. 2022): k = 0 for integer-valued expressions, otherwise k is chosen so that the
 largest bound spans about 2^20 grid steps. Means and variances centre values at the middle of
-their bounds first, which halves the sensitivity for ranges like [0, U].
+their bounds first, which halves the sensitivity for ranges like [0, U]. Under the replace-one
+relation (bounded DP) every sensitivity doubles, the whole table's count is the public n and its
+mean a noisy sum over n (:mod:`dpcurator.query.neighbouring`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from dpcurator.query.backends.plan_checks import check_plan
 from dpcurator.query.builder import Aggregate, Query
 from dpcurator.query.histogram import histogram_cuts
 from dpcurator.query.limits import MAX_BOUND_MAGNITUDE, MAX_PUBLIC_GROUPS, exceeded
+from dpcurator.query.neighbouring import check_selection, public_count, sensitivity_factor
 from dpcurator.query.plan_facts import (
     choose_grid_exponent,
     grid_units,
@@ -126,6 +129,8 @@ class OutputPlan:
         quantile: the selection step of a quantile.
         edges: the bin edges of a histogram, ``(lower, c1, ..., upper)``: integers for integer
             values (see :mod:`dpcurator.query.histogram`, which also labels the open edge bins).
+        public_count: replace-one only: the public table size n, released as the count (no
+            parts, free) or dividing a mean's noisy sum (:mod:`dpcurator.query.neighbouring`).
     """
 
     name: str
@@ -137,6 +142,7 @@ class OutputPlan:
     centre: float = 0.0
     quantile: QuantileStep | None = None
     edges: tuple[float, ...] = ()
+    public_count: int | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +162,8 @@ class Plan:
         event: the accounting event charged (None: the PureEvent/ApproxEvent of ``cost``; see
             :func:`plan_event`).
         noise: why the noise family was chosen (readable; empty for a Laplace-only plan).
+        neighbouring: the neighbouring relation of the guarantee (``add_remove`` or
+            ``replace_one``, from the metadata).
     """
 
     exact: ir.AggregatePlan
@@ -168,6 +176,7 @@ class Plan:
     order_by: tuple[tuple[str, bool], ...] = ()
     event: PrivacyEvent | None = None
     noise: str = ""
+    neighbouring: str = "add_remove"
 
 
 def plan_event(plan: Plan) -> PrivacyEvent:
@@ -192,10 +201,12 @@ class _Context:
     rows: int  # r: rows per person per group
     groups: int  # g: groups per person
     counter: list[int]
+    factor: int = 1  # 2 under replace-one (dpcurator.query.neighbouring)
+    whole_table: bool = False  # no WHERE, no GROUP BY
 
     @property
     def contributions(self) -> int:
-        return self.rows * self.groups
+        return self.rows * self.groups * self.factor
 
     def name(self, label: str) -> str:
         self.counter[0] += 1
@@ -243,9 +254,18 @@ def plan_query(
     keys = _group_keys(groups, metadata)
     needs_selection = bool(groups) and keys is None
     if needs_selection:
+        check_selection(metadata, [g.name for g in groups])
         _check_selection_possible(groups, metadata, dlt)
     per_person = groups_per_person(metadata, bool(groups), keys)
-    context = _Context(metadata, metadata.max_rows_per_person, per_person, [0])
+    whole_table = where is None and not groups
+    context = _Context(
+        metadata,
+        metadata.max_rows_per_person,
+        per_person,
+        [0],
+        sensitivity_factor(metadata),
+        whole_table,
+    )
     exact: list[ir.ExactAggregate] = []
     planned = []
     for aggregate in checked.aggregates:
@@ -255,7 +275,11 @@ def plan_query(
     selection_share = _selection_share(eps, len(planned), selection_weight, needs_selection)
     if shares is None:
         weights = _weights(checked.aggregates, planned, context)
-        chosen = split(eps - selection_share, weights)
+        weights = [
+            w if o.parts or o.quantile else Fraction(0)
+            for w, o in zip(weights, planned, strict=True)
+        ]
+        chosen = split(eps - selection_share, weights) if any(weights) else [eps] * len(planned)
     else:
         chosen = _check_shares(shares, eps - selection_share, len(planned))
     outputs = [_with_share(o, share) for o, share in zip(planned, chosen, strict=True)]
@@ -264,6 +288,9 @@ def plan_query(
     if needs_selection:
         selection = partition_selection_threshold(selection_share, dlt, per_person)
         exact.append(ir.ExactAggregate(selection_exact, "count_persons"))
+    free = not exact  # only public counts (replace-one): the engine's count goes unused
+    if free:
+        exact.append(ir.ExactAggregate("__rows", "count"))
     bound = replace(metadata.contribution_bound, max_groups=per_person)
     exact_plan = ir.AggregatePlan(
         table=metadata.table,
@@ -275,6 +302,8 @@ def plan_query(
     )
     _check_engine_invariants(exact_plan, metadata)
     cost: PureDP | ApproxDP = ApproxDP(eps, dlt) if needs_selection else PureDP(eps)
+    if free:
+        cost = PureDP(Fraction(0))
     outputs_names = [o.name for o in outputs] + [g.name for g in groups]
     for column, _ in query.order_by:
         if column not in outputs_names:
@@ -290,6 +319,7 @@ def plan_query(
         selection_exact=selection_exact,
         cost=cost,
         order_by=query.order_by,
+        neighbouring=metadata.neighbouring,
     )
 
 
@@ -429,6 +459,9 @@ def _plan_aggregate(
     kind = aggregate.kind
     name = aggregate.output_name
     metadata = context.metadata
+    free = public_count(aggregate, metadata, context.whole_table)
+    if free is not None and kind != "mean":  # replace-one: the public n, exact
+        return OutputPlan(name, kind, share, public_count=free), []
     if kind == "count" and aggregate.expr is None:
         exact = ir.ExactAggregate(context.name("count"), "count")
         part = _noisy(exact.name, "count", context.contributions, 0, share)
@@ -445,7 +478,7 @@ def _plan_aggregate(
                 "use COUNT(*))."
             )
         exact = ir.ExactAggregate(context.name("persons"), "count_persons")
-        part = _noisy(exact.name, "count", context.groups, 0, share)
+        part = _noisy(exact.name, "count", context.groups * context.factor, 0, share)
         return OutputPlan(name, "count_persons", share, (part,)), [exact]
     assert aggregate.expr is not None  # value aggregates have an expression
     expr = aggregate.expr
@@ -477,7 +510,7 @@ def _plan_aggregate(
             lower=lower,
             upper=upper,
             epsilon_per_group=share / context.groups,
-            rows_per_person=context.rows,
+            rows_per_person=context.rows * context.factor,
             integer=integer,
         )
         output = OutputPlan(name, "quantile", share, (), lower, upper, quantile=step)
@@ -541,6 +574,13 @@ def _plan_moments(
     )
     exact = [count, total]
     sensitivity = sum_sensitivity(*sum_bounds, k, c, offset)
+    n = public_count(aggregate, context.metadata, context.whole_table)
+    if n is not None and count.kind == "count":  # replace-one: every row counts, n is public
+        part = _noisy(total.name, "sum", sensitivity, k, share)
+        output = OutputPlan(
+            aggregate.output_name, "mean", share, (part,), lower, upper, centre, public_count=n
+        )
+        return output, [total]
     parts = [
         _noisy(count.name, "count", c, 0, part_eps[0]),
         _noisy(total.name, "sum", sensitivity, k, part_eps[1]),

@@ -156,6 +156,8 @@ class Release:
         columns: what each value column holds (statistic, kind, histogram bin).
         events: the accounting events charged (for a ledger; ``to_dict`` serialises them).
         noise: why the noise family was chosen (empty for a plain Laplace release).
+        neighbouring: the neighbouring relation of the guarantee: ``add_remove`` (one person
+            added or removed) or ``replace_one`` (one person replaced; the table size is public).
     """
 
     group_columns: tuple[str, ...]
@@ -167,6 +169,7 @@ class Release:
     columns: tuple[ValueColumn, ...]
     events: tuple[PrivacyEvent, ...] = ()
     noise: str = ""
+    neighbouring: str = "add_remove"
 
     @property
     def ci_level(self) -> float:
@@ -253,6 +256,7 @@ class Release:
             "ci_level": self.ci_level,
             "events": [event.to_dict() for event in self.events],
             "noise": self.noise,
+            "neighbouring": self.neighbouring,
         }
 
 
@@ -362,7 +366,9 @@ def estimate_plan(plan: Plan, alpha: float) -> CostEstimate:
     halfwidths: dict[str, float | None] = {}
     for output in plan.outputs:
         width: float | None = None
-        if output.kind in ("count", "count_persons", "sum", "histogram"):
+        if output.public_count is not None and output.kind != "mean":
+            width = 0.0  # replace-one: the public table size, exact
+        elif output.kind in ("count", "count_persons", "sum", "histogram"):
             part = output.parts[0]
             width = _halfwidth(part, alpha)
         for column in _output_columns(output):
@@ -482,6 +488,7 @@ def release_plan(
         columns,
         (plan_event(plan),),
         plan.noise,
+        plan.neighbouring,
     )
 
 
@@ -512,6 +519,8 @@ def _release_output(
     alpha: float,
     rng: Rng | None,
 ) -> list[list[Estimate]]:
+    if output.public_count is not None and output.kind != "mean":  # replace-one: public n
+        return [[Estimate(*[float(output.public_count)] * 3)] for _ in keys]
     if output.kind == "histogram":
         part = output.parts[0]
         noisy = _noisy(part, exact, keys, len(output.edges) - 1, rng)
@@ -555,6 +564,9 @@ def _release_moments(
         for p in parts
     ]
     widths = [_halfwidth(p, level) for p in parts]
+    if output.public_count is not None:  # replace-one mean: noisy sum over the public n
+        noisy.insert(0, np.full(len(keys), float(output.public_count)))
+        widths.insert(0, 0.0)
     assert output.lower is not None  # planned bounds
     assert output.upper is not None
     bounds = (output.lower, output.upper)

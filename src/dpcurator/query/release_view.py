@@ -65,7 +65,11 @@ def _rows_text(count: int) -> str:
 
 def header(release: Release) -> str:
     """``2 rows · cost: ε = 0.5 · 95% CI``."""
-    return f"{_rows_text(len(release.rows))} · {release.cost} · {level_text(release.alpha)} CI"
+    relation = " · replace-one neighbours" if release.neighbouring == "replace_one" else ""
+    return (
+        f"{_rows_text(len(release.rows))} · {release.cost}{relation} · "
+        f"{level_text(release.alpha)} CI"
+    )
 
 
 def frame_attrs(release: Release) -> dict[str, Any]:
