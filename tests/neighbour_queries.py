@@ -159,6 +159,17 @@ class NeighbourQuery:
         return f"{self.sql}  [ε={self.epsilon:g}, δ={self.delta:g}]"
 
 
+#: Refined quantiles (issue 14): a float MEDIAN (a second engine pass over the window its first
+#: level chose) and a grouped QUANTILE (each group's window counted through a CASE on its key),
+#: with their noise-only intervals. Only the values and intervals may differ between neighbours.
+QUANTILE_QUERIES = {
+    "float median": NeighbourQuery("SELECT MEDIAN(income) AS m FROM people", 1.0),
+    "grouped quantile": NeighbourQuery(
+        "SELECT region, QUANTILE(hours, 0.9) AS q FROM people GROUP BY region", 0.5
+    ),
+}
+
+
 def _literal() -> st.SearchStrategy[str]:
     return st.one_of(st.integers(-100, 100).map(str), st.sampled_from(_EXTREME_LITERALS))
 

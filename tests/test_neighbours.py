@@ -21,6 +21,7 @@ from tests.backends_fixtures import spark
 from tests.neighbour_queries import (
     ENGINES,
     INT64_MAX,
+    QUANTILE_QUERIES,
     VICTIM,
     Neighbour,
     NeighbourQuery,
@@ -171,6 +172,7 @@ FINDINGS = {
     "median at tiny epsilon": NeighbourQuery(
         "SELECT MEDIAN(age) AS m FROM people WHERE region = 'South'", 1e-6
     ),
+    **QUANTILE_QUERIES,
 }
 
 
