@@ -119,6 +119,9 @@ class MetadataCheck:
             ``max_rows_per_person`` per person, or without a person); None without a person
             column.
         persons_over_limit: persons with more than ``max_rows_per_person`` rows (None likewise).
+        public_size: replace-one metadata: the declared public n (None otherwise).
+        data_size: replace-one metadata: the rows (row-level) or persons (user-level) the data
+            have, which queries never check against ``public_size`` (None otherwise).
     """
 
     table: str
@@ -128,6 +131,8 @@ class MetadataCheck:
     max_rows_per_person: int
     rows_over_limit: int | None
     persons_over_limit: int | None
+    public_size: int | None = None
+    data_size: int | None = None
 
     def column(self, name: str) -> ColumnCheck:
         """The check of the column ``name``."""
@@ -183,6 +188,12 @@ class MetadataCheck:
                 f"more than max_rows_per_person = {self.max_rows_per_person} rows; bounding "
                 f"drops {self.rows_over_limit:,} rows ({share:.2%}) from ungrouped queries"
             )
+        if self.public_size is not None and self.data_size != self.public_size:
+            unit = "rows" if self.person_column is None else "persons"
+            out.append(
+                f"neighbouring replace_one: public_size = {self.public_size:,} but the data have "
+                f"{self.data_size:,} {unit}; whole-table counts and means use the public size"
+            )
         problems = [f"{c.name}: {'; '.join(c.problems())}" for c in self.columns if c.problems()]
         out.append("silently changed: " + (" | ".join(problems) if problems else "nothing"))
         return "\n".join(out)
@@ -218,6 +229,7 @@ def check_metadata(source: object, metadata: Metadata) -> MetadataCheck:
         needed_casts(metadata.column_types(), types, table=metadata.table)  # missing columns
         columns, rows = _column_checks(connection, metadata, types)
         over_rows, over_persons = _bounding(connection, metadata)
+        size = _data_size(connection, metadata, rows) if metadata.replace_one else None
     except duckdb.Error as exc:
         raise BackendError(f"DuckDB could not read the table {metadata.table!r}: {exc}") from exc
     finally:
@@ -230,7 +242,18 @@ def check_metadata(source: object, metadata: Metadata) -> MetadataCheck:
         metadata.max_rows_per_person,
         over_rows,
         over_persons,
+        metadata.public_size,
+        size,
     )
+
+
+def _data_size(connection: duckdb.DuckDBPyConnection, metadata: Metadata, rows: int) -> int:
+    """The table's rows (row-level) or distinct persons (user-level): replace-one's n."""
+    if metadata.person_column is None:
+        return rows
+    person = quote(metadata.column(metadata.person_column).name)
+    query = f"SELECT COUNT(DISTINCT {person}) FROM {quote(_RAW)}"
+    return int(connection.execute(query).fetchall()[0][0])
 
 
 def _load(

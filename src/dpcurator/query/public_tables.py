@@ -104,8 +104,9 @@ class PublicTable:
 
 def public_table(name: str, source: object, *, keys: Sequence[str] = ()) -> PublicTable:
     """Read a public table from a pandas/Polars/pyarrow frame, a CSV or Parquet path, or the
-    native mapping (``{"columns": {name: type}, "rows": [...]}``, or ``{"path": ..., "keys":
-    [...]}``); ``keys``: columns that must be unique (a join key), checked now.
+    native mapping (``{"columns": {name: type}, "rows": [...]}``, ``{"path": ..., "keys":
+    [...]}`` or ``{"data": frame, "keys": [...]}``); ``keys``: columns that must be unique (join
+    keys), checked now.
 
     Raises:
         ParameterError: an invalid name or source, a column type that is not int, float, string
@@ -120,7 +121,7 @@ def public_table(name: str, source: object, *, keys: Sequence[str] = ()) -> Publ
     else:
         if isinstance(source, Mapping):
             keys = [*keys, *_string_list(owner, source.get("keys", []))]
-            source = source.get("path")
+            source = source.get("data", source.get("path"))
         columns, types, rows = _from_frame(owner, _frame(owner, source))
     lowered = [c.lower() for c in columns]
     if not columns or len(set(lowered)) != len(lowered):
