@@ -209,3 +209,28 @@ def test_the_cli_prints_the_coefficients_with_their_cis(
     assert "fits your budget" in capsys.readouterr().out
     assert main(["fit", *common, "--epsilon", "1", "--delta", "1e-6", "income", "nope"]) == 1
     assert "nope" in capsys.readouterr().err
+
+
+def test_fit_sql_is_estimated_like_it_is_run_on_the_queries_endpoints(
+    served: ServedTable,
+) -> None:
+    queries = f"/v1/datasets/{DATASET}/queries"
+    body = {"sql": "SELECT LOGISTIC(employed, age) FROM people", "epsilon": 0.5}
+    before = _spent(served)
+    estimate = served._client.post(f"{queries}:estimate", json=body)
+    assert estimate.status_code == 200, estimate.text
+    details = estimate.json()["estimate"]
+    assert details["terms"] == ["intercept", "age"]
+    assert details["model"] == "logistic_regression"
+    assert details["ci_halfwidths"] == {"coefficient": None}  # data-dependent
+    assert estimate.json()["fits"] is True
+    assert _spent(served) == before  # free
+    ran = served._client.post(queries, json=body)
+    assert ran.status_code == 200, ran.text
+    for key in ("epsilon_exact", "delta_exact"):
+        assert ran.json()["cost"][key] == estimate.json()["cost"][key]
+    assert [r["group"]["term"] for r in ran.json()["release"]["rows"]] == details["terms"]
+    twice = {**body, "sql": "SELECT LOGISTIC(employed, age, age) FROM people"}
+    refused = served._client.post(f"{queries}:estimate", json=twice)
+    assert refused.status_code == 422, refused.text
+    assert "distinct" in refused.json()["detail"]

@@ -57,9 +57,17 @@ def test_unsupported_forms_are_refused_free_naming_the_function(sql: str, needle
     assert session.spent().epsilon == 0
 
 
-def test_a_fit_has_no_query_plan_and_says_so() -> None:
-    with pytest.raises(UnsupportedQueryError, match=r"REGRESS.*model fit"):
-        _session().estimate("SELECT REGRESS(income, age) FROM people", epsilon=1)
+def test_a_fit_is_estimated_but_has_no_query_plan() -> None:
+    session = _session()
+    sql = "SELECT REGRESS(income, age) FROM people"
+    estimate = session.estimate(sql, epsilon=1, delta=1e-6)
+    assert estimate.to_dict()["terms"] == ["intercept", "age"]
+    assert estimate.ci_halfwidths == {"coefficient": None}
+    assert estimate.cost == session.sql(sql, epsilon=1, delta=1e-6).cost
+    with pytest.raises(UnsupportedQueryError, match=r"REGRESS.*model fit.*Session.estimate"):
+        session.plan(sql, epsilon=1)
+    with pytest.raises(UnsupportedQueryError, match="noise"):
+        session.estimate(sql, epsilon=1, delta=1e-6, noise="laplace")
 
 
 def test_a_fit_name_inside_a_string_is_an_ordinary_query() -> None:

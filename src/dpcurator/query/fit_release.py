@@ -9,22 +9,28 @@ release with no rows (the decision to answer is itself DP, and its cost stands).
 
 :func:`fit_dict` adds what the table alone does not say: the method and paper, whether the
 intervals cover the privacy noise only or also the sampling (``covers``), and ``replied``.
-:func:`estimate_fit` is the free estimate-before-spend: the cost and the terms, from public inputs
-only. Its half-widths are None: a coefficient's interval depends on the data (XᵀX, or the spread
-of the block estimates), which nothing public bounds usefully.
+:func:`estimate_fit` (``fits:estimate``) and :func:`estimate_fit_sql` (:meth:`Session.estimate
+<dpcurator.query.session.Session.estimate>` of fit SQL, so ``queries:estimate``) are the free
+estimate-before-spend: the cost and the terms, from public inputs only. Their half-widths are
+None: a coefficient's interval depends on the data (XᵀX, or the spread of the block estimates),
+which nothing public bounds usefully.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpcurator._validation import fail
 from dpcurator.core.measures import ApproxDP
+from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators.release import Estimate
 from dpcurator.query.fit import FitPlan, FitRequest, run_fit
+from dpcurator.query.release import CostEstimate, MechanismUse, Release, ValueColumn
 from dpcurator.query.release import Estimate as Value
-from dpcurator.query.release import MechanismUse, Release, ValueColumn
+from dpcurator.query.schema import Metadata
 
 if TYPE_CHECKING:
     from dpcurator.query.session import Session
@@ -42,25 +48,42 @@ def fit_table(plan: FitPlan, fit: Estimate) -> Release:
         for term, value, low, high in zip(plan.terms, fit.value, lows, highs, strict=True):
             interval = (None, None) if low is None or high is None else (float(low), float(high))
             rows.append(((term,), (Value(float(value), *interval),)))
+    return Release(
+        (TERM,),
+        (COEFFICIENT,),
+        tuple(rows),
+        plan.cost,
+        (_mechanism(plan, fit.method),),
+        fit.alpha,
+        (ValueColumn(COEFFICIENT, COEFFICIENT, "coefficient"),),
+    )
+
+
+def _mechanism(plan: FitPlan, method: str) -> MechanismUse:
+    """The record of the fit's mechanism (its scale is the estimator's, not one number)."""
     cost = plan.cost
-    mechanism = MechanismUse(
+    return MechanismUse(
         column=COEFFICIENT,
         statistic=plan.statistic,
-        mechanism=fit.method,
+        mechanism=method,
         scale=None,
         sensitivity=plan.sensitivity,
         epsilon=cost.epsilon,
         delta=cost.delta if isinstance(cost, ApproxDP) else Fraction(0),
     )
-    return Release(
-        (TERM,),
-        (COEFFICIENT,),
-        tuple(rows),
-        cost,
-        (mechanism,),
-        fit.alpha,
-        (ValueColumn(COEFFICIENT, COEFFICIENT, "coefficient"),),
-    )
+
+
+@dataclass(frozen=True)
+class FitCostEstimate(CostEstimate):
+    """The estimate of a fit asked for in SQL: a :class:`CostEstimate` (``ci_halfwidths`` None:
+    data-dependent) that also names the ``model`` and its ``terms``."""
+
+    model: str = ""
+    terms: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The estimate's JSON form with ``model`` and ``terms``."""
+        return {**super().to_dict(), "model": self.model, "terms": list(self.terms)}
 
 
 def fit_dict(plan: FitPlan, fit: Estimate) -> dict[str, Any]:
@@ -101,22 +124,57 @@ def fit_on(
     return fit_dict(plan, run_fit(session, plan, alpha))
 
 
-def release_fit(
-    session: Session,
+def plan_fit_sql(
+    metadata: Metadata,
     request: FitRequest,
     *,
     epsilon: float | None,
     delta: float,
-    alpha: float,
-    accuracy: object,
-) -> Release:
-    """:meth:`Session.sql <dpcurator.query.session.Session.sql>` of a ``REGRESS``/``LOGISTIC``
-    query: the fit's table. Accuracy targets are refused (free): a coefficient's interval
-    depends on the data, so no public ε meets a target."""
+    options: Mapping[str, object],
+) -> FitPlan:
+    """The plan of a ``REGRESS``/``LOGISTIC`` query given the options of :meth:`Session.sql
+    <dpcurator.query.session.Session.sql>` (``accuracy``, ``noise``, ``rho``): all refused
+    (free) but ε and δ. A fit chooses its own noise, and a coefficient's interval depends on the
+    data, so no public ε meets an accuracy target."""
+    if options.get("noise") is not None or options.get("rho") is not None:
+        raise UnsupportedQueryError(
+            "Model fits (REGRESS, LOGISTIC) choose their own noise: drop noise and rho, "
+            "and give epsilon (and delta)."
+        )
+    accuracy = options.get("accuracy")
     if accuracy is not None or epsilon is None:
         raise fail("Session.sql", "accuracy", f"None for {request.kind}; give epsilon", accuracy)
-    plan = request.plan(session.metadata, epsilon=epsilon, delta=delta)
+    return request.plan(metadata, epsilon=epsilon, delta=delta)
+
+
+def release_fit(session: Session, plan: FitPlan, alpha: float) -> Release:
+    """:meth:`Session.sql <dpcurator.query.session.Session.sql>` of a ``REGRESS``/``LOGISTIC``
+    query (planned by :func:`plan_fit_sql`): the fit's table."""
     return fit_table(plan, run_fit(session, plan, alpha))
 
 
-__all__ = ["COEFFICIENT", "TERM", "estimate_fit", "fit_dict", "fit_on", "fit_table"]
+def estimate_fit_sql(plan: FitPlan, alpha: float) -> FitCostEstimate:
+    """:meth:`Session.estimate <dpcurator.query.session.Session.estimate>` of a fit query: its
+    cost, mechanism and terms from public inputs; the coefficient's half-width is None."""
+    return FitCostEstimate(
+        plan.cost.labelled("cost"),
+        (_mechanism(plan, plan.kind),),
+        {COEFFICIENT: None},
+        alpha,
+        model=plan.kind,
+        terms=plan.terms,
+    )
+
+
+__all__ = [
+    "COEFFICIENT",
+    "TERM",
+    "FitCostEstimate",
+    "estimate_fit",
+    "estimate_fit_sql",
+    "fit_dict",
+    "fit_on",
+    "fit_table",
+    "plan_fit_sql",
+    "release_fit",
+]

@@ -80,7 +80,7 @@ from dpcurator.query.backends.plan_checks import check_plan
 from dpcurator.query.bounds_plan import plan_bounds
 from dpcurator.query.builder import Query
 from dpcurator.query.fit import plan_fit, run_fit
-from dpcurator.query.fit_release import release_fit
+from dpcurator.query.fit_release import estimate_fit_sql, plan_fit_sql, release_fit
 from dpcurator.query.ir import AggregatePlan, ExactResult
 from dpcurator.query.noise import check_noise, plan_with_noise
 from dpcurator.query.planner import Plan, plan_event
@@ -371,6 +371,13 @@ class Session:
         With ``accuracy`` instead of ``epsilon``: the smallest cost meeting those half-widths.
         ``noise``/``rho``: as in :meth:`plan`; ``CostEstimate.noise`` says which family and why.
         """
+        fit = parse_fit_sql(query, self._metadata) if isinstance(query, str) else None
+        if fit is not None:  # REGRESS / LOGISTIC: cost and terms (fit_release.estimate_fit_sql)
+            options = {"accuracy": accuracy, "noise": noise, "rho": rho}
+            planned = plan_fit_sql(
+                self._metadata, fit, epsilon=epsilon, delta=delta, options=options
+            )
+            return estimate_fit_sql(planned, self._level(alpha))
         plan = self.plan(
             query,
             epsilon=epsilon,
@@ -453,15 +460,11 @@ class Session:
             raise fail("Session.sql", "query", "SQL text", query)
         fit = parse_fit_sql(query, self._metadata)
         if fit is not None:
-            if noise is not None or rho is not None:
-                raise UnsupportedQueryError(
-                    "Model fits (REGRESS, LOGISTIC) choose their own noise: drop noise and rho, "
-                    "and give epsilon (and delta)."
-                )
-            level = self._level(alpha)
-            return release_fit(
-                self, fit, epsilon=epsilon, delta=delta, alpha=level, accuracy=accuracy
+            options = {"accuracy": accuracy, "noise": noise, "rho": rho}
+            planned = plan_fit_sql(
+                self._metadata, fit, epsilon=epsilon, delta=delta, options=options
             )
+            return release_fit(self, planned, self._level(alpha))
         return self.release(
             query,
             epsilon=epsilon,

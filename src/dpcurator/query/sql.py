@@ -279,9 +279,9 @@ class _Translator(ExpressionTranslator):
             raise UnsupportedQueryError(f"{node.key.upper()} is not supported.")
         if isinstance(node, exp.Anonymous) and node.name.lower() in FIT_FUNCTIONS:
             raise UnsupportedQueryError(
-                f"{node.name.upper()}(...) is a model fit: it has no query plan or estimate; "
-                "release it alone (SELECT REGRESS(y, x1, ...) FROM t) with Session.sql or "
-                "Session.fit, and estimate it with POST /v1/datasets/{id}/fits:estimate."
+                f"{node.name.upper()}(...) is a model fit, not a query plan: ask for it alone "
+                "(SELECT REGRESS(y, x1, ...) FROM t) with Session.sql or Session.estimate (or "
+                "Session.fit)."
             )
         if isinstance(node, exp.Anonymous):
             raise UnsupportedQueryError(f"Unknown function {node.name.upper()}.")
