@@ -19,7 +19,8 @@ codes of ``g``. The time of this one-off step is printed per session and is not 
 query's time. In the user-level session, the first unfiltered bounded query (the warm-up run of
 its row) also stores which rows the bounding keeps (one sort of the table), which its timed runs
 then read; the filtered bounded query cannot use it and bounds each person's rows itself.
-``python benchmarks/query.py`` runs 10^6 and 10^7 rows; ``--full`` adds 10^8. The peak memory of
+``python benchmarks/query.py`` runs 10^6 and 10^7 rows; ``--full`` adds 10^8; ``--queries NAME...``
+runs only those rows and ``--no-open`` skips the open table. The peak memory of
 the process is printed per size. A second table (``open_table.py``; ``--open-only`` prints just
 it) compares loading the same data from Parquet in raw DuckDB with opening it in dpcurator, row
 and user level: seconds and peak resident memory, each in its own process.
@@ -206,10 +207,15 @@ def main() -> None:
     parser.add_argument("--no-polars", action="store_true", help="skip dpcurator on Polars")
     parser.add_argument("--no-peers", action="store_true", help="skip OpenDP and diffprivlib")
     parser.add_argument("--open-only", action="store_true", help="print only the open table")
+    parser.add_argument("--no-open", action="store_true", help="skip the open table")
+    parser.add_argument(
+        "--queries", nargs="*", metavar="NAME", help="only these rows (e.g. 'grouped count')"
+    )
     args = parser.parse_args()
     sizes = args.sizes or ([10**6, 10**7] + ([10**8] if args.full else []))
-    print(OPEN_HEADER)
-    for rows in sizes:
+    queries = [q for q in QUERIES if not args.queries or q.name in args.queries]
+    print("" if args.no_open else OPEN_HEADER)
+    for rows in [] if args.no_open else sizes:
         with tempfile.TemporaryDirectory() as directory:
             path = Path(directory) / "data.parquet"
             pq.write_table(generate(rows), path)
@@ -236,6 +242,8 @@ def main() -> None:
         polars = {} if args.no_polars else {unit: session(table, "polars", unit) for unit in UNITS}
         del table
         for user_level, unit in UNITS.items():
+            if not any(query.user_level == user_level for query in queries):
+                continue
             opened = time.perf_counter()
             ours = session(connection, "duckdb", user_level)
             opened = time.perf_counter() - opened
@@ -245,7 +253,7 @@ def main() -> None:
             engines = {"dpcurator DuckDB": ours} | (
                 {"dpcurator Polars": polars[user_level]} if polars else {}
             )
-            for query in [q for q in QUERIES if q.user_level == user_level]:
+            for query in [q for q in queries if q.user_level == user_level]:
                 line = row(
                     rows,
                     query,
