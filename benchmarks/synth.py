@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
 import math
 import resource
 import subprocess
@@ -92,7 +93,9 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--one", nargs=3, metavar=("DATASET", "METHOD", "EPSILON"))
     args = parser.parse_args()
-    if args.one:
+    if args.one:  # the synthesizers' progress (one line a round) goes to stderr
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+        logging.getLogger("dpcurator.synth").setLevel(logging.INFO)
         print(json.dumps(run_one(args.one[0], args.one[1], float(args.one[2]))))
         return
     rows = []

@@ -190,6 +190,7 @@ def aim(
         steps.append(Step("measure", r, gaussian.rho(l2)))
         spent += gaussian.rho(l2) + epsilon**2 / 8
         model = _mbi.estimate(domain, measured, iters=round_iters, warm_start=model)
+        _mbi.release_compiled()
         moved = float(np.abs(_mbi.model_marginal(model, r) - before).sum())
         if not final and moved <= bias * domain.cells(r):
             rho_m *= 4
