@@ -16,6 +16,7 @@ from typing import Protocol, cast
 import pytest
 from sqlalchemy import Connection, QueuePool, event, text
 
+from dpcurator.accounting.events import ConcentratedEvent, LaplaceEvent, ParallelEvent
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import AuthError, BudgetExceededError
 from dpcurator.service import ledger_postgres
@@ -128,7 +129,9 @@ def test_an_owner_charges_only_the_global_cap(make_ledger: MakeLedger) -> None:
     )
     reservation = ledger.reserve(batch)
     assert reservation.budget is None
-    assert ledger.charge(reservation.charge_id).events == [{"epsilon": "3/2"}]
+    # Stored as its one event: what was given is not an event, so the cost's (ε, δ) event.
+    stored = ledger.charge(reservation.charge_id).events
+    assert stored == [{"kind": "approx", "epsilon": "3/2", "delta": "1/1000000"}]
     with pytest.raises(BudgetExceededError, match="global"):
         ledger.reserve(replace(batch, cost=ApproxDP(Fraction(1, 2), Fraction(1, 10**9))))
     with pytest.raises(BudgetExceededError, match="global"):
@@ -383,7 +386,8 @@ def test_sqlite_raw_statements_store_what_sqlalchemy_stores(tmp_path: Path) -> N
     ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite3'}")
     try:
         (analyst,) = ledger_with_analysts(ledger, grant=ApproxDP(1, 0), cap=ApproxDP(1, 0))
-        events = [{"epsilon": "1/8", "nested": [1, 2.5, None]}]
+        nested = ParallelEvent([LaplaceEvent(8, 1), ConcentratedEvent(1, 0, EPS)])
+        events = [nested.to_dict()]  # nested lists, None: one event costing (EPS, 0)
         raw = ledger.reserve(replace(_request(analyst, ApproxDP(EPS, 0)), events=events))
         core = ledger.reserve(replace(_request(analyst, ApproxDP(EPS, 0), key="k"), events=events))
         completed = ledger.complete(raw.charge_id, {"rows": [[1, 0.5]]})

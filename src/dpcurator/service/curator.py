@@ -23,9 +23,10 @@ import duckdb
 from dpcurator.accounting.budget import Budget
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.accounting.filter import BudgetFilter, PrivacyFilter, Reservation
-from dpcurator.core.measures import ZCDP, ApproxDP, Measure, PureDP
-from dpcurator.errors import InternalInvariantError, ParameterError
+from dpcurator.core.measures import ApproxDP, Measure, PureDP
+from dpcurator.errors import InternalInvariantError
 from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
+from dpcurator.query.planner import plan_event
 from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import (
@@ -37,7 +38,8 @@ from dpcurator.query.session import (
 )
 from dpcurator.service.data_root import data_file, unreadable
 from dpcurator.service.ledger import Ledger
-from dpcurator.service.ledger_budgets import BudgetView, dataset_budget, grant_budget
+from dpcurator.service.ledger_accounts import basic_cost
+from dpcurator.service.ledger_budgets import BudgetView, Cost
 from dpcurator.service.ledger_charges import ChargeRequest
 from dpcurator.service.models import Dataset
 
@@ -48,17 +50,6 @@ class AlreadyCharged(Exception):  # noqa: N818  # a control-flow signal, not an 
     def __init__(self, charge_id: int) -> None:
         super().__init__(charge_id)
         self.charge_id = charge_id
-
-
-def event_cost(event: PrivacyEvent) -> ApproxDP:
-    """The (ε, δ) cost of an event under basic composition (what the ledger adds up)."""
-    cost = event.approx_cost()
-    if cost is None:
-        raise ParameterError(
-            f"The ledger composes (ε, δ) costs; the event {event!r} has none. "
-            "Ask for an ε (and δ) budgeted query."
-        )
-    return cost
 
 
 class LedgerFilter:
@@ -79,7 +70,7 @@ class LedgerFilter:
         """Charge the ledger atomically (or raise BudgetExceededError, changing nothing)."""
         if self.charge_id is not None:
             raise InternalInvariantError("A service request reserves its budget exactly once.")
-        request = replace(self._template, cost=event_cost(event), events=[event.to_dict()])
+        request = replace(self._template, cost=basic_cost(event), events=[event.to_dict()])
         reserved = self._ledger.reserve(request)
         if reserved.reused and reserved.status != "reserved":
             raise AlreadyCharged(reserved.charge_id)
@@ -104,15 +95,14 @@ class LedgerFilter:
             raise InternalInvariantError("The release finished without reserving its budget.")
         return self.charge_id
 
-    def _view(self) -> tuple[ApproxDP, ApproxDP]:
+    def _view(self) -> tuple[Measure, Measure]:
         template = self._template
         if template.charge_grant:
-            grant = self._ledger.grant(template.principal_id, template.dataset_id)
-            if grant is None:
+            view = self._ledger.grant_view(template.principal_id, template.dataset_id)
+            if view is None:
                 return ApproxDP(0, 0), ApproxDP(0, 0)
-            view = grant_budget(grant)
         else:
-            view = dataset_budget(self._ledger.dataset(template.dataset_id))
+            view = self._ledger.cap_view(template.dataset_id)
         return view.spent, view.remaining
 
     def spent(self) -> Measure:
@@ -134,9 +124,26 @@ def _exact(value: Fraction) -> float:
     return cast("float", value)
 
 
-def _budget(epsilon: Fraction | None, accuracy: dict[str, float] | None) -> float | None:
-    """ε for the Session, or None when accuracy targets choose it."""
-    return None if accuracy is not None or epsilon is None else _exact(epsilon)
+def _budget(
+    epsilon: Fraction | None, accuracy: dict[str, float] | None, rho: Fraction | None
+) -> float | None:
+    """ε for the Session, or None when accuracy targets or a ρ choose the cost."""
+    if accuracy is not None or rho is not None or epsilon is None:
+        return None
+    return _exact(epsilon)
+
+
+@dataclass(frozen=True)
+class NoiseRequest:
+    """The noise an analyst asks for: a family (``laplace`` | ``gaussian``; None: the planner
+    chooses, :mod:`dpcurator.query.noise`) and/or a zCDP cost ``rho`` instead of ε."""
+
+    family: str | None = None
+    rho: Fraction | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The Session's keyword arguments."""
+        return {"noise": self.family, "rho": None if self.rho is None else _exact(self.rho)}
 
 
 @dataclass
@@ -167,18 +174,32 @@ class DatasetRuntime:
         sql: str,
         epsilon: Fraction | None,
         delta: Fraction,
+        *,
         accuracy: dict[str, float] | None = None,
-    ) -> tuple[ApproxDP, dict[str, Any]]:
-        """Cost and expected accuracy from public metadata only (``accuracy`` instead of ε: the
-        smallest cost meeting those CI half-widths, :mod:`dpcurator.query.accuracy`)."""
+        noise: NoiseRequest | None = None,
+    ) -> tuple[Cost, dict[str, Any], PrivacyEvent]:
+        """Cost, expected accuracy and the event a release would charge, from public metadata
+        only (``accuracy`` instead of ε: the smallest cost meeting those CI half-widths,
+        :mod:`dpcurator.query.accuracy`; ``noise``: the family and/or a ρ cost)."""
+        noise = noise or NoiseRequest()
         session = self.session(PrivacyFilter(Budget(0)))
+        plan = session.plan(
+            sql,
+            epsilon=_budget(epsilon, accuracy, noise.rho),
+            delta=_exact(delta),
+            accuracy=accuracy,
+            **noise.options(),
+        )
         estimate = session.estimate(
-            sql, epsilon=_budget(epsilon, accuracy), delta=_exact(delta), accuracy=accuracy
+            sql,
+            epsilon=_budget(epsilon, accuracy, noise.rho),
+            delta=_exact(delta),
+            accuracy=accuracy,
+            **noise.options(),
         )
         cost = estimate.cost
-        assert not isinstance(cost, ZCDP)  # the service plans at ε (and δ), never at a ρ
         exact_cost = cost.to_approx() if isinstance(cost, PureDP) else cost
-        return exact_cost, estimate.to_dict()
+        return exact_cost, estimate.to_dict(), plan_event(plan)
 
     def run(
         self,
@@ -186,13 +207,21 @@ class DatasetRuntime:
         epsilon: Fraction,
         delta: Fraction,
         budget_filter: BudgetFilter,
+        *,
         accuracy: dict[str, float] | None = None,
+        noise: NoiseRequest | None = None,
     ) -> dict[str, Any]:
         """Plan, reserve through ``budget_filter``, compute and release; the release as JSON.
-        With ``accuracy``, the plan meeting those targets (its cost is ``epsilon``)."""
+        With ``accuracy``, the plan meeting those targets (its cost is ``epsilon``); with
+        ``noise.rho``, a release at that zCDP cost."""
+        noise = noise or NoiseRequest()
         session = self.session(budget_filter)
         release = session.sql(
-            sql, epsilon=_budget(epsilon, accuracy), delta=_exact(delta), accuracy=accuracy
+            sql,
+            epsilon=_budget(epsilon, accuracy, noise.rho),
+            delta=_exact(delta),
+            accuracy=accuracy,
+            **noise.options(),
         )
         return release.to_dict()
 

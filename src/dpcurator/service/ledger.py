@@ -53,11 +53,28 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session as OrmSession
 
-from dpcurator.core.measures import ApproxDP
+from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.service.errors import ConflictError, NotFoundError
-from dpcurator.service.ledger_budgets import BudgetView, budget_view
-from dpcurator.service.ledger_charges import LedgerCharges
+from dpcurator.service.ledger_accounts import (
+    CAP,
+    BudgetAccount,
+    OverdrawnError,
+    account_budget,
+    check_account_budget,
+    concentrated_view,
+    history_events,
+    replayed,
+)
+from dpcurator.service.ledger_budgets import (
+    BudgetView,
+    Cost,
+    budget_view,
+    dataset_budget,
+    grant_budget,
+)
+from dpcurator.service.ledger_charges import ChargeRequest, LedgerCharges, check_fits
 from dpcurator.service.ledger_database import found
 from dpcurator.service.ledger_history import LedgerHistory
 from dpcurator.service.ledger_statements import DATASET_COLUMNS, SQL
@@ -203,28 +220,34 @@ class Ledger(LedgerCharges, LedgerHistory):
         name: str,
         source: dict[str, Any],
         metadata_doc: dict[str, Any],
-        cap: ApproxDP,
+        cap: Cost,
         replay_enabled: bool,
         by: str,
+        accounting: str = "basic",
     ) -> Dataset:
-        """Register a dataset with its global cap; ids are unique."""
+        """Register a dataset with its global cap (ε, (ε, δ) or ρ; ``accounting``: see
+        :func:`_set_account`); ids are unique."""
+        concentrated = check_account_budget(cap, accounting)
         with self._transaction(write=True) as s:
             if s.get(Dataset, dataset_id) is not None:
                 raise ConflictError(f"A dataset with id {dataset_id!r} already exists.")
+            cap_epsilon, cap_delta = _columns(cap)
             dataset = Dataset(
                 id=dataset_id,
                 name=name,
                 source=source,
                 metadata_doc=metadata_doc,
-                cap_epsilon=str(cap.epsilon),
-                cap_delta=str(cap.delta),
+                cap_epsilon=cap_epsilon,
+                cap_delta=cap_delta,
                 spent_epsilon="0",
                 spent_delta="0",
                 replay_enabled=replay_enabled,
                 created_at=utcnow(),
             )
             s.add(dataset)
-            s.add(_audit("dataset_registered", by, dataset_id, cap=_cost_json(cap)))
+            s.flush()
+            _set_account(s, dataset_id, CAP, cap, concentrated=concentrated)
+            s.add(_audit("dataset_registered", by, dataset_id, cap=_cost_json(cap, accounting)))
         return dataset
 
     def dataset(self, dataset_id: str) -> Dataset:
@@ -238,29 +261,52 @@ class Ledger(LedgerCharges, LedgerHistory):
             return list(s.scalars(select(Dataset).order_by(Dataset.id)))
 
     def update_dataset(
-        self, dataset_id: str, *, cap: ApproxDP | None, replay_enabled: bool | None, by: str
+        self,
+        dataset_id: str,
+        *,
+        cap: Cost | None,
+        replay_enabled: bool | None,
+        by: str,
+        accounting: str | None = None,
     ) -> Dataset:
-        """Change the global cap and/or the replay switch of a dataset."""
+        """Change the global cap and/or the replay switch of a dataset (``accounting``: see
+        :func:`_set_account`; None keeps the cap's)."""
         with self._transaction(write=True) as s:
             dataset = found(s.get(Dataset, dataset_id, with_for_update=True), "dataset", dataset_id)
             detail: dict[str, Any] = {}
             if cap is not None:
-                dataset.cap_epsilon, dataset.cap_delta = str(cap.epsilon), str(cap.delta)
-                detail["cap"] = _cost_json(cap)
+                accounting = accounting or _accounting_of(s, dataset_id, CAP)
+                concentrated = check_account_budget(cap, accounting)
+                dataset.cap_epsilon, dataset.cap_delta = _columns(cap)
+                _set_account(s, dataset_id, CAP, cap, concentrated=concentrated)
+                detail["cap"] = _cost_json(cap, accounting)
             if replay_enabled is not None:
                 dataset.replay_enabled = replay_enabled
                 detail["replay_enabled"] = replay_enabled
             s.add(_audit("dataset_updated", by, dataset_id, **detail))
         return dataset
 
-    def set_grant(self, principal_id: str, dataset_id: str, budget: ApproxDP, *, by: str) -> Grant:
-        """Give an analyst access to a dataset with this total budget (spending is kept)."""
+    def set_grant(
+        self,
+        principal_id: str,
+        dataset_id: str,
+        budget: Cost,
+        *,
+        by: str,
+        accounting: str | None = None,
+    ) -> Grant:
+        """Give an analyst access to a dataset with this total budget (ε, (ε, δ) or ρ; spending
+        is kept). ``accounting``: see :func:`_set_account` (None: the grant's so far, else
+        basic)."""
         with self._transaction(write=True) as s:
             principal = s.get(Principal, principal_id)
             if principal is None or principal.role != "analyst":
                 raise NotFoundError(f"No analyst with id {principal_id!r}.")
-            if s.get(Dataset, dataset_id) is None:
+            # The dataset's row first, as every reservation locks it: none runs meanwhile.
+            if s.get(Dataset, dataset_id, with_for_update=True) is None:
                 raise NotFoundError(f"No dataset with id {dataset_id!r}.")
+            accounting = accounting or _accounting_of(s, dataset_id, principal_id)
+            concentrated = check_account_budget(budget, accounting)
             grant = s.get(Grant, (principal_id, dataset_id), with_for_update=True)
             if grant is None:
                 grant = Grant(
@@ -270,11 +316,17 @@ class Ledger(LedgerCharges, LedgerHistory):
                     spent_delta="0",
                 )
                 s.add(grant)
-            grant.budget_epsilon, grant.budget_delta = str(budget.epsilon), str(budget.delta)
+            grant.budget_epsilon, grant.budget_delta = _columns(budget)
             grant.updated_at = utcnow()
+            s.flush()
+            _set_account(s, dataset_id, principal_id, budget, concentrated=concentrated)
             s.add(
                 _audit(
-                    "budget_set", by, dataset_id, analyst=principal_id, budget=_cost_json(budget)
+                    "budget_set",
+                    by,
+                    dataset_id,
+                    analyst=principal_id,
+                    budget=_cost_json(budget, accounting),
                 )
             )
         return grant
@@ -302,9 +354,34 @@ class Ledger(LedgerCharges, LedgerHistory):
             row = conn.execute(SQL.access, {"p": principal_id, "d": dataset_id}).first()
         if row is None or (not owner and row.grant_budget_epsilon is None):
             raise NotFoundError(f"No dataset with id {dataset_id!r}.")
-        *dataset, budget, budget_delta, spent, spent_delta = row
-        view = None if owner else budget_view(budget, budget_delta, spent, spent_delta)
+        *dataset, budget, budget_delta, spent, spent_delta, account = row
+        view: BudgetView | None = None
+        if account is not None and not owner:
+            view = self.grant_view(principal_id, dataset_id)
+        elif not owner:
+            view = budget_view(budget, budget_delta, spent, spent_delta)
         return Access(Dataset(**dict(zip(DATASET_COLUMNS, dataset, strict=True))), view)
+
+    # -- budget views -----------------------------------------------------------------------
+
+    def grant_view(self, principal_id: str, dataset_id: str) -> BudgetView | None:
+        """An analyst's budget on a dataset (None without a grant): basic, or replayed."""
+        with self._transaction(write=False) as s:
+            grant = s.get(Grant, (principal_id, dataset_id))
+            if grant is None:
+                return None
+            return _view(s, dataset_id, principal_id, grant_budget(grant))
+
+    def cap_view(self, dataset_id: str) -> BudgetView:
+        """A dataset's global cap: basic, or replayed."""
+        with self._transaction(write=False) as s:
+            dataset = found(s.get(Dataset, dataset_id), "dataset", dataset_id)
+            return _view(s, dataset_id, CAP, dataset_budget(dataset))
+
+    def fits(self, request: ChargeRequest) -> bool:
+        """Whether the request's event would be admitted now (nothing is charged or locked)."""
+        with self._transaction(write=False) as s:
+            return check_fits(s.connection(), request)
 
     # -- audit ----------------------------------------------------------------------------
 
@@ -321,8 +398,68 @@ class Ledger(LedgerCharges, LedgerHistory):
             return list(s.scalars(select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)))
 
 
-def _cost_json(cost: ApproxDP) -> dict[str, str]:
-    return {"epsilon": str(cost.epsilon), "delta": str(cost.delta)}
+def _cost_json(cost: Cost, accounting: str = "basic") -> dict[str, str]:
+    if isinstance(cost, ZCDP):
+        return {"rho": str(cost.rho), "accounting": "concentrated"}
+    return {"epsilon": str(cost.epsilon), "delta": str(cost.delta), "accounting": accounting}
+
+
+def _columns(budget: Cost) -> tuple[str, str]:
+    """The (ε, δ) columns of a budget: a ρ budget has none (its account holds ρ)."""
+    if isinstance(budget, ZCDP):
+        return "0", "0"
+    return str(budget.epsilon), str(budget.delta)
+
+
+def _accounting_of(s: OrmSession, dataset_id: str, principal_id: str) -> str:
+    """The accounting of a budget so far (``basic`` if it has none yet)."""
+    return "basic" if s.get(BudgetAccount, (dataset_id, principal_id)) is None else "concentrated"
+
+
+def _set_account(
+    s: OrmSession, dataset_id: str, principal_id: str, budget: Cost, *, concentrated: bool
+) -> None:
+    """Make a budget (a grant, or the cap: ``principal_id = ''``) concentrated or basic.
+
+    Concentrated: its events are replayed through a ConcentratedFilter of ``budget`` (see
+    :mod:`dpcurator.service.ledger_accounts`); the charges made so far must fit it (else
+    ConflictError, nothing changed). Basic: (ε, δ) costs add up (their running totals are kept
+    under either accounting).
+    """
+    account = s.get(BudgetAccount, (dataset_id, principal_id))
+    if not concentrated:
+        if account is not None:
+            s.delete(account)
+        return
+    if account is None:
+        account = BudgetAccount(dataset_id=dataset_id, principal_id=principal_id)
+        s.add(account)
+    account.rho = str(budget.rho) if isinstance(budget, ZCDP) else None
+    account.updated_at = utcnow()
+    principal = None if principal_id == CAP else principal_id
+    try:
+        replayed(budget, history_events(s.connection(), dataset_id, principal))
+    except OverdrawnError:
+        raise ConflictError(
+            f"The charges made so far on this budget do not fit {budget} under concentrated "
+            "accounting; nothing was changed. Give a larger budget."
+        ) from None
+
+
+def _view(s: OrmSession, dataset_id: str, principal_id: str, basic: BudgetView) -> BudgetView:
+    """The view of a budget: ``basic`` (its columns), or its events replayed."""
+    account = s.get(BudgetAccount, (dataset_id, principal_id))
+    if account is None:
+        return basic
+    assert isinstance(basic.total, ApproxDP)  # the columns
+    budget = account_budget(account.rho, str(basic.total.epsilon), str(basic.total.delta))
+    principal = None if principal_id == CAP else principal_id
+    try:
+        return concentrated_view(
+            replayed(budget, history_events(s.connection(), dataset_id, principal))
+        )
+    except OverdrawnError:
+        return BudgetView(budget, budget, None)
 
 
 def _audit(

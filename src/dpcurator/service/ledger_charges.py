@@ -9,6 +9,7 @@ with a request key holds a claim on it, renewed while it computes
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -18,12 +19,26 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Row
 
+from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ApproxDP
-from dpcurator.errors import BudgetExceededError, DPError, InternalInvariantError
+from dpcurator.errors import BudgetExceededError, DPError, InternalInvariantError, ParameterError
 from dpcurator.service import ledger_postgres
 from dpcurator.service.errors import ConflictError, NotFoundError
+from dpcurator.service.ledger_accounts import (
+    CAP,
+    account_budget,
+    accounts_of,
+    basic_cost,
+    charge_event,
+    concentrated_view,
+    history_events,
+    migrate_events,
+    replayed,
+)
 from dpcurator.service.ledger_budgets import (
+    BasicView,
     BudgetView,
+    Cost,
     budget_view,
     cost_of,
     dataset_budget,
@@ -46,6 +61,9 @@ class ChargeRequest:
     ``request_key`` (an idempotency key chosen by the client) makes a retried request reuse its
     first charge instead of paying again. ``fingerprint`` identifies the question (normalised SQL
     and cost) for replay. ``charge_grant`` is false for owners, who spend only the global cap.
+    ``events`` holds the release's event (``to_dict``) and ``cost`` its (ε, δ) cost ((0, 0) for a
+    ρ-only event); anything else is charged as the basic event of ``cost`` (see
+    :func:`~dpcurator.service.ledger_accounts.charge_event`).
     """
 
     principal_id: str
@@ -57,6 +75,11 @@ class ChargeRequest:
     events: list[Any]
     request_key: str | None = None
     charge_grant: bool = True
+
+    @functools.cached_property
+    def event(self) -> PrivacyEvent:
+        """The one event this request charges."""
+        return charge_event(self.events, self.cost)
 
 
 @dataclass(frozen=True)
@@ -74,29 +97,126 @@ class Reservation:
     budget: BudgetView | None = None
 
 
-def _after(
-    request: ChargeRequest, cap: Sequence[str], grant: Sequence[str | None]
-) -> tuple[BudgetView | None, ApproxDP]:
-    """Check ``request.cost`` against the dataset's cap and (if charged) the grant, given their
-    locked (total ε, total δ, spent ε, spent δ); the grant's budget and the dataset's spending
-    after the charge.
+class _Concentrated(Exception):  # noqa: N818  # a control-flow signal, not an error
+    """A fast path found a concentrated budget: reserve in a transaction that replays events."""
+
+
+def _basic_fits(view: BasicView, event: PrivacyEvent, what: str) -> ApproxDP:
+    """The spending of a basic budget after ``event`` (its (ε, δ) cost added), if it fits.
 
     Raises:
-        BudgetExceededError: the cost does not fit the grant, or else the cap.
+        ParameterError: the event has no (ε, δ) cost (a ρ-only release), which basic
+            composition of (ε, δ) cannot charge; nothing was charged.
+        BudgetExceededError: the cost does not fit.
     """
-    cost = request.cost
-    budget = None
+    cost = event.approx_cost()
+    if cost is None:
+        raise ParameterError(
+            f"The {what} composes (ε, δ) costs by basic composition, and this release costs "
+            f"only a ρ ({_requested(event)}); nothing was charged. Ask for an epsilon "
+            "(and delta) cost, or for a budget with concentrated accounting."
+        )
+    if not (view.spent + cost).fits_within(view.total):
+        raise BudgetExceededError(cost, view.remaining, what=what)
+    return view.spent + cost
+
+
+def _requested(event: PrivacyEvent) -> Cost:
+    """The cost of an event as a refusal names it: (ε, δ) if it has one, else its ρ."""
+    approx = event.approx_cost()
+    if approx is not None:
+        return approx
+    zcdp = event.approx_zcdp_cost()
+    assert zcdp is not None  # the filter refused an event without any cost already
+    return zcdp[0]
+
+
+def _concentrated_fits(
+    conn: Connection, budget: Cost, request: ChargeRequest, event: PrivacyEvent, what: str
+) -> BudgetView:
+    """The view of a concentrated budget after ``event``, if the filter admits it after the
+    budget's history (the cap's: every live charge on the dataset; a grant's: its analyst's).
+
+    Raises:
+        BudgetExceededError: the filter refuses it (or the history alone overdraws the budget).
+    """
+    principal = None if what == _CAP else request.principal_id
+    try:
+        account = replayed(budget, history_events(conn, request.dataset_id, principal))
+        account.reserve(event).commit()
+    except BudgetExceededError as exc:
+        raise BudgetExceededError(_requested(event), exc.remaining, what=what) from None
+    return concentrated_view(account)
+
+
+_GRANT = "analyst's privacy budget"
+_CAP = "dataset's global privacy budget"
+
+
+def _after(
+    conn: Connection | None,
+    request: ChargeRequest,
+    cap: Sequence[str],
+    grant: Sequence[str | None],
+    accounts: dict[str, str | None],
+) -> tuple[BudgetView | None, ApproxDP | None, ApproxDP]:
+    """Check the request's event against the dataset's cap and (if charged) the grant, given
+    their locked (total ε, total δ, spent ε, spent δ) and which of them are concentrated
+    (``accounts``, replayed on ``conn``); the grant's budget view after the charge, and the
+    grant's and the dataset's (ε, δ) running totals after it (a concentrated budget keeps the
+    sum of its charges' (ε, δ) costs too, for the record).
+
+    Raises:
+        BudgetExceededError: the event does not fit the grant, or else the cap.
+        ParameterError: a ρ-only event on a basic budget.
+    """
+    event = request.event
+    cost = basic_cost(event)
+    budget: BudgetView | None = None
+    grant_spent = None
     if request.charge_grant:
-        grant_view = budget_view(*cast("Sequence[str]", grant))
-        if not (grant_view.spent + cost).fits_within(grant_view.total):
-            raise BudgetExceededError(cost, grant_view.remaining, what="analyst's privacy budget")
-        budget = BudgetView(grant_view.total, grant_view.spent + cost)
-    cap_view = budget_view(*cap)
-    if not (cap_view.spent + cost).fits_within(cap_view.total):
-        if request.charge_grant:  # an analyst: the cap's remaining amount is not theirs to see
-            raise CapExceededError(cost)
-        raise BudgetExceededError(cost, cap_view.remaining, what="dataset's global privacy budget")
-    return budget, cap_view.spent + cost
+        columns = budget_view(*cast("Sequence[str]", grant))
+        grant_spent = columns.spent + cost
+        if request.principal_id in accounts:
+            assert conn is not None  # the fast paths never see a concentrated budget
+            total = account_budget(accounts[request.principal_id], str(grant[0]), str(grant[1]))
+            budget = _concentrated_fits(conn, total, request, event, _GRANT)
+        else:
+            budget = BasicView(columns.total, _basic_fits(columns, event, _GRANT))
+    columns = budget_view(*cap)
+    if CAP in accounts:
+        assert conn is not None
+        try:
+            total = account_budget(accounts[CAP], cap[0], cap[1])
+            _concentrated_fits(conn, total, request, event, _CAP)
+        except BudgetExceededError:
+            if request.charge_grant:  # an analyst: the cap's remaining amount is not theirs
+                raise CapExceededError(_requested(event)) from None
+            raise
+    else:
+        try:
+            _basic_fits(columns, event, _CAP)
+        except BudgetExceededError:
+            if request.charge_grant:
+                raise CapExceededError(_requested(event)) from None
+            raise
+    return budget, grant_spent, columns.spent + cost
+
+
+def check_fits(conn: Connection, request: ChargeRequest) -> bool:
+    """Whether :meth:`LedgerCharges.reserve` would admit the request now (read on ``conn``,
+    nothing locked or written: an estimate's answer, which a later reservation decides)."""
+    who = {"p": request.principal_id, "d": request.dataset_id}
+    read = SQL.peek_cap_and_grant if request.charge_grant else SQL.peek_cap
+    totals = conn.execute(read, who).first()
+    if totals is None:
+        raise NotFoundError(f"No dataset with id {request.dataset_id!r}.")
+    grant = request.principal_id if request.charge_grant else None
+    try:
+        _after(conn, request, totals[:4], totals[4:], accounts_of(conn, request.dataset_id, grant))
+    except (BudgetExceededError, ParameterError):
+        return False
+    return True
 
 
 class CapExceededError(BudgetExceededError):
@@ -106,7 +226,7 @@ class CapExceededError(BudgetExceededError):
     budget, never the global one (which the spending of other analysts moves).
     """
 
-    def __init__(self, requested: ApproxDP) -> None:
+    def __init__(self, requested: Cost) -> None:
         DPError.__init__(
             self,
             f"The dataset's global privacy budget cannot cover this release (it costs "
@@ -128,6 +248,7 @@ class LedgerCharges(LedgerDatabase):
         self, url: str, *, boot_id: str | None = None, lease_seconds: float = LEASE_SECONDS
     ) -> None:
         super().__init__(url)
+        migrate_events(self._engine, postgres=self._postgres)
         self.boot_id = boot_id or f"{os.getpid()}-{time.time_ns()}"
         self.lease_seconds = lease_seconds
         if url.startswith("sqlite"):
@@ -140,24 +261,31 @@ class LedgerCharges(LedgerDatabase):
         super().close()
 
     def reserve(self, request: ChargeRequest) -> Reservation:
-        """Charge ``request.cost`` atomically against the grant and the dataset cap.
+        """Charge the request's event atomically against the grant and the dataset cap.
 
         One write transaction of a few SQL statements (no ORM on this hot path): lock the dataset
         row, look up the request key, lock the grant row, check both budgets, update both running
-        totals and insert the charge. A request without a key does all of it in one statement on
-        PostgreSQL (see :mod:`dpcurator.service.ledger_postgres`), and on the raw cursor on SQLite
-        (see :mod:`dpcurator.service.ledger_sqlite`).
+        totals and insert the charge. A basic budget adds (ε, δ) costs; a concentrated one
+        replays its events through its filter (:mod:`dpcurator.service.ledger_accounts`), in the
+        same transaction. A request without a key on basic budgets does all of it in one
+        statement on PostgreSQL (see :mod:`dpcurator.service.ledger_postgres`), and on the raw
+        cursor on SQLite (see :mod:`dpcurator.service.ledger_sqlite`); those paths find a
+        concentrated budget under the dataset's lock and hand over, having changed nothing.
 
         Raises:
             BudgetExceededError: the cost does not fit; nothing was changed.
+            ParameterError: a ρ-only event on a basic budget; nothing was changed.
             ConflictError: the request key was already used for a different request, or its
                 first request is still computing (a live claim: see :meth:`hold_claim`).
             NotFoundError: unknown dataset, or the analyst has no grant on it.
         """
-        if request.request_key is None:
-            if self._postgres:
-                return self._reserve_in_postgres(request)
-            return self._reserve_in_sqlite(request)
+        if request.request_key is None and request.event.approx_cost() is not None:
+            try:
+                if self._postgres:
+                    return self._reserve_in_postgres(request)
+                return self._reserve_in_sqlite(request)
+            except _Concentrated:
+                pass
         cost = request.cost
         who = {"p": request.principal_id, "d": request.dataset_id}
         with self._connection(write=True) as conn:
@@ -173,9 +301,13 @@ class LedgerCharges(LedgerDatabase):
                 earlier = conn.execute(SQL.by_key, {**who, "k": request.request_key}).first()
                 if earlier is not None:
                     return self._reuse(conn, earlier, request)
-            budget, dataset_spent = _after(request, locked[:4], locked[4:])
+            grant = request.principal_id if request.charge_grant else None
+            accounts = accounts_of(conn, request.dataset_id, grant)
+            budget, grant_spent, dataset_spent = _after(
+                conn, request, locked[:4], locked[4:], accounts
+            )
             charge = self._charge_row(request)
-            charge_id = self._write_reservation(conn, who, charge, budget, dataset_spent)
+            charge_id = self._write_reservation(conn, who, charge, grant_spent, dataset_spent)
         return Reservation(charge_id, cost, "reserved", None, False, budget)
 
     def _reserve_in_sqlite(self, request: ChargeRequest) -> Reservation:
@@ -188,9 +320,11 @@ class LedgerCharges(LedgerDatabase):
             locked = lock.first(cursor, who)
             if locked is None:
                 raise NotFoundError(f"No dataset with id {request.dataset_id!r}.")
-            budget, dataset_spent = _after(request, locked[:4], locked[4:])
-            if budget is not None:
-                self._raw.grant_spent.run(cursor, {**who, **_spent_values(budget.spent)})
+            if self._raw.concentrated.first(cursor, who) is not None:
+                raise _Concentrated  # rolled back: nothing written
+            budget, grant_spent, dataset_spent = _after(None, request, locked[:4], locked[4:], {})
+            if grant_spent is not None:
+                self._raw.grant_spent.run(cursor, {**who, **_spent_values(grant_spent)})
             self._raw.dataset_spent.run(cursor, {**who, **_spent_values(dataset_spent)})
             inserted = self._raw.insert_charge.first(cursor, charge)
         assert inserted is not None
@@ -208,7 +342,7 @@ class LedgerCharges(LedgerDatabase):
             "query_text": request.query_text,
             "epsilon": str(request.cost.epsilon),
             "delta": str(request.cost.delta),
-            "events": request.events,
+            "events": [request.event.to_dict()],
             "status": "reserved",
             "claimed_by": self.boot_id,
             "claimed_at": None if request.request_key is None else now,
@@ -229,8 +363,10 @@ class LedgerCharges(LedgerDatabase):
         if row is None:
             raise NotFoundError(f"No dataset with id {request.dataset_id!r}.")
         charge_id, *totals = row
+        if charge_id == -1:
+            raise _Concentrated
         try:  # the same check in Python: words a refusal, and guards the database's arithmetic
-            budget, _ = _after(request, totals[:4], totals[4:])
+            budget, _, _ = _after(None, request, totals[:4], totals[4:], {})
         except BudgetExceededError:
             if charge_id is None:
                 raise
@@ -246,7 +382,7 @@ class LedgerCharges(LedgerDatabase):
         conn: Connection,
         who: dict[str, str],
         charge: dict[str, Any],
-        grant: BudgetView | None,
+        grant_spent: ApproxDP | None,
         dataset_spent: ApproxDP,
     ) -> int:
         """Update the running totals and insert the charge; its id.
@@ -257,12 +393,12 @@ class LedgerCharges(LedgerDatabase):
         if self._postgres:  # parameter names unlike any column's (see Statements)
             params = {f"c_{name}": value for name, value in charge.items()}
             params |= {f"d_{k}": v for k, v in _spent_values(dataset_spent).items()}
-            if grant is not None:
-                params |= {f"g_{k}": v for k, v in _spent_values(grant.spent).items()}
-            statement = SQL.reserve_with_grant if grant is not None else SQL.reserve_cap_only
+            if grant_spent is not None:
+                params |= {f"g_{k}": v for k, v in _spent_values(grant_spent).items()}
+            statement = SQL.reserve_with_grant if grant_spent is not None else SQL.reserve_cap_only
             return int(conn.execute(statement, {**who, **params}).scalar_one())
-        if grant is not None:
-            conn.execute(SQL.grant_spent, {**who, **_spent_values(grant.spent)})
+        if grant_spent is not None:
+            conn.execute(SQL.grant_spent, {**who, **_spent_values(grant_spent)})
         conn.execute(SQL.dataset_spent, {**who, **_spent_values(dataset_spent)})
         return int(conn.execute(SQL.insert_charge, charge).scalar_one())
 

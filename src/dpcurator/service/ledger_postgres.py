@@ -13,6 +13,10 @@ Budgets stay exact: costs are fractions written as text (``"1/1000"``), added an
 <= c/d`` iff ``a*d <= c*b``; sums reduced by their gcd and written as Python writes a Fraction).
 A test compares both functions with Python's :class:`fractions.Fraction` on random fractions.
 
+Budgets with concentrated accounting (:mod:`dpcurator.service.ledger_accounts`) are not checked
+here: under the dataset row's lock the function finds their account and returns without charging,
+and the caller reserves in a transaction that replays the events (v2; v1 predates accounts).
+
 Like the rest of the reservation, its commit does not wait for the WAL flush (see Durability in
 :mod:`dpcurator.service.ledger`): the completion's flushed commit makes it durable before any
 value is sent.
@@ -27,7 +31,7 @@ from sqlalchemy import Engine, text
 
 ADD = "dpcurator_fraction_add_v1"
 AT_MOST = "dpcurator_fraction_at_most_v1"
-RESERVE = "dpcurator_reserve_v1"
+RESERVE = "dpcurator_reserve_v2"
 
 _PARSE = """
     {x}n numeric := split_part({x}, '/', 1);
@@ -88,6 +92,12 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;  -- no row: unknown dataset
     END IF;
+    IF EXISTS (SELECT 1 FROM budget_accounts AS a WHERE a.dataset_id = p_dataset
+               AND a.principal_id IN ('', p_principal)) THEN
+        RETURN QUERY SELECT -1, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text,
+            NULL::text, NULL::text, NULL::text;
+        RETURN;  -- a concentrated budget: the caller replays its events in a transaction
+    END IF;
     IF p_charge_grant THEN
         SELECT g.budget_epsilon::text AS budget_epsilon, g.budget_delta::text AS budget_delta,
                g.spent_epsilon::text AS spent_epsilon, g.spent_delta::text AS spent_delta INTO gr
@@ -134,8 +144,10 @@ $$""",
 ]
 
 #: One reservation, given the new charge's row (``Ledger._charge_row``, events as JSON text) and
-#: ``charge_grant``: the locked totals BEFORE it and the new charge's id (NULL if refused); no row
-#: if the dataset is unknown or the analyst has no grant on it.
+#: ``charge_grant``: the locked totals BEFORE it and the new charge's id (NULL if refused; -1,
+#: nothing done, if the cap or the grant is concentrated: see
+#: :mod:`dpcurator.service.ledger_accounts`); no row if the dataset is unknown or the analyst has
+#: no grant on it.
 RESERVE_CALL = text(
     f"SELECT * FROM {RESERVE}(:dataset_id, :principal_id, :charge_grant, :epsilon, :delta, :kind,"
     " :fingerprint, :query_text, CAST(:events AS json), :claimed_by, :created_at)"

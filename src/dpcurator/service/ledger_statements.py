@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlalchemy import BindParameter, Dialect, Table, bindparam, insert, select, text, update
 
 from dpcurator.errors import InternalInvariantError
+from dpcurator.service.ledger_accounts import CAP, BudgetAccount
 from dpcurator.service.ledger_sqlite import RawStatement
 from dpcurator.service.models import Base, Charge, Dataset, Grant
 
@@ -54,18 +55,23 @@ class Statements:
         grant_spent = (grants.c.spent_epsilon, grants.c.spent_delta)
         is_grant = (grants.c.principal_id == p) & (grants.c.dataset_id == d)
         granted = [column.label(f"grant_{column.name}") for column in (*grant_cols, *grant_spent)]
-        self.access = (  # the dataset, and the grant's columns (NULL without a grant)
-            select(*datasets.columns, *granted)
-            .select_from(datasets.outerjoin(grants, is_grant))
+        accounts = _table(BudgetAccount)
+        is_account = (accounts.c.dataset_id == d) & (accounts.c.principal_id == p)
+        self.access = (  # the dataset, the grant's columns (NULL without a grant), and whether
+            # the grant is concentrated (its account's principal, NULL if basic)
+            select(*datasets.columns, *granted, accounts.c.principal_id.label("account"))
+            .select_from(datasets.outerjoin(grants, is_grant).outerjoin(accounts, is_account))
             .where(datasets.c.id == d)
         )
-        self.lock_cap = select(*cap, *spent).where(datasets.c.id == d).with_for_update(of=datasets)
-        self.lock_cap_and_grant = (
+        # The cap's (and the grant's) totals: read as they are, or locked for a reservation.
+        self.peek_cap = select(*cap, *spent).where(datasets.c.id == d)
+        self.peek_cap_and_grant = (
             select(*cap, *spent, *granted)
             .select_from(datasets.join(grants, is_grant))
             .where(datasets.c.id == d)
-            .with_for_update(of=[datasets, grants])
         )
+        self.lock_cap = self.peek_cap.with_for_update(of=datasets)
+        self.lock_cap_and_grant = self.peek_cap_and_grant.with_for_update(of=[datasets, grants])
         self.by_key = select(
             *(
                 charges.c[name]
@@ -82,6 +88,9 @@ class Statements:
                 )
             )
         ).where((charges.c.principal_id == p) & (charges.c.request_key == bindparam("k")))
+        self.concentrated = select(accounts.c.principal_id).where(  # any: not the fast path
+            (accounts.c.dataset_id == d) & accounts.c.principal_id.in_([CAP, p])
+        )
         self.grant_spent = update(grants).where(is_grant)
         self.dataset_spent = update(datasets).where(datasets.c.id == d)
         self.insert_charge = insert(charges).returning(charges.c.id)
@@ -143,6 +152,7 @@ class RawStatements:
         spent = ("spent_epsilon", "spent_delta")
         self.lock_cap = RawStatement(SQL.lock_cap, dialect, ())
         self.lock_cap_and_grant = RawStatement(SQL.lock_cap_and_grant, dialect, ())
+        self.concentrated = RawStatement(SQL.concentrated, dialect, ())
         self.grant_spent = RawStatement(SQL.grant_spent, dialect, spent)
         self.dataset_spent = RawStatement(SQL.dataset_spent, dialect, spent)
         self.insert_charge = RawStatement(SQL.insert_charge, dialect, _RESERVED_CHARGE_COLUMNS)

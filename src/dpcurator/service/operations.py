@@ -28,13 +28,26 @@ from fractions import Fraction
 from typing import Any
 
 from dpcurator.accounting.filter import BudgetFilter
-from dpcurator.core.measures import ApproxDP
-from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError, BudgetExceededError, DPError
+from dpcurator.core.measures import ZCDP, ApproxDP
+from dpcurator.errors import (
+    ENGINE_FAILURE_MESSAGE,
+    BackendError,
+    BudgetExceededError,
+    DPError,
+    InternalInvariantError,
+)
 from dpcurator.service.auth import Identity, IssuedToken, TokenAuthority, random_id
-from dpcurator.service.curator import AlreadyCharged, Catalog, DatasetRuntime, LedgerFilter
+from dpcurator.service.curator import (
+    AlreadyCharged,
+    Catalog,
+    DatasetRuntime,
+    LedgerFilter,
+    NoiseRequest,
+)
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.ledger import Access, Ledger
-from dpcurator.service.ledger_budgets import BudgetView, dataset_budget, grant_budget
+from dpcurator.service.ledger_accounts import basic_cost, basic_event
+from dpcurator.service.ledger_budgets import BudgetView, Cost, dataset_budget
 from dpcurator.service.ledger_charges import ChargeRequest
 from dpcurator.service.models import Charge, Dataset, Principal, PublishedRelease
 from dpcurator.service.refusals import RefusalLimiter, audited_sql
@@ -59,11 +72,17 @@ def normalise_sql(sql: str) -> str:
 
 
 def fingerprint(
-    sql: str, epsilon: Fraction, delta: Fraction, accuracy: dict[str, float] | None = None
+    sql: str,
+    epsilon: Fraction,
+    delta: Fraction,
+    accuracy: dict[str, float] | None = None,
+    noise: NoiseRequest | None = None,
 ) -> str:
-    """Identifies a question (normalised SQL, requested cost and accuracy targets, if any) for
-    replay and retries."""
+    """Identifies a question (normalised SQL, requested cost, accuracy targets and noise, if
+    any) for replay and retries."""
     targets = "" if accuracy is None else f"\x00{sorted(accuracy.items())}"
+    if noise is not None and noise != NoiseRequest():
+        targets += f"\x00noise={noise.family}\x00rho={noise.rho}"
     text = f"{normalise_sql(sql)}\x00{epsilon}\x00{delta}{targets}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -79,20 +98,40 @@ class Answer:
 
 @dataclass(frozen=True)
 class Estimate:
-    """The cost and expected accuracy of a query, without running it."""
+    """The cost and expected accuracy of a query, without running it; ``fits``: whether the
+    ledger would admit its event now (under each budget's accounting)."""
 
-    cost: ApproxDP
+    cost: Cost
     details: dict[str, Any]
     fits: bool
     remaining: BudgetView | None
 
+    @property
+    def epsilon(self) -> Fraction:
+        """The ε of an (ε, δ) cost (accuracy targets are met at an ε, never at a ρ)."""
+        if isinstance(self.cost, ZCDP):
+            raise InternalInvariantError("An accuracy-first estimate costs an epsilon.")
+        return self.cost.epsilon
+
 
 def fits_budget(access: Access, cost: ApproxDP) -> bool:
-    """Whether ``cost`` fits the dataset's cap and the caller's own budget (if any) now."""
-    cap, budget = dataset_budget(access.dataset), access.budget
-    return (cap.spent + cost).fits_within(cap.total) and (
-        budget is None or (budget.spent + cost).fits_within(budget.total)
+    """Whether an (ε, δ) ``cost`` fits the dataset's cap and the caller's own budget (if any)
+    now: indicative for concentrated budgets (compared with what remains in (ε, δ); a ρ budget
+    holds no (ε, δ)), where the reservation's replay decides (:meth:`Ledger.fits` asks it)."""
+    views: list[BudgetView] = [dataset_budget(access.dataset)]
+    if access.budget is not None:
+        views.append(access.budget)
+    return all(
+        isinstance(view.remaining, ApproxDP) and cost.fits_within(view.remaining) for view in views
     )
+
+
+def _requested(epsilon: Fraction, delta: Fraction, noise: NoiseRequest | None) -> dict[str, str]:
+    """The cost a refused query asked for, as audited."""
+    if noise is not None and noise.rho is not None:
+        return {"rho": str(noise.rho), "noise": str(noise.family)}
+    requested = {"epsilon": str(epsilon), "delta": str(delta)}
+    return requested if noise is None else {**requested, "noise": str(noise.family)}
 
 
 @dataclass(frozen=True)
@@ -163,12 +202,11 @@ class CuratorService:
         """An analyst's budget on a dataset (None for owners, who spend only the cap)."""
         if identity.is_owner:
             return None
-        grant = self.ledger.grant(identity.principal_id, dataset.id)
-        return None if grant is None else grant_budget(grant)
+        return self.ledger.grant_view(identity.principal_id, dataset.id)
 
     def cap(self, identity: Identity, dataset: Dataset) -> BudgetView | None:
         """The global cap of a dataset, shown to owners only."""
-        return dataset_budget(dataset) if identity.is_owner else None
+        return self.ledger.cap_view(dataset.id) if identity.is_owner else None
 
     # -- datasets ---------------------------------------------------------------------------
 
@@ -180,10 +218,12 @@ class CuratorService:
         name: str,
         source: dict[str, Any],
         metadata_doc: dict[str, Any],
-        cap: ApproxDP,
+        cap: Cost,
         replay_enabled: bool,
+        accounting: str = "basic",
     ) -> Dataset:
-        """Check the source and metadata, then register the dataset (owners only)."""
+        """Check the source and metadata, then register the dataset (owners only) with its cap
+        (ε, (ε, δ) or ρ) and the cap's ``accounting`` (``basic`` | ``concentrated``)."""
         identity.require_owner()
         metadata, backend = self.catalog.check(source, metadata_doc)
         try:
@@ -195,6 +235,7 @@ class CuratorService:
                 cap=cap,
                 replay_enabled=replay_enabled,
                 by=identity.principal_id,
+                accounting=accounting,
             )
         except BaseException:
             backend.close()
@@ -218,9 +259,11 @@ class CuratorService:
         *,
         request_key: str | None = None,
         accuracy: dict[str, float] | None = None,
+        noise: NoiseRequest | None = None,
     ) -> Answer:
         """Answer a query: replay or reserve -> run -> commit. A refusal changes nothing.
-        With ``accuracy``, ``epsilon`` is the cost those targets need (see :meth:`estimate`).
+        With ``accuracy``, ``epsilon`` is the cost those targets need (see :meth:`estimate`);
+        ``noise``: the noise family and/or a ρ cost (then ``epsilon`` is ignored).
 
         Raises:
             RefusalsLimitedError: this analyst was refused too often recently (429).
@@ -229,10 +272,12 @@ class CuratorService:
             identity,
             dataset_id,
             sql,
-            fingerprint(sql, epsilon, delta, accuracy),
-            lambda runtime, budget: runtime.run(sql, epsilon, delta, budget, accuracy),
+            fingerprint(sql, epsilon, delta, accuracy, noise),
+            lambda runtime, budget: runtime.run(
+                sql, epsilon, delta, budget, accuracy=accuracy, noise=noise
+            ),
             request_key=request_key,
-            requested={"epsilon": str(epsilon), "delta": str(delta)},
+            requested=_requested(epsilon, delta, noise),
         )
 
     def charged(
@@ -338,12 +383,25 @@ class CuratorService:
         delta: Fraction,
         *,
         accuracy: dict[str, float] | None = None,
+        noise: NoiseRequest | None = None,
     ) -> Estimate:
         """Cost and expected accuracy of a query from public metadata; nothing is run. With
-        ``accuracy`` instead of ε: the smallest cost meeting those CI half-widths."""
+        ``accuracy`` instead of ε: the smallest cost meeting those CI half-widths; ``noise``:
+        the noise family and/or a ρ cost."""
         access = self.access(identity, dataset_id)
-        cost, details = self.catalog.runtime(access.dataset).estimate(sql, epsilon, delta, accuracy)
-        return Estimate(cost, details, fits_budget(access, cost), access.budget)
+        runtime = self.catalog.runtime(access.dataset)
+        cost, details, event = runtime.estimate(sql, epsilon, delta, accuracy=accuracy, noise=noise)
+        request = ChargeRequest(
+            principal_id=identity.principal_id,
+            dataset_id=access.dataset.id,
+            kind="query",
+            query_text=sql,
+            fingerprint="",
+            cost=basic_cost(event),
+            events=[event.to_dict()],
+            charge_grant=not identity.is_owner,
+        )
+        return Estimate(cost, details, self.ledger.fits(request), access.budget)
 
     def history(self, identity: Identity, dataset_id: str, *, limit: int) -> list[Charge]:
         """An analyst's own ledger entries on a dataset; every entry for owners."""
@@ -360,10 +418,9 @@ class CuratorService:
         identity.require_owner()
         dataset = self.ledger.dataset(dataset_id)
         runtime = self.catalog.runtime(dataset)
-        costs = [runtime.estimate(q.sql, q.epsilon, q.delta)[0] for q in queries]
         total = ApproxDP(0, 0)
-        for cost in costs:
-            total = total + cost
+        for query in queries:
+            total = total + basic_cost(runtime.estimate(query.sql, query.epsilon, query.delta)[2])
         text = json.dumps([q.sql for q in queries])
         reservation = self.ledger.reserve(
             ChargeRequest(
@@ -373,7 +430,7 @@ class CuratorService:
                 query_text=text,
                 fingerprint=hashlib.sha256(text.encode("utf-8")).hexdigest(),
                 cost=total,
-                events=[{"epsilon": str(c.epsilon), "delta": str(c.delta)} for c in costs],
+                events=[basic_event(total).to_dict()],
                 charge_grant=False,
             )
         )

@@ -13,13 +13,15 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from dpcurator.core.measures import ApproxDP
+from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.errors import ENGINE_FAILURE_MESSAGE
 from dpcurator.service import schemas as s
 from dpcurator.service.auth import Identity
+from dpcurator.service.curator import NoiseRequest
 from dpcurator.service.errors import NotFoundError
 from dpcurator.service.json_response import FiniteJSONResponse as _Json
-from dpcurator.service.ledger_budgets import BudgetView, cost_of, grant_budget
+from dpcurator.service.ledger_accounts import charge_cost
+from dpcurator.service.ledger_budgets import BudgetView, Cost, cost_of, grant_budget
 from dpcurator.service.models import Charge, Dataset, Principal, PublishedRelease
 from dpcurator.service.operations import BatchQuery, CuratorService
 
@@ -62,11 +64,7 @@ def _budget_out(view: BudgetView | None) -> s.BudgetOut | None:
 
 
 def _view_out(view: BudgetView) -> s.BudgetOut:
-    return s.BudgetOut(
-        total=s.CostOut.of(view.total),
-        spent=s.CostOut.of(view.spent),
-        remaining=s.CostOut.of(view.remaining),
-    )
+    return s.BudgetOut.model_validate(s.budget_json(view))
 
 
 def _principal_out(p: Principal) -> s.PrincipalOut:
@@ -146,8 +144,9 @@ def register_dataset(service: Service, who: Owner, body: s.DatasetIn) -> s.Datas
         name=body.name or body.id,
         source=body.source,
         metadata_doc=body.metadata,
-        cap=ApproxDP(s.exact(body.cap_epsilon), s.exact(body.cap_delta)),
+        cap=body.cap(),
         replay_enabled=body.replay_enabled,
+        accounting=body.accounting or "basic",
     )
     return _dataset_out(service, who, dataset)
 
@@ -164,7 +163,7 @@ def patch_dataset(
 ) -> s.DatasetOut:
     """Change the global cap or the replay switch (owners)."""
     current = service.ledger.dataset(dataset_id)
-    cap = None
+    cap: Cost | None = None if body.cap_rho is None else ZCDP(s.exact(body.cap_rho))
     if body.cap_epsilon is not None or body.cap_delta is not None:
         old = cost_of(current.cap_epsilon, current.cap_delta)
         cap = ApproxDP(
@@ -172,7 +171,11 @@ def patch_dataset(
             old.delta if body.cap_delta is None else s.exact(body.cap_delta),
         )
     dataset = service.ledger.update_dataset(
-        dataset_id, cap=cap, replay_enabled=body.replay_enabled, by=who.principal_id
+        dataset_id,
+        cap=cap,
+        replay_enabled=body.replay_enabled,
+        by=who.principal_id,
+        accounting=body.accounting,
     )
     return _dataset_out(service, who, dataset)
 
@@ -205,13 +208,14 @@ async def run_query(
     work runs in the thread pool in ONE hop (a sync endpoint would add hops for serialisation).
     """
     delta = s.exact(body.delta)
+    noise = NoiseRequest(body.noise, None if body.rho is None else s.exact(body.rho))
     if body.accuracy is None:
         epsilon = s.exact(body.epsilon or 0)
     else:  # the cost the targets need, from public inputs (refusals are free)
         needed = await run_in_threadpool(
             service.estimate, who, dataset_id, body.sql, None, delta, accuracy=body.accuracy
         )
-        epsilon = needed.cost.epsilon
+        epsilon = needed.epsilon
     answer = await run_in_threadpool(
         service.answer,
         who,
@@ -221,6 +225,7 @@ async def run_query(
         delta,
         request_key=idempotency_key,
         accuracy=body.accuracy,
+        noise=noise,
     )
     charge = answer.charge
     remaining = answer.remaining
@@ -232,7 +237,7 @@ async def run_query(
             "dataset_id": charge.dataset_id,
             "sql": charge.query_text,
             "replayed": answer.replayed,
-            "cost": s.cost_json(cost_of(charge.epsilon, charge.delta)),
+            "cost": s.cost_json(charge_cost(charge)),
             "remaining": None if remaining is None else s.budget_json(remaining),
             "release": charge.result or {},
         }
@@ -245,8 +250,9 @@ def estimate_query(
 ) -> s.EstimateOut:
     """The cost and expected accuracy of a query; nothing runs and nothing is charged."""
     epsilon = None if body.epsilon is None else s.exact(body.epsilon)
+    noise = NoiseRequest(body.noise, None if body.rho is None else s.exact(body.rho))
     estimate = service.estimate(
-        who, dataset_id, body.sql, epsilon, s.exact(body.delta), accuracy=body.accuracy
+        who, dataset_id, body.sql, epsilon, s.exact(body.delta), accuracy=body.accuracy, noise=noise
     )
     return s.EstimateOut(
         dataset_id=dataset_id,
@@ -350,11 +356,12 @@ def set_grant(
     service: Service, who: Owner, analyst_id: str, dataset_id: str, body: s.GrantIn
 ) -> s.GrantOut:
     """Give an analyst access to a dataset with this total budget."""
-    budget = ApproxDP(s.exact(body.epsilon), s.exact(body.delta))
-    grant = service.ledger.set_grant(analyst_id, dataset_id, budget, by=who.principal_id)
-    return s.GrantOut(
-        analyst_id=analyst_id, dataset_id=dataset_id, budget=_view_out(grant_budget(grant))
+    service.ledger.set_grant(
+        analyst_id, dataset_id, body.budget(), by=who.principal_id, accounting=body.accounting
     )
+    view = service.ledger.grant_view(analyst_id, dataset_id)
+    assert view is not None  # just set
+    return s.GrantOut(analyst_id=analyst_id, dataset_id=dataset_id, budget=_view_out(view))
 
 
 @router.get("/v1/analysts/{analyst_id}/grants", tags=["owners"])
@@ -365,7 +372,9 @@ def list_grants(service: Service, _who: Owner, analyst_id: str) -> list[s.GrantO
         s.GrantOut(
             analyst_id=g.principal_id,
             dataset_id=g.dataset_id,
-            budget=_view_out(grant_budget(g)),
+            budget=_view_out(
+                service.ledger.grant_view(g.principal_id, g.dataset_id) or grant_budget(g)
+            ),
         )
         for g in service.ledger.grants(principal_id=principal.id)
     ]

@@ -16,13 +16,27 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from dpcurator.core.measures import ApproxDP
+from dpcurator.accounting.concentrated import Concentrated
+from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.query.limits import MAX_FIT_BLOCKS
-from dpcurator.service.ledger_budgets import BudgetView
+from dpcurator.service.ledger_budgets import BudgetView, Cost
 
 Epsilon = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False, description="ε > 0")]
 Delta = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False, description="δ in [0, 1)")]
 BudgetEpsilon = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
+Rho = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False, description="ρ > 0 (zCDP)")]
+BudgetRho = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False, description="ρ (zCDP)")]
+Noise = Annotated[
+    Literal["laplace", "gaussian"] | None,
+    Field(description="the noise family (default: the planner's choice, Gaussian where narrower)"),
+]
+Accounting = Annotated[
+    Literal["basic", "concentrated"] | None,
+    Field(
+        description="basic: (ε, δ) costs add up; concentrated: events replayed through the "
+        "adaptive zCDP filter (needs δ > 0 or a ρ budget; default: basic, or as set before)"
+    ),
+]
 Sql = Annotated[str, Field(min_length=1, max_length=20_000)]
 Accuracy = Annotated[
     dict[
@@ -53,8 +67,18 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def cost_json(cost: ApproxDP) -> dict[str, float | str]:
-    """An exact cost in the shape of :class:`CostOut` (plain JSON, for the hot path)."""
+def budget_of(epsilon: float | None, delta: float, rho: float | None) -> Cost:
+    """A budget as the client wrote it: ρ if given, else (ε, δ) (exact decimals)."""
+    if rho is not None:
+        return ZCDP(exact(rho))
+    return ApproxDP(exact(epsilon or 0), exact(delta))
+
+
+def cost_json(cost: Cost) -> dict[str, float | str]:
+    """An exact cost in the shape of :class:`CostOut` (plain JSON, for the hot path): ε and δ,
+    or ρ for a zCDP cost."""
+    if isinstance(cost, ZCDP):
+        return {"rho": float(cost.rho), "rho_exact": str(cost.rho)}
     return {
         "epsilon": float(cost.epsilon),
         "delta": float(cost.delta),
@@ -63,51 +87,101 @@ def cost_json(cost: ApproxDP) -> dict[str, float | str]:
     }
 
 
-def budget_json(view: BudgetView) -> dict[str, dict[str, float | str]]:
-    """A budget in the shape of :class:`BudgetOut` (plain JSON, for the hot path)."""
+def _parts_json(parts: Concentrated) -> dict[str, float | str]:
     return {
-        "total": cost_json(view.total),
-        "spent": cost_json(view.spent),
-        "remaining": cost_json(view.remaining),
+        "epsilon": float(parts.xi),
+        "rho": float(parts.rho),
+        "delta": float(parts.delta),
+        "epsilon_exact": str(parts.xi),
+        "rho_exact": str(parts.rho),
+        "delta_exact": str(parts.delta),
     }
 
 
-class CostOut(BaseModel):
-    """A privacy cost or budget: floats for display, exact fractions for accounting."""
+def budget_json(view: BudgetView) -> dict[str, Any]:
+    """A budget in the shape of :class:`BudgetOut` (plain JSON, for the hot path)."""
+    out: dict[str, Any] = {
+        "total": cost_json(view.total),
+        "spent": cost_json(view.spent),
+        "remaining": cost_json(view.remaining),
+        "accounting": view.accounting,
+    }
+    if view.native is not None:
+        out["native"] = {
+            "limits": _parts_json(view.native.limits),
+            "spent": _parts_json(view.native.spent),
+            "remaining": _parts_json(view.native.remaining),
+        }
+    return out
 
-    epsilon: float
-    delta: float
-    epsilon_exact: str
-    delta_exact: str
+
+class CostOut(BaseModel):
+    """A privacy cost or budget: floats for display, exact fractions for accounting; ε and δ,
+    or ρ (zCDP) for a ρ cost or budget."""
+
+    epsilon: float | None = None
+    delta: float | None = None
+    epsilon_exact: str | None = None
+    delta_exact: str | None = None
+    rho: float | None = None
+    rho_exact: str | None = None
 
     @classmethod
-    def of(cls, cost: ApproxDP) -> CostOut:
+    def of(cls, cost: Cost) -> CostOut:
         """Describe an exact cost."""
         return cls.model_validate(cost_json(cost))
 
 
+class PartsOut(BaseModel):
+    """A concentrated budget's parts (:class:`~dpcurator.accounting.ConcentratedFilter`): ε
+    charged by basic composition, ρ (zCDP) and the δ of approximate events."""
+
+    epsilon: float
+    rho: float
+    delta: float
+    epsilon_exact: str
+    rho_exact: str
+    delta_exact: str
+
+
+class NativeOut(BaseModel):
+    """A concentrated budget in its own terms: each part's limit, spending and remainder."""
+
+    limits: PartsOut
+    spent: PartsOut
+    remaining: PartsOut
+
+
 class BudgetOut(BaseModel):
-    """A budget with what has been spent and what remains."""
+    """A budget with what has been spent and what remains, in its measure ((ε, δ) or ρ);
+    ``accounting`` is ``basic`` ((ε, δ) add up) or ``concentrated`` (events replayed through
+    the adaptive filter, whose parts ``native`` shows)."""
 
     total: CostOut
     spent: CostOut
     remaining: CostOut
+    accounting: Literal["basic", "concentrated"] = "basic"
+    native: NativeOut | None = None
 
 
 class QueryIn(_Strict):
-    """A SQL query and the privacy cost the analyst is willing to pay for it: ``epsilon``, or
-    ``accuracy`` (95% CI half-width per output column, e.g. ``{"n": 50}``) for the smallest cost
-    meeting those targets (exactly one of the two)."""
+    """A SQL query and the privacy cost the analyst is willing to pay for it: ``epsilon`` (with
+    ``delta``), ``rho`` (a zCDP cost: discrete Gaussian noise), or ``accuracy`` (95% CI
+    half-width per output column, e.g. ``{"n": 50}``) for the smallest cost meeting those
+    targets (exactly one of the three). ``noise`` names the family (``laplace`` |
+    ``gaussian``); by default the planner picks Gaussian when δ > 0 makes it narrower."""
 
     sql: Sql
     epsilon: Epsilon | None = None
     delta: Delta = 0.0
     accuracy: Accuracy | None = None
+    rho: Rho | None = None
+    noise: Noise = None
 
     @model_validator(mode="after")
     def _one_budget(self) -> QueryIn:
-        if (self.epsilon is None) == (self.accuracy is None):
-            raise ValueError("give exactly one of 'epsilon' and 'accuracy'")
+        if [self.epsilon, self.accuracy, self.rho].count(None) != 2:
+            raise ValueError("give exactly one of 'epsilon', 'rho' and 'accuracy'")
         return self
 
 
@@ -160,9 +234,21 @@ class DatasetIn(_Strict):
         description="{'path': 'file.parquet|csv'} or {'path': 'db.duckdb', 'table': 'name'}"
     )
     metadata: dict[str, Any] = Field(description="public metadata (dpcurator or SmartNoise)")
-    cap_epsilon: BudgetEpsilon
+    cap_epsilon: BudgetEpsilon | None = None
     cap_delta: Delta = 0.0
+    cap_rho: BudgetRho | None = None
+    accounting: Accounting = None
     replay_enabled: bool = False
+
+    @model_validator(mode="after")
+    def _one_cap(self) -> DatasetIn:
+        if (self.cap_epsilon is None) == (self.cap_rho is None):
+            raise ValueError("give exactly one of 'cap_epsilon' and 'cap_rho'")
+        return self
+
+    def cap(self) -> Cost:
+        """The cap as an exact (ε, δ) or ρ."""
+        return budget_of(self.cap_epsilon, self.cap_delta, self.cap_rho)
 
 
 class DatasetPatch(_Strict):
@@ -170,6 +256,8 @@ class DatasetPatch(_Strict):
 
     cap_epsilon: BudgetEpsilon | None = None
     cap_delta: Delta | None = None
+    cap_rho: BudgetRho | None = None
+    accounting: Accounting = None
     replay_enabled: bool | None = None
 
 
@@ -228,10 +316,22 @@ class TokenIn(_Strict):
 
 
 class GrantIn(_Strict):
-    """Set an analyst's total budget on a dataset."""
+    """Set an analyst's total budget on a dataset: ``epsilon`` (with ``delta``) or ``rho``."""
 
-    epsilon: BudgetEpsilon
+    epsilon: BudgetEpsilon | None = None
     delta: Delta = 0.0
+    rho: BudgetRho | None = None
+    accounting: Accounting = None
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> GrantIn:
+        if (self.epsilon is None) == (self.rho is None):
+            raise ValueError("give exactly one of 'epsilon' and 'rho'")
+        return self
+
+    def budget(self) -> Cost:
+        """The budget as an exact (ε, δ) or ρ."""
+        return budget_of(self.epsilon, self.delta, self.rho)
 
 
 class GrantOut(BaseModel):

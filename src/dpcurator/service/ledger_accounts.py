@@ -1,0 +1,206 @@
+"""Events in the ledger, and budgets accounted by replaying them (issue 18 §1).
+
+Every charge stores the privacy event of its release (``charges.events``: a list holding one
+:meth:`~dpcurator.accounting.events.PrivacyEvent.to_dict`), not only its (ε, δ) sum, so accounting
+can improve without rewriting history. :func:`charge_event` reads it back; a charge whose stored
+events are missing, several, undecodable or disagree with its (ε, δ) columns counts as the
+:class:`PureEvent`/:class:`ApproxEvent` of those columns (what basic composition charged).
+:func:`migrate_events` rewrites such rows of a ledger made before events were stored, once.
+
+A budget (an analyst's grant, or a dataset's global cap, ``principal_id = ''``) with a row in
+``budget_accounts`` is **concentrated**: its charges' events, in order, are replayed through a
+:class:`~dpcurator.accounting.ConcentratedFilter` of the budget ((ε, δ) with δ > 0, or ρ), and a new
+event is admitted iff the filter admits it after them (:func:`replayed`). The filter is fully
+adaptive (Whitehouse, Ramdas, Rogers & Wu 2023; see :mod:`dpcurator.accounting.concentrated`), so
+the whole history of the budget is (ε, δ)-DP (or ρ-zCDP) whatever the analyst's strategy. The
+replay runs inside the reservation's write transaction, under the same row locks as basic
+reservations, so concurrent requests never see the same remaining budget. Its sides are chosen
+from the events alone, so a replay repeats the choices made when they were reserved. Budgets
+without a row keep basic composition of their (ε, δ) columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from fractions import Fraction
+
+from sqlalchemy import Connection, Engine, ForeignKey, String, insert, select, text, update
+from sqlalchemy.orm import Mapped, mapped_column
+
+from dpcurator.accounting.concentrated import ConcentratedFilter
+from dpcurator.accounting.events import ApproxEvent, PrivacyEvent, PureEvent
+from dpcurator.core.measures import ZCDP, ApproxDP
+from dpcurator.errors import BudgetExceededError, DPError, ParameterError
+from dpcurator.service.ledger_budgets import BudgetView, Cost, NativeView, cost_of
+from dpcurator.service.models import Base, Charge, utcnow
+
+#: The ``principal_id`` of a dataset's global cap in ``budget_accounts``.
+CAP = ""
+#: The name under which :func:`migrate_events` records that it ran.
+EVENTS_MIGRATION = "charge_events_v1"
+_ZERO = ApproxDP(0, 0)
+
+
+class BudgetAccount(Base):
+    """A budget accounted by replaying events (concentrated): a grant (``principal_id``) or a
+    dataset's cap (``principal_id = ''``). ``rho`` is set for a ρ budget; otherwise the budget is
+    the (ε, δ) of the grant's or dataset's columns."""
+
+    __tablename__ = "budget_accounts"
+
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), primary_key=True)
+    principal_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    rho: Mapped[str | None] = mapped_column(String(200), default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class LedgerMigration(Base):
+    """A one-time rewrite of the ledger that has been applied (by name)."""
+
+    __tablename__ = "ledger_migrations"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    applied_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+def basic_event(cost: ApproxDP) -> PrivacyEvent:
+    """The event of a cost known only by its (ε, δ): pure if δ = 0."""
+    return PureEvent(cost.epsilon) if cost.delta == 0 else ApproxEvent(cost.epsilon, cost.delta)
+
+
+def basic_cost(event: PrivacyEvent) -> ApproxDP:
+    """What basic composition of (ε, δ) charges for ``event``: its (ε, δ) cost, or (0, 0) for
+    an event with none (a ρ-only release, which only a concentrated budget admits)."""
+    cost = event.approx_cost()
+    return _ZERO if cost is None else cost
+
+
+def charge_event(events: object, cost: ApproxDP) -> PrivacyEvent:
+    """The one event of a charge from its ``events`` column and (ε, δ) columns (see the module
+    docstring: anything but one decodable event agreeing with the columns is their basic
+    event)."""
+    if isinstance(events, list) and len(events) == 1:
+        try:
+            event = PrivacyEvent.from_dict(events[0])
+        except DPError:
+            return basic_event(cost)
+        if basic_cost(event) == cost:
+            return event
+    return basic_event(cost)
+
+
+def migrate_events(engine: Engine, *, postgres: bool) -> None:
+    """Give every charge of a ledger made before events were stored its one event (once; safe
+    when several servers start at once). Costs and running totals are unchanged."""
+    with engine.connect() as conn:
+        conn.execution_options(dpcurator_write=True)  # BEGIN IMMEDIATE on SQLite
+        with conn.begin():
+            if postgres:
+                conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:n))"), {"n": "events"})
+            done = conn.execute(
+                select(LedgerMigration.name).where(LedgerMigration.name == EVENTS_MIGRATION)
+            ).first()
+            if done is not None:
+                return
+            rows = conn.execute(select(Charge.id, Charge.events, Charge.epsilon, Charge.delta))
+            for charge_id, events, epsilon, delta in list(rows):
+                event = charge_event(events, cost_of(epsilon, delta))
+                if events != [event.to_dict()]:
+                    conn.execute(
+                        update(Charge)
+                        .where(Charge.id == charge_id)
+                        .values(events=[event.to_dict()])
+                    )
+            conn.execute(insert(LedgerMigration).values(name=EVENTS_MIGRATION, applied_at=utcnow()))
+
+
+def account_budget(rho: str | None, epsilon: str, delta: str) -> Cost:
+    """The budget of a concentrated account: ρ if set, else the (ε, δ) columns."""
+    return ZCDP(Fraction(rho)) if rho is not None else cost_of(epsilon, delta)
+
+
+def history_events(
+    conn: Connection, dataset_id: str, principal_id: str | None
+) -> Iterable[PrivacyEvent]:
+    """The events charged to a budget, oldest first: every live charge on the dataset (the cap,
+    ``principal_id`` None) or every live charge of one principal on it (a grant)."""
+    query = (
+        select(Charge.events, Charge.epsilon, Charge.delta)
+        .where(
+            Charge.dataset_id == dataset_id,
+            Charge.status != "cancelled",
+            Charge.kind != "replay",
+        )
+        .order_by(Charge.id)
+    )
+    if principal_id is not None:
+        query = query.where(Charge.principal_id == principal_id)
+    for events, epsilon, delta in conn.execute(query):
+        yield charge_event(events, cost_of(epsilon, delta))
+
+
+class OverdrawnError(BudgetExceededError):
+    """A concentrated budget's own history does not fit it (e.g. it was lowered)."""
+
+
+def replayed(budget: Cost, events: Iterable[PrivacyEvent]) -> ConcentratedFilter:
+    """A :class:`ConcentratedFilter` of ``budget`` after ``events``.
+
+    Raises:
+        ParameterError: a budget the filter cannot hold (pure ε, or too small for any ρ).
+        OverdrawnError: the events do not fit the budget (nothing more can be charged to it).
+    """
+    account = ConcentratedFilter(budget)
+    try:
+        account.replay(list(events))
+    except BudgetExceededError as exc:
+        raise OverdrawnError(exc.requested, account.remaining()) from None
+    return account
+
+
+def concentrated_view(account: ConcentratedFilter) -> BudgetView:
+    """The budget view of a replayed filter: total, spend in the budget's measure, and parts."""
+    total, spent = account.budget, account.spent()
+    assert isinstance(total, ApproxDP | ZCDP)  # the filter's budget: (ε, δ) or ρ
+    assert isinstance(spent, ApproxDP | ZCDP)
+    return BudgetView(total, spent, NativeView(account.limits, account.spent_native()))
+
+
+def accounts_of(
+    conn: Connection, dataset_id: str, principal_id: str | None
+) -> dict[str, str | None]:
+    """The concentrated accounts among a dataset's cap and (if given) one grant: principal id
+    (``''`` for the cap) to its ρ (None for an (ε, δ) budget)."""
+    wanted = [CAP] if principal_id is None else [CAP, principal_id]
+    rows = conn.execute(
+        select(BudgetAccount.principal_id, BudgetAccount.rho).where(
+            BudgetAccount.dataset_id == dataset_id, BudgetAccount.principal_id.in_(wanted)
+        )
+    )
+    return {str(principal): rho for principal, rho in rows}
+
+
+def check_account_budget(budget: Cost, accounting: str) -> bool:
+    """Whether a budget is concentrated; raises ParameterError naming ``accounting`` if it cannot
+    be (a pure ε budget composes optimally by basic composition)."""
+    if accounting not in ("basic", "concentrated"):
+        raise ParameterError(f"accounting must be 'basic' or 'concentrated'. Got {accounting!r}.")
+    if isinstance(budget, ZCDP):
+        return True
+    if accounting == "concentrated" and budget.delta == 0:
+        raise ParameterError(
+            "accounting='concentrated' needs a budget with delta > 0 (or a rho budget); a pure "
+            "epsilon budget is accounted optimally by basic composition."
+        )
+    return accounting == "concentrated"
+
+
+def charge_cost(charge: Charge) -> Cost:
+    """What a charge costs as shown to its analyst: its (ε, δ), or the ρ of a ρ-only event."""
+    cost = cost_of(charge.epsilon, charge.delta)
+    event = charge_event(charge.events, cost)
+    zcdp = event.approx_zcdp_cost()
+    if event.approx_cost() is None and zcdp is not None:
+        return zcdp[0]
+    return cost
