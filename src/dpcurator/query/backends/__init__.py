@@ -15,6 +15,7 @@ from dpcurator.query.backends.base import Backend
 from dpcurator.query.backends.duckdb import DuckDBBackend
 from dpcurator.query.backends.memory import MemoryBackend
 from dpcurator.query.backends.polars import PolarsBackend
+from dpcurator.query.backends.progress import progress_stream
 from dpcurator.query.backends.sources import is_spark_dataframe
 from dpcurator.query.ir import PrecomputedColumns
 
@@ -31,6 +32,7 @@ def open_backend(
     column_types: Mapping[str, str] | None = None,
     precomputed: PrecomputedColumns | None = None,
     threads: int | None = None,
+    progress: bool | None = None,
 ) -> Backend:
     """Open a backend that exposes ``source`` as the table ``table``.
 
@@ -46,6 +48,9 @@ def open_backend(
         precomputed: fixed-point and key-code columns the DuckDB engine computes once at
             opening (see :meth:`DuckDBBackend.from_source`); other engines ignore them.
         threads: DuckDB's worker threads (default: one per core); other engines ignore it.
+        progress: draw a progress line per step of the DuckDB engine's open on stderr (default:
+            when stderr is a terminal; see :mod:`~dpcurator.query.backends.progress`); other
+            engines ignore it. Each step is logged on ``dpcurator.engine`` either way.
 
     Raises:
         ParameterError: unknown engine, empty table name, bad column_types or unsupported source.
@@ -75,7 +80,12 @@ def open_backend(
         return SparkBackend.from_source(source, table=table, column_types=column_types)
     if engine == "duckdb":
         return DuckDBBackend.from_source(
-            source, table=table, column_types=column_types, precomputed=precomputed, threads=threads
+            source,
+            table=table,
+            column_types=column_types,
+            precomputed=precomputed,
+            threads=threads,
+            progress=progress_stream(progress),
         )
     openers: dict[str, Callable[..., Backend]] = {
         "memory": MemoryBackend.from_source,

@@ -13,10 +13,10 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TextIO
 
 import duckdb
 import pandas as pd
@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from dpcurator._cache import LruCache
 from dpcurator.errors import BackendError, DPError
-from dpcurator.query.backends.base import ENGINE_LOG, HIDDEN_PREFIX, engine_failure
+from dpcurator.query.backends.base import HIDDEN_PREFIX, engine_failure
 from dpcurator.query.backends.duckdb_query import (
     Cube,
     Hidden,
@@ -43,6 +43,7 @@ from dpcurator.query.backends.duckdb_query import (
 )
 from dpcurator.query.backends.duckdb_sql import CUBE_ROWS, SqlBuilder, quote
 from dpcurator.query.backends.plan_checks import check_plan
+from dpcurator.query.backends.progress import open_step
 from dpcurator.query.backends.results import collect_rows
 from dpcurator.query.backends.sources import check_table, file_format, is_path, to_arrow
 from dpcurator.query.backends.types import (
@@ -95,16 +96,6 @@ def _cube_sql(hidden: Hidden, target: str) -> str:
     return f"SELECT {', '.join(columns)} FROM {quote(target)} GROUP BY ALL"
 
 
-@contextmanager
-def _step(table: str, name: str) -> Iterator[None]:
-    """Log the start and the elapsed time of one step of opening ``table`` (INFO on
-    ``dpcurator.engine``): opening a large table takes seconds to minutes per step."""
-    ENGINE_LOG.info("Opening %r: %s ...", table, name)
-    start = time.perf_counter()
-    yield
-    ENGINE_LOG.info("Opening %r: %s done in %.2f s.", table, name, time.perf_counter() - start)
-
-
 def _copy_step(hidden: Hidden, casts: Mapping[str, str]) -> str:
     """The name of the step that creates the private copy (what it computes, for the log)."""
     parts = [f"{len(casts)} converted"] if casts else []
@@ -154,9 +145,16 @@ class DuckDBBackend:
 
     name = "duckdb"
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection, *, owned: bool) -> None:
+    def __init__(
+        self,
+        connection: duckdb.DuckDBPyConnection,
+        *,
+        owned: bool,
+        progress: TextIO | None = None,
+    ) -> None:
         self._connection = connection
         self._owned = owned
+        self._progress = progress  # where open steps draw their progress line (or nowhere)
         self._lock = threading.Lock()  # temporary views are per connection: no cursors
         self._relations: dict[str, str] = {}  # table -> private typed copy (given connections)
         self._schemas: dict[str, dict[str, str]] = {}  # column types (owned connections only)
@@ -174,6 +172,7 @@ class DuckDBBackend:
         column_types: Mapping[str, str] | None = None,
         precomputed: PrecomputedColumns | None = None,
         threads: int | None = None,
+        progress: TextIO | None = None,
     ) -> DuckDBBackend:
         """Load a CSV once, view a Parquet file, register a frame, or wrap an existing connection.
 
@@ -204,11 +203,13 @@ class DuckDBBackend:
         of the open, and each bounding column, is logged with its time on ``dpcurator.engine``
         (INFO).
         ``threads`` caps DuckDB's worker threads of a connection opened here (default: one per
-        core), e.g. when several server processes share the cores.
+        core), e.g. when several server processes share the cores. ``progress`` (e.g.
+        ``sys.stderr`` on a terminal) gets a progress line per step, redrawn while it runs
+        (:func:`~.progress.open_step`; the percentage is DuckDB's on a connection opened here).
         """
         declared = check_column_types(column_types)
         if isinstance(source, duckdb.DuckDBPyConnection):
-            backend = cls(source, owned=False)
+            backend = cls(source, owned=False, progress=progress)
             check_table(backend, table)
             try:
                 backend._expose(table, table, declared, materialise=False, precomputed=precomputed)
@@ -216,7 +217,7 @@ class DuckDBBackend:
                 raise BackendError(f"DuckDB could not read the table {table!r}: {exc}") from exc
             return backend
         connection = duckdb.connect(config={} if threads is None else {"threads": threads})
-        backend = cls(connection, owned=True)
+        backend = cls(connection, owned=True, progress=progress)
         try:
             materialise = False
             if is_path(source):
@@ -329,7 +330,7 @@ class DuckDBBackend:
             select += "".join(joins)
         kind = "TEMPORARY TABLE" if temporary else "TABLE"
         try:
-            with _step(table, _copy_step(hidden, casts)):
+            with self._step(table, _copy_step(hidden, casts)):
                 created = self._connection.execute(
                     f"CREATE {kind} {quote(target)} AS {select}", translator.params
                 ).fetchall()
@@ -337,7 +338,7 @@ class DuckDBBackend:
             self._sizes[table] = int(created[0][0])
             if hidden.cube is not None:
                 cube = hidden.cube.relation
-                with _step(table, "counting its cube"):
+                with self._step(table, "counting its cube"):
                     self._connection.execute(
                         f"CREATE {kind} {quote(cube)} AS {_cube_sql(hidden, target)}"
                     )
@@ -348,6 +349,21 @@ class DuckDBBackend:
                 except duckdb.Error:
                     raise cast_error("DuckDB", table, name, casts[name], types[name]) from exc
             raise
+
+    @contextmanager
+    def _step(self, table: str, name: str) -> Iterator[None]:
+        """Report one long step on ``table`` (:func:`~.progress.open_step`); on a connection
+        this backend opened, DuckDB tracks the progress of the step's statements meanwhile."""
+        tracked = self._owned  # DuckDB's own bar (printed on stdout) stays off
+        if tracked:
+            self._connection.execute("SET enable_progress_bar_print = false")
+            self._connection.execute("SET enable_progress_bar = true")
+        try:
+            with open_step(table, name, self._connection.query_progress, self._progress):
+                yield
+        finally:
+            if tracked:
+                self._connection.execute("SET enable_progress_bar = false")
 
     def _flag(self, table: str, name: str, spec: BoundingColumn) -> None:
         """Add the bounding column ``name`` to the private copy of ``table`` (once; the caller
@@ -368,7 +384,7 @@ class DuckDBBackend:
         row = [quote(column) for column in self._types(copy)]  # the columns the copy was made of
         code = None if spec.group is None else quote(hidden.key_codes[spec.group.column][0])
         kept = translator.bounding(spec, row, code)
-        with _step(table, f"computing its bounding column {name} (first use)"):
+        with self._step(table, f"computing its bounding column {name} (first use)"):
             self._connection.execute(
                 f"ALTER TABLE {relation} ADD COLUMN {quote(name)} BOOLEAN DEFAULT FALSE"
             )
