@@ -361,13 +361,21 @@ class Observation:
     cached: bool | None = None
 
 
-def public_plan(query: NeighbourQuery) -> Plan | None:
+def public_plan(
+    query: NeighbourQuery, *, noise: str | None = None, rho: float | None = None
+) -> Plan | None:
     """The plan of ``query`` from the metadata alone, with the session's automatic noise family
-    (None when the planner refuses it)."""
+    or ``noise``, at ``rho`` instead of ε if given (None when the planner refuses it)."""
     metadata = demo_metadata()
+    epsilon = None if rho is not None else query.epsilon
     try:
         return plan_with_noise(
-            parse_sql(query.sql, metadata), metadata, epsilon=query.epsilon, delta=query.delta
+            parse_sql(query.sql, metadata),
+            metadata,
+            epsilon=epsilon,
+            delta=query.delta,
+            rho=rho,
+            noise=noise,
         )
     except DPError:
         return None

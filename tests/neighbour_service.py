@@ -31,9 +31,12 @@ DATASET = "people"
 
 
 class ServedTable:
-    """A curator service serving ``frame`` (a context manager; :meth:`observe` queries it)."""
+    """A curator service serving ``frame`` (a context manager; :meth:`observe` queries it);
+    ``accounting`` of its cap and grant (``concentrated``: events replayed through the zCDP
+    filter, which ρ queries need)."""
 
-    def __init__(self, frame: pd.DataFrame) -> None:
+    def __init__(self, frame: pd.DataFrame, *, accounting: str = "basic") -> None:
+        self._accounting = accounting
         self._dir = tempfile.TemporaryDirectory(prefix="dpc-neighbour-")
         root = Path(self._dir.name)
         self._csv = root / "people.csv"
@@ -56,13 +59,14 @@ class ServedTable:
                 "metadata": demo_metadata().to_dict(),
                 "cap_epsilon": 1e6,
                 "cap_delta": 0.5,
+                "accounting": self._accounting,
             },
         )
         assert created.status_code == 201, created.text
         analyst = owner.post("/v1/analysts", json={"name": "adversary"}).json()
         granted = owner.put(
             f"/v1/analysts/{analyst['principal']['id']}/grants/{DATASET}",
-            json={"epsilon": 1e6, "delta": 0.5},
+            json={"epsilon": 1e6, "delta": 0.5, "accounting": self._accounting},
         )
         assert granted.status_code == 200, granted.text
         self._client = self._server.client(analyst["token"])
@@ -78,12 +82,15 @@ class ServedTable:
         self._service.close()
         self._dir.cleanup()
 
-    def observe(self, query: NeighbourQuery) -> Observation:
-        """POST ``query`` as the analyst and observe everything but the noisy numbers."""
-        response = self._client.post(
-            f"/v1/datasets/{DATASET}/queries",
-            json={"sql": query.sql, "epsilon": query.epsilon, "delta": query.delta},
-        )
+    def observe(
+        self, query: NeighbourQuery, *, noise: str | None = None, rho: float | None = None
+    ) -> Observation:
+        """POST ``query`` as the analyst (with the ``noise`` family, at ``rho`` instead of ε if
+        given) and observe everything but the noisy numbers."""
+        request = {"sql": query.sql, "epsilon": query.epsilon, "delta": query.delta, "noise": noise}
+        if rho is not None:
+            request |= {"epsilon": None, "rho": rho}
+        response = self._client.post(f"/v1/datasets/{DATASET}/queries", json=request)
         budget = self._client.get(f"/v1/datasets/{DATASET}/budget").json()
         body = response.json()
         if response.status_code != 200:
@@ -101,7 +108,7 @@ class ServedTable:
             "HTTP 200",
             charge=json.dumps({"answer": body, "budget": budget}, sort_keys=True),
             **release_shape(
-                public_plan(query),
+                public_plan(query, noise=noise, rho=rho),
                 release["group_columns"],
                 release["value_columns"],
                 rows,
