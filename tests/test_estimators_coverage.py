@@ -159,3 +159,14 @@ def test_robust_and_block_intervals_cover(case: Case, n: int, eps: float) -> Non
     assert replies >= REPS // 2
     assert stats.binomtest(hits, replies, FLOOR, alternative="less").pvalue > ALPHA
     assert stats.binomtest(narrow, replies, FLOOR, alternative="less").pvalue < ALPHA
+
+
+@pytest.mark.statistical
+@pytest.mark.slow
+def test_winsorised_block_mle_covers() -> None:
+    """At n = 10^4, ε = 20 the k = 251 blocks allow the widened winsorised mean for both
+    Gaussian parameters: its noise interval plus the sampling part still covers the mean."""
+    hits, narrow, replies = coverage(blocks_mle_case, 10_000, 20.0, 0.1)
+    assert replies == REPS
+    assert stats.binomtest(hits, replies, FLOOR, alternative="less").pvalue > ALPHA
+    assert stats.binomtest(narrow, replies, FLOOR, alternative="less").pvalue < ALPHA

@@ -5,23 +5,44 @@ estimate is clamped into a public box Θ = Π_j [lower_j, upper_j] (NaN, a wrong
 exception give the public ``fill``: never an error once the computation has started), and the
 mean of the k block estimates is released with Laplace noise.
 
+**Aggregation.** Clamped to Θ, the mean's noise has scale Λ₁/(kε) (Λ₁ = Σ_j (upper_j - lower_j)),
+so its variance over the non-private σ²/n is 2Λ₁²n/(k²ε'²σ²) (ε' the mean's share): with
+k = n^0.6, a Gaussian (mean, sd) box [-10, 10] x [0.01, 10] and σ = 2, 555·n^-0.2/ε², i.e. 35/ε²
+at n = 10^6, and a ratio of 2 only at n ≈ 5·10^13 (ε = 1). When k is large enough, the
+**widened winsorised mean** (Smith 2011) is used instead: per coordinate, the exponential
+mechanism (permute-and-flip over :data:`QUARTILE_BINS` bins of the box) picks the quartiles a, b
+of the k block estimates, the estimates are clamped to [a - w, b + w] ∩ Θ (w = b - a, widened by
+:data:`WIDEN`) and their mean gets Laplace noise of scale (range width)/(kε'). The range then
+scales with the block estimates' spread σ·sqrt(k/n), and the excess variance falls like
+1/(k ε'²). It is used when the quartile selections' rank error at level
+:data:`QUARTILE_ALPHA` is at most k/8 (:func:`winsorising_ready`: a public rule of k and ε), so
+the range holds the middle quarter of the estimates with high probability; otherwise Θ.
+
 **Privacy guarantee**: ε-DP, at the user level when ``person`` ids are given. One person's rows
 all fall in one block (the block is a keyed hash of the person id, with a fresh random key, so it
 depends on nothing else), so adding or removing a person changes one block estimate, inside Θ:
 the mean moves by at most Σ_j (upper_j - lower_j)/k in L1, the sensitivity of the Laplace
-release (ε·(1 - count_share)). Without ids each row is a person and draws its block uniformly at
-random, independently of the other rows. When k is not given it is chosen from a Laplace count
-ñ of persons (ε·count_share) as k = round(ñ^0.6), inside the range ω(√n), o(n^{2/3}) where the
-aggregate of bias-corrected estimates is efficient (Smith 2008; Dwork & Smith 2009, Lemma 11).
+release (ε·(1 - count_share)). With the widened winsorised mean, k is fixed by the released
+count and a person SUBSTITUTES one of the k block estimates: each quartile score (the distance
+of the target rank to a bin's ranks, times the level's denominator, from
+:func:`~dpcurator.estimators.quantiles.quantile_scores`) moves by at most that denominator, so
+each of the 2d permute-and-flip selections is ε_q-DP (:data:`QUARTILE_SHARE` of the
+remaining ε split over them), and the winsorised mean, given the released range, moves by at
+most its L1 width / k (the rest of ε). Without ids each row is a person and draws its block
+uniformly at random, independently of the other rows. When k is not given it is chosen from a
+Laplace count ñ of persons (ε·count_share) as k = round(ñ^0.6), inside the range ω(√n),
+o(n^{2/3}) where the aggregate of bias-corrected estimates is efficient (Smith 2008; Dwork &
+Smith 2009, Lemma 11).
 Basic composition gives ε in total.
 
-The interval covers the mean of the clamped block estimates against the privacy noise
+The interval covers the mean of the clamped (or winsorised) block estimates against the noise
 (:attr:`Covers.NOISE`); :mod:`dpcurator.estimators.mle` adds the sampling part.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,14 +54,24 @@ import numpy.typing as npt
 from dpcurator._validation import check_int, check_positive, check_probability, fail
 from dpcurator.core.measures import PureDP
 from dpcurator.core.numbers import float_down, to_fraction
+from dpcurator.estimators.quantiles import QuantileBins, quantile_scores
 from dpcurator.estimators.release import Covers, Estimate, FloatArray, as_float_array, noisy
-from dpcurator.mechanisms import Laplace
+from dpcurator.mechanisms import Laplace, PermuteAndFlip
 from dpcurator.random import Rng, default_rng
 
 BlockEstimator = Callable[[FloatArray], object]
 
 #: Exponent of n in the default number of blocks (between 1/2 and 2/3, Smith 2008).
 BLOCK_EXPONENT = 0.6
+
+#: Share of the aggregation's ε spent on the 2d quartile selections of the winsorised mean.
+QUARTILE_SHARE = Fraction(3, 10)
+#: Candidate bins of each quartile selection (equal-width over the coordinate's box).
+QUARTILE_BINS = 1024
+#: Failure probability of each quartile's rank-error bound in :func:`winsorising_ready`.
+QUARTILE_ALPHA = 0.01
+#: The winsorising range [a - WIDEN·w, b + WIDEN·w] around the quartiles a, b (w = b - a).
+WIDEN = 1.0
 
 
 @dataclass(frozen=True)
@@ -124,6 +155,34 @@ def noisy_people(rows: int, person: object, epsilon: Fraction, rng: Rng) -> int:
     return int(Laplace.for_epsilon(epsilon, 1).release_integers([people], rng)[0])
 
 
+def winsorising_ready(blocks: int, epsilon: Fraction, dimension: int) -> bool:
+    """True when, with :data:`QUARTILE_SHARE` of the aggregation's ε split over the 2d quartile
+    selections, each lands within k/8 ranks of its target with probability >= 1 - QUARTILE_ALPHA
+    (the exponential mechanism's bound 2(ln m + ln 1/α)/ε_q ranks; public inputs only)."""
+    each = float(epsilon * QUARTILE_SHARE) / (2 * dimension)
+    ranks = 2 * (math.log(QUARTILE_BINS) + math.log(1 / QUARTILE_ALPHA)) / each
+    return ranks <= blocks / 8
+
+
+def winsorising_box(estimates: FloatArray, box: Box, epsilon: Fraction, rng: Rng) -> Box:
+    """The box [a - w, b + w] ∩ Θ per coordinate from the quartiles a, b of the k estimates,
+    chosen by 2d permute-and-flip selections of ε/(2d) each: ε-DP when one estimate is
+    substituted (a score moves by at most the level's denominator 4; module docstring)."""
+    lows, highs = [], []
+    mechanism = PermuteAndFlip(epsilon / (2 * box.dimension), 4, QUARTILE_BINS)
+    for j in range(box.dimension):
+        bins = QuantileBins(float(box.lower[j]), float(box.upper[j]), QUARTILE_BINS)
+        counts = bins.counts(estimates[:, j])
+        edges = np.linspace(bins.lower, bins.upper, QUARTILE_BINS + 1)
+        picks = [mechanism.select(quantile_scores(counts, Fraction(q, 4))[0], rng) for q in (1, 3)]
+        low, high = edges[min(picks)], edges[max(picks) + 1]
+        spread = WIDEN * (high - low)
+        lows.append(max(low - spread, float(box.lower[j])))
+        highs.append(min(high + spread, float(box.upper[j])))
+    low_arr, high_arr = np.array(lows), np.array(highs)
+    return Box(low_arr, high_arr, np.clip(box.fill, low_arr, high_arr))
+
+
 def sample_and_aggregate_with_count(
     estimator: BlockEstimator,
     data: object,
@@ -162,9 +221,16 @@ def sample_and_aggregate_with_count(
         blocks = default_blocks(count)
     ids = block_ids(table.shape[0], blocks, person, source)
     estimates = block_estimates(estimator, table, ids, blocks, box)
-    sensitivity = Fraction(float(np.sum(box.upper - box.lower))) / blocks
+    target = box
+    if winsorising_ready(blocks, eps_mean, box.dimension):
+        eps_quartiles = eps_mean * QUARTILE_SHARE
+        target = winsorising_box(estimates, box, eps_quartiles, source)
+        eps_mean -= eps_quartiles
+        estimates = np.clip(estimates, target.lower, target.upper)
+    pairs = zip(target.lower.tolist(), target.upper.tolist(), strict=True)
+    sensitivity = sum((Fraction(h) - Fraction(lo) for lo, h in pairs), Fraction(0)) / blocks
     laplace = Laplace.for_epsilon_floats(eps_mean, sensitivity, box.dimension)
-    middle = (box.lower + box.upper) / 2
+    middle = (target.lower + target.upper) / 2
     value = noisy(laplace, laplace.scale, estimates.mean(axis=0), source, middle)
     half = laplace.ci_halfwidth_floats(level)
     release = Estimate(value, value - half, value + half, Covers.NOISE, level, PureDP(eps), method)

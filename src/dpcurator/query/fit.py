@@ -81,7 +81,8 @@ DEFAULT_COEFFICIENT_BOUND: Final = 10.0
 #: the estimator and used by the plan to build the same calibration before the charge.
 OP_SHARES: Final = (Fraction(1, 4), Fraction(1, 4))
 #: A share of ε below the least any sample-and-aggregate mechanism receives (the person count
-#: 1/10, logistic's spread 9/40, the means >= 27/40): the plan checks the noise at this share.
+#: 1/10, logistic's spread 9/40, the means >= 63/100 with the winsorised mean's quartiles, which
+#: are permute-and-flip selections no ε > 0 refuses): the plan checks the noise at this share.
 BLOCK_NOISE_SHARE: Final = Fraction(1, 16)
 #: Share of ρ paying for AdaSSP's ridge (the regression library's default).
 EIGEN_SHARE: Final = Fraction(1, 10)
