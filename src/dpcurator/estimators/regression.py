@@ -204,7 +204,8 @@ def _bootstrap(
     ridges = _ridge(float(gram_mech.sigma), eigen, float(eigen_mech.sigma), p)
     noise = _noise_matrices(gram_mech, p, reps, rng)
     replicates = truths + noise + ridges[:, None, None] * np.eye(p)
-    columns = _solve(replicates[:, None], truths.transpose(0, 2, 1), 0.0)
+    stacked = np.broadcast_to(replicates[:, None], (reps, p, p, p))  # one system per column
+    columns = _solve(stacked, truths.transpose(0, 2, 1), 0.0)
     return _solve(replicates, sampled + noise_xy, 0.0), np.mean(columns, axis=0).T
 
 
