@@ -160,3 +160,14 @@ def test_refined_plan_is_public_and_validated() -> None:
     assert plan.interval.laplace.epsilon(2) == Fraction(1, 5)
     with pytest.raises(ParameterError, match="'upper'"):
         RefinedQuantile.plan(0.5, 1.0, 1.0, 1.0)
+
+
+def test_bounds_too_narrow_for_float_edges_keep_one_level() -> None:
+    # [1e15, 1e15 + 1]: 32 first-level bins are 1/32 wide, below the doubles' spacing (0.125)
+    # there, so a second level's window would collapse (two levels raised after the charge).
+    plan = RefinedQuantile.plan(0.5, 1.0, 1e15, 1e15 + 1, alpha=0.05)
+    assert len(plan.levels) == 1
+    value, low, high = plan.run(lambda bins: bins.counts(np.full(100, 1e15 + 0.5)), SeededRng(1))
+    assert low is not None
+    assert high is not None
+    assert 1e15 <= low <= value <= high <= 1e15 + 1
