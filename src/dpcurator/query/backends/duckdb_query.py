@@ -132,7 +132,9 @@ def build_query(
         ctes.append(f"__dp_keyed AS ({_key_filter(sql, plan.group_keys, groups, source)})")
         source = "__dp_keyed"
     if bound_here:
-        ctes.append(f"__dp_bounded AS ({_bounding(sql, plan, source, groups, values)})")
+        ctes.append(
+            f"__dp_bounded AS ({_bounding(sql, plan, source, groups, values, codes=codes)})"
+        )
         source = "__dp_bounded"
     histogram = binned_histogram(plan)
     if histogram is not None:  # GROUP BY the bin: ~1.5x faster than DuckDB's histogram()
@@ -463,7 +465,13 @@ def _key_filter(
 
 
 def _bounding(
-    sql: SqlBuilder, plan: AggregatePlan, source: str, groups: list[str], values: dict[str, str]
+    sql: SqlBuilder,
+    plan: AggregatePlan,
+    source: str,
+    groups: list[str],
+    values: dict[str, str],
+    *,
+    codes: Mapping[int, str],
 ) -> str:
     """Each person's rows cut to ``max_groups`` groups and ``max_rows_per_group`` rows in each.
 
@@ -471,6 +479,12 @@ def _bounding(
     orderings share a prefix, so DuckDB evaluates them over one sorted run. A row's position
     inside its (person, group) is its row number in that person's (group hash, group, row hash)
     order minus the RANK of its group (the row number of the group's first row).
+
+    A group with a key code (``codes``: position -> code column, see :func:`bounded_codes`) is
+    hashed by its value but sorted by its code, and its value is not carried through the sort
+    (about 7% less CPU at 10^7 rows). The order is the same but for groups of one person whose
+    64-bit hashes collide, which are then ordered by code instead of value: still by public
+    rules and the person's own rows.
     """
     pid = quote("__dp_pid")
     seed = sql.literal(plan.bound.seed)
@@ -484,8 +498,10 @@ def _bounding(
         )
         return f"SELECT * FROM ({ranked}) WHERE __dp_rn < {rows}"
     hashes.insert(0, f"hash({', '.join([pid, *groups, seed])}) AS __dp_gh")
-    group_order = ", ".join(["__dp_gh", *groups])
-    hashed = f"SELECT *, {', '.join(hashes)} FROM {source}"
+    group_order = ", ".join(["__dp_gh", *(codes.get(i, g) for i, g in enumerate(groups))])
+    coded = [g for i, g in enumerate(groups) if i in codes]
+    kept = f"* EXCLUDE ({', '.join(coded)})" if coded else "*"
+    hashed = f"SELECT {kept}, {', '.join(hashes)} FROM {source}"
     ranked = (
         "SELECT *, DENSE_RANK() OVER __dp_w AS __dp_gr,"
         f" ROW_NUMBER() OVER (PARTITION BY {pid} ORDER BY {group_order}, __dp_rh)"
