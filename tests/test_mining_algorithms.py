@@ -73,7 +73,8 @@ def test_id3_learns_a_two_level_rule_at_large_epsilon() -> None:
     assert model.root_ is not None
     assert model.root_.attribute in (1, 2)
     assert model.n_iter_ == 3
-    assert model.epsilon_spent_ == 100  # three levels of 100 / 3, split evenly within a node
+    # three levels of 100 / 3, split evenly within a level (each release's float ε rounds down)
+    assert 100 - Fraction(1, 10**9) < model.epsilon_spent_ <= 100
 
 
 def test_inputs_are_clamped_not_refused_and_shapes_are_checked() -> None:

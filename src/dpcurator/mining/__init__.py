@@ -9,13 +9,13 @@ part 2): every algorithm touches the data only through noisy counts and sums rel
 * :class:`GaussianNB` — naive Bayes from noisy per-class counts, sums and sums of squares.
 * :class:`ID3` — decision tree from noisy contingency tables (Friedman & Schuster 2010).
 
-KMeans, PCA and GaussianNB fit on a session table (``fit(session, columns=[...])``, GaussianNB
+Every algorithm fits on a session table (``fit(session, columns=[...])``, GaussianNB and ID3
 with ``label=``): they touch the data only through :meth:`Session.release` of builder queries, so
 they run on every engine, are bounded per person by the metadata and charged to the session's
 filter (one reservation per release; the total is checked against the remaining budget first,
 free). Fitting an array is the same fit on a private in-memory session built from the public
-bounds (row-level privacy; values clamped, NaN to the midpoint, never refused). ID3 fits arrays
-of categorical codes only.
+bounds (row-level privacy; values clamped, NaN to the midpoint, never refused). ID3 splits on
+categorical columns (public keys); its array fit takes integer codes.
 """
 
 from __future__ import annotations

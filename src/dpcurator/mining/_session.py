@@ -95,13 +95,42 @@ def session_table(
         lower.append(float(column.lower))
         upper.append(float(column.upper))
     if label is not None:
-        _column(owner, metadata, label)
-        if public_keys(ir.Col(label), metadata) is None:
-            raise UnsupportedQueryError(
-                f"{owner}: label column {label!r} has no public keys: declare 'keys' for it in "
-                "the metadata."
-            )
+        label_keys(owner, metadata, label)
     return Table(session, tuple(columns), np.array(lower), np.array(upper), label)
+
+
+def label_keys(owner: str, metadata: Metadata, label: str) -> tuple[ir.ScalarValue, ...]:
+    """The label column's public keys (free refusal naming it when it has none)."""
+    _column(owner, metadata, label)
+    keys = public_keys(ir.Col(label), metadata)
+    if keys is None:
+        raise UnsupportedQueryError(
+            f"{owner}: label column {label!r} has no public keys: declare 'keys' for it in "
+            "the metadata."
+        )
+    return keys
+
+
+def categorical_keys(
+    owner: str, metadata: Metadata, columns: Sequence[str] | None
+) -> tuple[tuple[ir.ScalarValue, ...], ...]:
+    """The public keys of each of ``columns`` (categorical attributes: declared keys, bool, or
+    an int column whose public bounds span few integers); free refusals name the column."""
+    if columns is None or isinstance(columns, str) or not list(columns):
+        raise fail(owner, "columns", "a non-empty list of column names", columns)
+    if len(set(columns)) != len(columns):
+        raise fail(owner, "columns", "distinct column names", columns)
+    found = []
+    for name in columns:
+        _column(owner, metadata, name)
+        keys = public_keys(ir.Col(name), metadata)
+        if keys is None or len(keys) < 2:
+            raise UnsupportedQueryError(
+                f"{owner}: column {name!r} has no public keys (at least two): declare 'keys' "
+                "for it in the metadata (ID3 splits on categorical columns only)."
+            )
+        found.append(keys)
+    return tuple(found)
 
 
 def _column(owner: str, metadata: Metadata, name: object) -> ColumnMeta:
@@ -146,6 +175,28 @@ def array_table(
     return session_table(owner, session, names, label)
 
 
+def coded_session(
+    codes: npt.NDArray[np.int64],
+    labels: npt.NDArray[np.int64],
+    values: Sequence[int],
+    classes: int,
+    *,
+    epsilon: Fraction,
+    rng: Rng | None,
+) -> Session:
+    """A private in-memory session on categorical codes (already inside their domains): columns
+    ``a0, a1, ...`` with public keys ``0..values[j]-1`` and a label column with keys
+    ``0..classes-1``, with a budget of ``epsilon``."""
+    frame = pd.DataFrame(codes, columns=[f"a{j}" for j in range(len(values))])
+    frame[LABEL] = labels
+    columns: dict[str, object] = {
+        f"a{j}": {"type": "int", "keys": list(range(v))} for j, v in enumerate(values)
+    }
+    columns[LABEL] = {"type": "int", "keys": list(range(classes))}
+    metadata = Metadata.from_dict({"table": "data", "columns": columns})
+    return Session.from_data(frame, metadata=metadata, budget=Budget(epsilon), rng=rng)
+
+
 def check_affordable(owner: str, session: Session, total: Fraction) -> None:
     """Refuse (free) a fit whose total ε exceeds the session's remaining budget."""
     remaining = session.remaining()
@@ -174,11 +225,22 @@ def release(
     session: Session, query: Query, epsilon: float, keys: Sequence[ir.ScalarValue] | None = None
 ) -> Released:
     """Release ``query`` (at most one grouping expression, with public ``keys``) at ``epsilon``."""
+    return release_grid(session, query, epsilon, *([] if keys is None else [keys]))
+
+
+def release_grid(
+    session: Session, query: Query, epsilon: float, *keys: Sequence[ir.ScalarValue]
+) -> Released:
+    """Release ``query`` grouped by one expression per public key set in ``keys``, at
+    ``epsilon``: row i of ``values`` is the group of the i-th key combination in row-major order
+    (the first key set varies slowest)."""
     answer = session.release(query, epsilon=epsilon)
-    index = {key: i for i, key in enumerate(keys or ())}
-    values = np.zeros((max(len(index), 1), len(answer.value_columns)))
+    indexes = [{key: i for i, key in enumerate(key_set)} for key_set in keys]
+    shape = tuple(len(index) for index in indexes)
+    values = np.zeros((math.prod(shape), len(answer.value_columns)))
     for key, estimates in answer.rows:
-        row = index[key[0]] if key else 0
+        position = tuple(index[k] for index, k in zip(indexes, key, strict=True))
+        row = int(np.ravel_multi_index(position, shape)) if shape else 0
         values[row] = [e.value for e in estimates]
     scales = {use.column: use.scale for use in answer.mechanisms if use.scale is not None}
     cost = answer.cost
