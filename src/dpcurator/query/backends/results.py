@@ -92,7 +92,7 @@ def collect_rows(plan: AggregatePlan, rows: Iterable[Sequence[object]]) -> Exact
         [histogram_array(agg.bins, value) for value in column]
         if agg.kind == "histogram"
         else [0 if value is None else clamp_total(int(value)) for value in column]
-        for agg, column in zip(plan.aggregates, columns[width + 1 :], strict=True)
+        for agg, column in zip(plan.aggregates, columns[width + 1 :], strict=False)
     ]
     return collect_groups(plan, keys or [()] * len(rows), values)
 
