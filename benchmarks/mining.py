@@ -5,9 +5,12 @@ set (five Gaussian blobs in 6 dimensions, public bounds [-10, 10]^6, 20,000 trai
 written to a temporary file and both libraries fit on it; diffprivlib runs in ``.bench-venv``
 (``peers.py``). Scores: k-means inertia (mean squared distance to the nearest centre, lower is
 better; non-private optimum printed), PCA captured variance of 2 components (higher is better),
-Gaussian naive Bayes test accuracy. All mechanisms are pure ε-DP on both sides. Last, the
-session-table path at ``--rows`` (10^6) rows on DuckDB (``KMeans.fit(session, columns=...)``)
-against the array path on the same rows.
+Gaussian naive Bayes test accuracy, and decision-tree test accuracy (depth 3) on a second shared
+data set of categorical codes (:func:`coded_dataset`; ours: ID3 on noisy counts, diffprivlib:
+``DecisionTreeClassifier``, a random tree with noisy leaf counts, given the codes' bounds). All
+mechanisms are pure ε-DP on both sides. Last, the session-table path at ``--rows`` (10^6) rows on
+DuckDB (``KMeans.fit(session, columns=...)``, ``ID3.fit(session, ...)``) against the array path on
+the same rows.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from mining_metrics import captured_variance, inertia, matched_accuracy
 from peers import run_peer_script
 
 from dpcurator.accounting import Budget
-from dpcurator.mining import PCA, GaussianNB, KMeans
+from dpcurator.mining import ID3, PCA, GaussianNB, KMeans
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
 from dpcurator.random import SecureRng
@@ -43,6 +46,26 @@ def dataset(n: int, dims: int = 6, k: int = 5) -> dict[str, np.ndarray]:
         "lower": np.full(dims, -10.0),
         "upper": np.full(dims, 10.0),
         "centres": centres,
+    }
+
+
+#: Category counts of the coded data set's attributes.
+VALUES = (3, 4, 2, 3, 5, 2, 4, 3)
+
+
+def coded_dataset(n: int) -> dict[str, np.ndarray]:
+    """Codes of 8 categorical attributes (:data:`VALUES`) and a binary label given by a depth-3
+    rule of attributes 1, 3 and 4, 10% of labels flipped (a fixed seed: the data is public)."""
+    generator = np.random.default_rng(20260102)
+    codes = np.stack([generator.integers(0, v, size=2 * n) for v in VALUES], axis=1)
+    rule = (codes[:, 1] == 3) | ((codes[:, 1] < 2) & (codes[:, 3] == 2)) | (codes[:, 4] == 0)
+    labels = (rule ^ (generator.random(2 * n) < 0.1)).astype(np.int64)
+    return {
+        "codes": codes[:n],
+        "code_y": labels[:n],
+        "code_test": codes[n:],
+        "code_test_y": labels[n:],
+        "values": np.array(VALUES),
     }
 
 
@@ -67,12 +90,18 @@ def ours(data: dict[str, np.ndarray], epsilon: float, reps: int) -> dict[str, li
         score = matched_accuracy(nb.predict(data["test_X"]), data["test_y"])
         out.setdefault("nb.score", []).append(score)
         out.setdefault("nb.seconds", []).append(time.perf_counter() - start)
+        start = time.perf_counter()
+        tree = ID3(epsilon, VALUES, classes=2, max_depth=3).fit(data["codes"], data["code_y"], rng)
+        score = float(np.mean(tree.predict(data["code_test"]) == data["code_test_y"]))
+        out.setdefault("id3.score", []).append(score)
+        out.setdefault("id3.seconds", []).append(time.perf_counter() - start)
     return out
 
 
 def session_path(rows: int, epsilon: float) -> None:
-    """Seconds of k-means (5 clusters, 5 iterations) and PCA at ``rows`` rows: a DuckDB session
-    table (opened once, not timed) against the array path (which opens its own session)."""
+    """Seconds of k-means (5 clusters, 5 iterations), PCA and ID3 (depth 3) at ``rows`` rows: a
+    DuckDB session table (opened once, not timed) against the array path (which opens its own
+    session)."""
     data = dataset(rows)
     names = [f"c{j}" for j in range(data["X"].shape[1])]
     frame = pd.DataFrame(data["X"], columns=names)
@@ -80,11 +109,29 @@ def session_path(rows: int, epsilon: float) -> None:
     metadata = Metadata.from_dict({"table": "blobs", "columns": columns})
     session = Session.from_data(frame, metadata=metadata, budget=Budget(10 * epsilon))
     bounds = (data["lower"], data["upper"])
+    coded = coded_dataset(rows)
+    attributes = [f"a{j}" for j in range(len(VALUES))]
+    codes = pd.DataFrame(coded["codes"], columns=attributes).assign(y=coded["code_y"])
+    keys = {
+        name: {"type": "int", "keys": list(range(v))}
+        for name, v in zip(attributes, VALUES, strict=True)
+    }
+    keys["y"] = {"type": "int", "keys": [0, 1]}
+    tree_metadata = Metadata.from_dict({"table": "codes", "columns": keys})
+    tree_session = Session.from_data(codes, metadata=tree_metadata, budget=Budget(epsilon))
     for label, fit in (
         ("kmeans session", lambda: KMeans(5, epsilon, iterations=5).fit(session, columns=names)),
         ("kmeans array", lambda: KMeans(5, epsilon, bounds, iterations=5).fit(data["X"])),
         ("pca session", lambda: PCA(2, epsilon).fit(session, columns=names)),
         ("pca array", lambda: PCA(2, epsilon, bounds).fit(data["X"])),
+        (
+            "id3 session",
+            lambda: ID3(epsilon).fit(tree_session, columns=attributes, label="y"),
+        ),
+        (
+            "id3 array",
+            lambda: ID3(epsilon, VALUES, classes=2).fit(coded["codes"], coded["code_y"]),
+        ),
     ):
         start = time.perf_counter()
         fit()
@@ -97,7 +144,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     args = parser.parse_args()
     reps = 3 if args.quick else 10
-    data = dataset(20_000)
+    data = {**dataset(20_000), **coded_dataset(20_000)}
     best = inertia(data["X"], data["centres"])
     print(f"non-private k-means inertia at the true centres: {best:.3f}")
     print(
@@ -114,6 +161,7 @@ def main() -> None:
                 ("kmeans", "inertia (lower)"),
                 ("pca", "captured var"),
                 ("nb", "test accuracy"),
+                ("id3", "test accuracy"),
             ):
                 theirs = peer[model + ".score"]
                 seconds = peer[model + ".seconds"]

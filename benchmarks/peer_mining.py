@@ -1,5 +1,6 @@
-"""diffprivlib's KMeans, PCA and GaussianNB on the shared data set (runs in .bench-venv; prints
-JSON). Usage: peer_mining.py DATA.npz EPSILON REPS."""
+"""diffprivlib's KMeans, PCA, GaussianNB and DecisionTreeClassifier (on the coded data set, with
+the codes' bounds) on the shared data sets (runs in .bench-venv; prints JSON). Usage:
+peer_mining.py DATA.npz EPSILON REPS."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 import warnings
 
 import numpy as np
-from diffprivlib.models import PCA, GaussianNB, KMeans
+from diffprivlib.models import PCA, DecisionTreeClassifier, GaussianNB, KMeans
 from mining_metrics import captured_variance, inertia, matched_accuracy
 
 
@@ -26,6 +27,8 @@ def main() -> None:
         out.setdefault(name + ".score", []).append(score)
         out.setdefault(name + ".seconds", []).append(seconds)
 
+    codes = data["codes"]
+    code_bounds = (np.zeros(codes.shape[1]), data["values"] - 1.0)  # the public domains
     norm = float(np.linalg.norm(data["upper"] - data["lower"]))
     for _ in range(reps):
         start = time.perf_counter()
@@ -37,6 +40,12 @@ def main() -> None:
         start = time.perf_counter()
         nb = GaussianNB(epsilon=epsilon, bounds=bounds).fit(X, y)
         record("nb", matched_accuracy(nb.predict(test_X), test_y), time.perf_counter() - start)
+        start = time.perf_counter()
+        tree = DecisionTreeClassifier(
+            max_depth=3, epsilon=epsilon, bounds=code_bounds, classes=[0, 1]
+        ).fit(codes, data["code_y"])
+        score = float(np.mean(tree.predict(data["code_test"]) == data["code_test_y"]))
+        record("id3", score, time.perf_counter() - start)
     print(json.dumps(out))
 
 
