@@ -268,7 +268,7 @@ def test_importing_the_cli_loads_no_engine() -> None:
         (["--epsilon", "0"], "--epsilon: expected a finite number > 0"),
         (["--epsilon", "1", "--delta", "1"], "--delta: expected a finite number >= 0 and < 1"),
         (["--epsilon", "1", "--token", " "], "--token: the token is empty"),
-        ([], "one of the arguments --epsilon --accuracy is required"),
+        ([], "one of the arguments --epsilon --accuracy --rho is required"),
         (["--accuracy", "n"], "--accuracy: expected NAME=WIDTH (e.g. n=50), got 'n'"),
         (["--accuracy", "n=-1"], "--accuracy: expected a finite number >= 0"),
         (["--epsilon", "1", "--accuracy", "n=5"], "not allowed with argument --epsilon"),

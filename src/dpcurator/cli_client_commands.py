@@ -47,6 +47,18 @@ def _add_cost(sub: argparse.ArgumentParser) -> None:
         help="instead of --epsilon: the 95%% CI half-width of output NAME (repeat per output); "
         "the smallest cost meeting every target is used",
     )
+    cost.add_argument(
+        "--rho",
+        type=cli_args.positive,
+        help="instead of --epsilon: a zCDP cost ρ (> 0; discrete Gaussian noise; needs a budget "
+        "with concentrated accounting)",
+    )
+    sub.add_argument(
+        "--noise",
+        choices=("laplace", "gaussian"),
+        help="the noise family (default: the server's choice, Gaussian where δ > 0 makes it "
+        "narrower)",
+    )
     sub.add_argument(
         "--delta", type=cli_args.delta, default=0.0, help="the privacy cost δ in [0, 1) (default 0)"
     )
@@ -117,7 +129,13 @@ def _query(args: argparse.Namespace) -> Output:
     with _client(args) as client:
         accuracy = None if args.accuracy is None else dict(args.accuracy)
         answer = client.query(
-            args.dataset, args.sql, epsilon=args.epsilon, delta=args.delta, accuracy=accuracy
+            args.dataset,
+            args.sql,
+            epsilon=args.epsilon,
+            delta=args.delta,
+            accuracy=accuracy,
+            noise=args.noise,
+            rho=args.rho,
         )
     lines = [f.release_text(answer["release"]), f"cost: {f.cost_text(answer['cost'])}"]
     if answer.get("remaining"):
@@ -133,13 +151,19 @@ def _estimate(args: argparse.Namespace) -> Output:
     with _client(args) as client:
         accuracy = None if args.accuracy is None else dict(args.accuracy)
         found = client.estimate(
-            args.dataset, args.sql, epsilon=args.epsilon, delta=args.delta, accuracy=accuracy
+            args.dataset,
+            args.sql,
+            epsilon=args.epsilon,
+            delta=args.delta,
+            accuracy=accuracy,
+            noise=args.noise,
+            rho=args.rho,
         )
     details = found["estimate"]
     alpha = details.get("alpha", 0.05)
     cost = found["cost"]
     rows = [
-        [name, width, 1 - alpha, cost["epsilon"], cost["delta"], found["fits"]]
+        [name, width, 1 - alpha, cost.get("epsilon"), cost.get("delta"), found["fits"]]
         for name, width in details.get("ci_halfwidths", {}).items()
     ]
     title = f"{level_text(alpha)} CI half-width"

@@ -93,7 +93,9 @@ def records(flat: list[dict[str, Any]], columns: list[str], *, empty: str, doc: 
 
 
 def cost_text(cost: dict[str, Any]) -> str:
-    """``ε=0.5 δ=0``."""
+    """``ε=0.5 δ=0``, or ``ρ=0.1`` for a zCDP cost."""
+    if cost.get("epsilon") is None and cost.get("rho") is not None:
+        return f"ρ={_number(cost['rho'])}"
     return f"ε={_number(cost['epsilon'])} δ={_number(cost['delta'])}"
 
 

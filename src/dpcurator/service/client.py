@@ -129,12 +129,17 @@ class CuratorClient:
         delta: float = 0.0,
         idempotency_key: str | None = None,
         accuracy: dict[str, float] | None = None,
+        noise: str | None = None,
+        rho: float | None = None,
     ) -> dict[str, Any]:
-        """Run a query at ``epsilon``, or at the smallest cost meeting ``accuracy`` (CI
-        half-width per output); the answer has ``release``, ``cost`` and ``remaining``."""
+        """Run a query at ``epsilon``, at a zCDP cost ``rho``, or at the smallest cost meeting
+        ``accuracy`` (CI half-width per output), with the ``noise`` family (``laplace`` |
+        ``gaussian``; default: the server's choice); the answer has ``release``, ``cost`` and
+        ``remaining``."""
         headers = None if idempotency_key is None else {"Idempotency-Key": idempotency_key}
-        body: dict[str, Any] = {"sql": sql, "delta": delta}
-        body.update({"epsilon": epsilon} if accuracy is None else {"accuracy": accuracy})
+        body = _query_body(
+            sql, epsilon=epsilon, delta=delta, accuracy=accuracy, noise=noise, rho=rho
+        )
         result: dict[str, Any] = self._call(
             "POST",
             f"/v1/datasets/{dataset_id}/queries",
@@ -151,11 +156,15 @@ class CuratorClient:
         epsilon: float | None = None,
         delta: float = 0.0,
         accuracy: dict[str, float] | None = None,
+        noise: str | None = None,
+        rho: float | None = None,
     ) -> dict[str, Any]:
-        """The cost and expected CI half-widths of a query at ``epsilon``, or of the smallest
-        cost meeting ``accuracy`` (CI half-width per output); nothing runs or is charged."""
-        body: dict[str, Any] = {"sql": sql, "delta": delta}
-        body.update({"epsilon": epsilon} if accuracy is None else {"accuracy": accuracy})
+        """The cost and expected CI half-widths of a query at ``epsilon`` or ``rho``, or of the
+        smallest cost meeting ``accuracy`` (CI half-width per output), with the ``noise``
+        family; nothing runs or is charged."""
+        body = _query_body(
+            sql, epsilon=epsilon, delta=delta, accuracy=accuracy, noise=noise, rho=rho
+        )
         result: dict[str, Any] = self._call(
             "POST", f"/v1/datasets/{dataset_id}/queries:estimate", json=body
         )
@@ -370,6 +379,29 @@ class CuratorClient:
         if response.status_code >= 400:
             raise _error(response)
         return pd.read_parquet(io.BytesIO(response.content))
+
+
+def _query_body(
+    sql: str,
+    *,
+    epsilon: float | None,
+    delta: float,
+    accuracy: dict[str, float] | None,
+    noise: str | None,
+    rho: float | None,
+) -> dict[str, Any]:
+    """A query's body: its cost as ``rho``, ``accuracy`` or ``epsilon`` (the first given), the
+    noise family if named."""
+    body: dict[str, Any] = {"sql": sql, "delta": delta}
+    if rho is not None:
+        body["rho"] = rho
+    elif accuracy is not None:
+        body["accuracy"] = accuracy
+    else:
+        body["epsilon"] = epsilon
+    if noise is not None:
+        body["noise"] = noise
+    return body
 
 
 def randomize_answers(
