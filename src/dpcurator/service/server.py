@@ -9,6 +9,7 @@ two principals, so restarts never pile up live, never-expiring tokens.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import json
 import os
@@ -199,11 +200,17 @@ def _call_when_serving(host: str, port: int, callback: Callable[[], None]) -> No
 
 
 def _settle(switch_interval: float | None) -> None:
-    """Set the GIL switch interval and freeze what exists out of the garbage collector's way."""
+    """Set the GIL switch interval and freeze what exists out of the garbage collector's way.
+
+    Unfrozen at exit: the interpreter's last collections then free what was frozen (frozen,
+    DuckDB's nanobind objects outlived them and printed "nanobind: leaked ..." at every exit).
+    """
     if switch_interval is not None:
         sys.setswitchinterval(switch_interval)
     gc.collect()
     gc.freeze()
+    atexit.unregister(gc.unfreeze)  # once, however many servers this process ran
+    atexit.register(gc.unfreeze)
 
 
 @dataclass(frozen=True)
