@@ -45,8 +45,19 @@ async function loadDatasets() {
 
 function describeBudget(view, label) {
   if (!view) return "";
+  const accounting = view.accounting === "concentrated" ? " (concentrated accounting)" : "";
+  if (view.total.rho !== undefined && view.total.epsilon === undefined) {
+    return `${label}: ρ ${fmt(view.remaining.rho)} of ${fmt(view.total.rho)} left${accounting}`;
+  }
   return `${label}: ε ${fmt(view.remaining.epsilon)} of ${fmt(view.total.epsilon)} left`
-    + (view.total.delta > 0 ? `, δ ${fmt(view.remaining.delta)} of ${fmt(view.total.delta)}` : "");
+    + (view.total.delta > 0 ? `, δ ${fmt(view.remaining.delta)} of ${fmt(view.total.delta)}` : "")
+    + accounting;
+}
+
+// A cost as the server states it: (ε, δ), or ρ for a zCDP cost.
+function describeCost(cost) {
+  if (cost.rho !== undefined && cost.epsilon === undefined) return `ρ ${fmt(cost.rho)}`;
+  return `ε ${fmt(cost.epsilon)}, δ ${fmt(cost.delta)}`;
 }
 
 async function showDataset() {
@@ -72,17 +83,34 @@ async function showDataset() {
 // ---- queries ------------------------------------------------------------------------------
 
 function queryBody() {
-  return { sql: $("sql").value, epsilon: Number($("epsilon").value), delta: Number($("delta").value) };
+  const body = { sql: $("sql").value, epsilon: Number($("epsilon").value), delta: Number($("delta").value) };
+  if ($("noise").value) body.noise = $("noise").value;
+  return body;
 }
 
 const datasetPath = () => `/v1/datasets/${encodeURIComponent(currentDataset().id)}`;
+
+// The body of the query as asked: at ε, or, with a target half-width, accuracy first: the
+// outputs are named by a free estimate at ε, then each gets the target and the server picks
+// the smallest cost meeting them all (its refusal names an output no budget can meet).
+async function askedBody() {
+  const body = queryBody();
+  const target = $("target").value;
+  if (target === "") return body;
+  const outputs = await api("POST", `${datasetPath()}/queries:estimate`, body);
+  const accuracy = {};
+  for (const column of Object.keys(outputs.estimate.ci_halfwidths)) accuracy[column] = Number(target);
+  delete body.epsilon;
+  delete body.noise;  // accuracy targets are met with Laplace noise
+  return { ...body, accuracy };
+}
 
 // Cost and expected accuracy from public metadata only: nothing runs, nothing is charged.
 async function estimate() {
   clearEstimate();
   try {
-    const result = await api("POST", `${datasetPath()}/queries:estimate`, queryBody());
-    setMessage(`Estimated cost: ε ${fmt(result.cost.epsilon)}, δ ${fmt(result.cost.delta)}`
+    const result = await api("POST", `${datasetPath()}/queries:estimate`, await askedBody());
+    setMessage(`Estimated cost: ${describeCost(result.cost)}`
       + (result.fits ? " — fits your budget." : " — does NOT fit your budget."), !result.fits);
     if (result.estimate && result.estimate.ci_halfwidths) showEstimate(result.estimate);
   } catch (error) {
@@ -99,11 +127,11 @@ async function run() {
   clearEstimate();
   setMessage("Running…", false);
   try {
-    const result = await api("POST", `${datasetPath()}/queries`, queryBody());
+    const result = await api("POST", `${datasetPath()}/queries`, await askedBody());
     showResults(`Charge #${result.charge_id}${result.replayed ? " (replayed from history, no charge)" : ""}`,
       [{ sql: result.sql, release: result.release }], `${dataset.id}-${result.charge_id}`);
-    setMessage(`Released${result.replayed ? " from history (no charge)" : ""}: cost ε ${fmt(result.cost.epsilon)}`
-      + (result.remaining ? `; ε ${fmt(result.remaining.remaining.epsilon)} left` : ""), false);
+    setMessage(`Released${result.replayed ? " from history (no charge)" : ""}: cost ${describeCost(result.cost)}`
+      + (result.remaining ? `; ${describeCost(result.remaining.remaining)} left` : ""), false);
   } catch (error) {
     setMessage(describeError(error), true);
   } finally {
