@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -185,7 +186,7 @@ def row(
         "raw DuckDB SQL": seconds(lambda: connection.execute(query.raw_sql).fetchall(), repeats)
     }
     for name, ours in engines.items():
-        times[name] = seconds(lambda s=ours: s.sql(query.sql, epsilon=EPSILON), repeats)
+        times[name] = seconds(partial(ours.sql, query.sql, epsilon=EPSILON), repeats)
     for library in ("OpenDP Polars", "diffprivlib"):
         times[library] = peers.get(f"{library}|{query.name}")
     ratio = times["dpcurator DuckDB"] / times["raw DuckDB SQL"]  # type: ignore[operator]
