@@ -7,7 +7,7 @@ file and prints JSON ``{"seconds": ..., "peak_gb": ...}``. Kinds:
 * ``raw`` — ``CREATE TABLE t AS SELECT * FROM read_parquet(...)`` in a fresh DuckDB;
 * ``row-level`` / ``user-level`` — ``Session.from_data(parquet, metadata)`` on the DuckDB engine
   with its default ``precompute=True``: the private copy with its fixed-point and key-code
-  columns, clustered by key code, and the cube of a row-level table (a user-level table's
+  columns (in the file's order), and the cube of a row-level table (a user-level table's
   bounding columns are computed later, by the first query that reads them).
 
 Peak memory is the process's maximum resident set size (``ru_maxrss``), imports included (the

@@ -243,7 +243,13 @@ class Session:
         means read an integer column with no per-row work and GROUP BY groups small integers.
         This materialises the table in DuckDB's memory (a Parquet file is loaded; a frame or a
         given DuckDB table is copied): pass ``precompute=False`` for data larger than memory, or
-        to keep memory at one copy.
+        to keep memory at one copy. Opening so costs about 1.5x a plain DuckDB load (time and
+        peak memory); it pays from a few queries on, and most for unfiltered user-level ones,
+        whose bounding is then computed once (see :meth:`.DuckDBBackend.from_source`; the
+        numbers are in docs/deployment.md).
+
+        ``progress`` draws a line per step of the open on stderr, with DuckDB's progress
+        (default: when stderr is a terminal); the steps are logged on ``dpcurator.engine``.
         """
         if not isinstance(metadata, Metadata):
             raise fail("Session.from_data", "metadata", "a Metadata", metadata)
