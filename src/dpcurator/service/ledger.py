@@ -62,8 +62,8 @@ from dpcurator.service.ledger_accounts import (
     BudgetAccount,
     OverdrawnError,
     account_budget,
+    account_view,
     check_account_budget,
-    concentrated_view,
     history_events,
     replayed,
 )
@@ -454,12 +454,7 @@ def _view(s: OrmSession, dataset_id: str, principal_id: str, basic: BudgetView) 
     assert isinstance(basic.total, ApproxDP)  # the columns
     budget = account_budget(account.rho, str(basic.total.epsilon), str(basic.total.delta))
     principal = None if principal_id == CAP else principal_id
-    try:
-        return concentrated_view(
-            replayed(budget, history_events(s.connection(), dataset_id, principal))
-        )
-    except OverdrawnError:
-        return BudgetView(budget, budget, None)
+    return account_view(budget, history_events(s.connection(), dataset_id, principal))
 
 
 def _audit(

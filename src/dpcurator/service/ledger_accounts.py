@@ -167,6 +167,16 @@ def concentrated_view(account: ConcentratedFilter) -> BudgetView:
     return BudgetView(total, spent, NativeView(account.limits, account.spent_native()))
 
 
+def account_view(budget: Cost, events: Iterable[PrivacyEvent]) -> BudgetView:
+    """The view of a concentrated budget after its events (all of it spent if they overdraw
+    it, e.g. when a cancelled charge changed the sides chosen after it)."""
+    try:
+        return concentrated_view(replayed(budget, events))
+    except OverdrawnError:
+        limits = ConcentratedFilter(budget).limits
+        return BudgetView(budget, budget, NativeView(limits, limits))
+
+
 def accounts_of(
     conn: Connection, dataset_id: str, principal_id: str | None
 ) -> dict[str, str | None]:
