@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,53 +17,18 @@ from dpcurator.accounting import Budget
 from dpcurator.interactive import PrivateMultiplicativeWeights
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
-from dpcurator.service.app import create_app
 from dpcurator.service.client import CuratorClient
-from dpcurator.service.operations import CuratorService
-from dpcurator.service.server import build_service
 from tests.service_fixtures import (
     PEOPLE_METADATA,
-    ThreadServer,
-    add_analyst,
-    add_people_dataset,
-    cheap_hasher,
     fresh_postgres_url,
     postgres_server,
-    write_people,
 )
+from tests.service_kit import Kit, people_kit
 
 __all__ = ["postgres_server"]
 
 ROWS = 2000
 FEMALE_NORTH = "SELECT COUNT(*) FROM people WHERE sex = 'F' AND region = 'north'"
-
-
-@dataclass
-class Kit:
-    """A server with an owner, one analyst (alice, ε = 1) and the people dataset."""
-
-    service: CuratorService
-    server: ThreadServer
-    owner: httpx.Client
-    alice: httpx.Client
-    tokens: tuple[str, str]
-
-
-@contextmanager
-def _kit(url: str, data: Path, tokens: tuple[str, str] | None = None) -> Iterator[Kit]:
-    """A server on the ledger at ``url``; without ``tokens``, register everything first (with
-    them, reuse the stored ledger, as after a restart)."""
-    service = build_service(url, hasher=cheap_hasher(), data_root=data)
-    try:
-        with ThreadServer(create_app(service)) as server:
-            if tokens is None:
-                _, issued = service.create_principal("owner", "owner")
-                owner = server.client(issued.token)
-                add_people_dataset(owner, write_people(data / "people.csv", ROWS))
-                tokens = (issued.token, add_analyst(owner, "alice", 1)["token"])
-            yield Kit(service, server, server.client(tokens[0]), server.client(tokens[1]), tokens)
-    finally:
-        service.close()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -77,7 +40,7 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def kit(tmp_path: Path) -> Iterator[Kit]:
-    with _kit(f"sqlite:///{tmp_path / 'ledger.sqlite3'}", tmp_path) as made:
+    with people_kit(tmp_path, rows=ROWS) as made:
         yield made
 
 
@@ -192,7 +155,7 @@ def test_exhausted_mode_refuses_or_answers_synthetic_only(kit: Kit) -> None:
 
 def test_state_survives_a_restart(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
-    with _kit(url, tmp_path) as first:
+    with people_kit(tmp_path, url=url, rows=ROWS) as first:
         opened = _open(
             first.owner, epsilon=1, threshold=1e-3, max_updates=2, when_exhausted="synthetic"
         )
@@ -203,7 +166,7 @@ def test_state_survives_a_restart(tmp_path: Path) -> None:
         counters = client.pmw(mode)
         client.close()
         tokens = first.tokens
-    with _kit(url, tmp_path, tokens) as second:
+    with people_kit(tmp_path, url=url, tokens=tokens) as second:
         client = CuratorClient(second.server.url, tokens[1])
         assert client.pmw(mode) == counters
         after = [client.ask_pmw(mode, where={"sex": s}) for s in ("F", "M")]
@@ -215,7 +178,7 @@ def test_state_survives_a_restart(tmp_path: Path) -> None:
 
 
 def test_concurrent_queries_never_spend_an_update_twice(ledger_url: str, tmp_path: Path) -> None:
-    with _kit(ledger_url, tmp_path) as kit:
+    with people_kit(tmp_path, url=ledger_url, rows=ROWS) as kit:
         updates = 4
         mode = _open(kit.owner, epsilon=1, threshold=1e-3, max_updates=updates)["id"]
         clients = [kit.server.client(kit.tokens[1]) for _ in range(8)]

@@ -5,77 +5,23 @@ state without raw events on disk) and a local-model randomized-response survey."
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-import httpx
 import pytest
 
 from dpcurator.core.measures import ApproxDP
 from dpcurator.random import SeededRng
-from dpcurator.service.app import create_app
 from dpcurator.service.client import CuratorClient
-from dpcurator.service.operations import CuratorService
-from dpcurator.service.server import build_service
-from tests.service_fixtures import (
-    ThreadServer,
-    add_analyst,
-    add_people_dataset,
-    cheap_hasher,
-    write_people,
-)
+from tests.service_kit import Kit, people_kit
 
 ALL = "SELECT COUNT(*) AS n FROM people"
 NONE = "SELECT COUNT(*) AS n FROM people WHERE age < 0"
 
 
-@dataclass
-class Kit:
-    """A server with an owner, one analyst (alice, ε = 1) and the people dataset."""
-
-    service: CuratorService
-    server: ThreadServer
-    owner: httpx.Client
-    alice: httpx.Client
-    owner_token: str
-    alice_token: str
-
-
-@contextmanager
-def _kit(
-    tmp_path: Path, *, rows: int = 2000, first: bool = True, tokens: tuple[str, str] | None = None
-) -> Iterator[Kit]:
-    """Start a server on ``tmp_path``'s ledger; ``first``: register everything (else reuse the
-    stored ledger and ``tokens``, as after a restart)."""
-    url = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
-    service = build_service(url, hasher=cheap_hasher(), data_root=tmp_path)
-    try:
-        with ThreadServer(create_app(service)) as server:
-            if first:
-                _, issued = service.create_principal("owner", "owner")
-                owner = server.client(issued.token)
-                csv = write_people(tmp_path / "people.csv", rows)
-                add_people_dataset(owner, csv)
-                analyst = add_analyst(owner, "alice", 1)
-                tokens = (issued.token, analyst["token"])
-            assert tokens is not None
-            yield Kit(
-                service,
-                server,
-                server.client(tokens[0]),
-                server.client(tokens[1]),
-                tokens[0],
-                tokens[1],
-            )
-    finally:
-        service.close()
-
-
 @pytest.fixture
 def kit(tmp_path: Path) -> Iterator[Kit]:
-    with _kit(tmp_path) as made:
+    with people_kit(tmp_path) as made:
         yield made
 
 
@@ -128,7 +74,7 @@ def test_sparse_vector_neighbours_differ_only_in_noisy_flags(tmp_path: Path) -> 
     for rows in (2000, 1999):
         folder = tmp_path / str(rows)
         folder.mkdir()
-        with _kit(folder, rows=rows) as kit:
+        with people_kit(folder, rows=rows) as kit:
             response = kit.alice.post("/v1/datasets/people/sparse-vector", json=body)
             out = response.json()
             seen.append(
@@ -174,8 +120,8 @@ def test_count_stream_is_charged_at_creation_and_releases_with_ci(kit: Kit) -> N
 
 
 def test_streams_survive_a_restart(tmp_path: Path) -> None:
-    with _kit(tmp_path) as kit:
-        tokens = (kit.owner_token, kit.alice_token)
+    with people_kit(tmp_path) as kit:
+        tokens = kit.tokens
         count = kit.owner.post(
             "/v1/datasets/people/streams", json={"kind": "count", "epsilon": 1, "horizon": 4096}
         ).json()
@@ -186,7 +132,7 @@ def test_streams_survive_a_restart(tmp_path: Path) -> None:
         kit.alice.post(f"/v1/streams/{count['id']}/events", json={"values": [1] * 300})
         kit.alice.post(f"/v1/streams/{total['id']}/events", json={"values": [5.0] * 300})
         before = kit.alice.get(f"/v1/streams/{count['id']}").json()["latest"]
-    with _kit(tmp_path, first=False, tokens=tokens) as kit:
+    with people_kit(tmp_path, tokens=tokens) as kit:
         assert kit.alice.get(f"/v1/streams/{count['id']}").json()["latest"] == before
         kit.alice.post(f"/v1/streams/{count['id']}/events", json={"values": [1] * 212})
         kit.alice.post(f"/v1/streams/{total['id']}/events", json={"values": [5.0] * 212})
@@ -242,7 +188,7 @@ def test_survey_estimates_from_client_randomised_reports(kit: Kit) -> None:
     survey_id = created.json()["id"]
     truth = {"yes": 0.6, "no": 0.3, "maybe": 0.1}
     answers = [c for c, share in truth.items() for _ in range(int(share * 4000))]
-    with CuratorClient(kit.server.url, kit.alice_token) as client:
+    with CuratorClient(kit.server.url, kit.tokens[1]) as client:
         sent = client.answer_survey(survey_id, answers, rng=SeededRng(7))
     assert sent == {"accepted": 4000, "reports": 4000}
     out = kit.alice.get(f"/v1/surveys/{survey_id}/estimates").json()
