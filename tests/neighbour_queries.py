@@ -40,7 +40,8 @@ from dpcurator.query.ir import AggregatePlan, ExactResult
 from dpcurator.query.noise import plan_with_noise
 from dpcurator.query.planner import Plan
 from dpcurator.query.precomputed import precomputed_columns
-from dpcurator.query.release import Estimate, Release, estimate_plan
+from dpcurator.query.release import Estimate, Release
+from dpcurator.query.release_estimate import estimate_plan
 from dpcurator.query.sql import parse_sql
 from dpcurator.random import SeededRng
 

@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, int]] = [
     ("dpcurator.query.public_tables", 3),
     ("dpcurator.query.neighbouring", 3),
     ("dpcurator.query.release", 4),
+    ("dpcurator.query.release_estimate", 4),
     ("dpcurator.query.backends", 3),
     ("dpcurator.query.planner", 4),
     ("dpcurator.query.session", 4),

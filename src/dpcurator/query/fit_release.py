@@ -28,8 +28,9 @@ from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators.release import Estimate
 from dpcurator.query.fit import FitPlan, FitRequest, run_fit
-from dpcurator.query.release import CostEstimate, MechanismUse, Release, ValueColumn
 from dpcurator.query.release import Estimate as Value
+from dpcurator.query.release import Release
+from dpcurator.query.release_estimate import CostEstimate, MechanismUse, ValueColumn
 from dpcurator.query.schema import Metadata
 
 if TYPE_CHECKING:

@@ -32,7 +32,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,11 +40,17 @@ import pandas as pd
 
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
-from dpcurator.mechanisms import Laplace
 from dpcurator.query import ir, release_view
-from dpcurator.query.histogram import HistogramBin, histogram_bins
-from dpcurator.query.planner import NoisyStatistic, OutputKind, OutputPlan, Plan, plan_event
+from dpcurator.query.planner import NoisyStatistic, OutputPlan, Plan, plan_event
 from dpcurator.query.quantile_plan import Compute, release_quantiles
+from dpcurator.query.release_estimate import (
+    MechanismUse,
+    ValueColumn,
+    cost_dict,
+    halfwidth,
+    mechanism_uses,
+    output_columns,
+)
 from dpcurator.random import Rng
 
 if TYPE_CHECKING:
@@ -61,79 +66,6 @@ class Estimate:
     value: float
     ci_low: float | None
     ci_high: float | None
-
-
-@dataclass(frozen=True)
-class ValueColumn:
-    """What one released value column holds.
-
-    Attributes:
-        name: the column's name (``n``; for a histogram's bins ``age<85``, ``age[85,90)``).
-        statistic: the query's output it belongs to (``age`` for every bin of ``... AS age``).
-        kind: the statistic (``count``, ``sum``, ``mean``, ..., ``histogram``).
-        bin: the histogram bin, or None.
-    """
-
-    name: str
-    statistic: str
-    kind: OutputKind
-    bin: HistogramBin | None = None
-
-
-@dataclass(frozen=True)
-class MechanismUse:
-    """One mechanism applied by a release.
-
-    Attributes:
-        column: the output column it serves.
-        statistic: what was perturbed (``count``, ``sum``, ``sum_squares``, ``histogram``,
-            ``quantile``, ``partition selection``).
-        mechanism: the mechanism's name.
-        scale: the noise scale in the units of the statistic (None for selection mechanisms;
-            σ for the discrete Gaussian).
-        sensitivity: the sensitivity in the units of the statistic (L2 for the Gaussian).
-        epsilon, delta: the budget share it spends (0 for a Gaussian: see ``rho``).
-        rank_error: for quantiles, ranks within which the answer lies with probability 1-α.
-        rho: the zCDP ρ a discrete Gaussian spends (0 otherwise).
-    """
-
-    column: str
-    statistic: str
-    mechanism: str
-    scale: float | None
-    sensitivity: float
-    epsilon: Fraction
-    delta: Fraction = Fraction(0)
-    rank_error: float | None = None
-    rho: Fraction = Fraction(0)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable description (ε, δ and ρ as floats and exact strings)."""
-        return {
-            "column": self.column,
-            "statistic": self.statistic,
-            "mechanism": self.mechanism,
-            "scale": self.scale,
-            "sensitivity": self.sensitivity,
-            "epsilon": float(self.epsilon),
-            "epsilon_exact": str(self.epsilon),
-            "delta": float(self.delta),
-            "rank_error": self.rank_error,
-            "rho": float(self.rho),
-            "rho_exact": str(self.rho),
-        }
-
-
-def _cost_dict(cost: PureDP | ApproxDP | ZCDP) -> dict[str, Any]:
-    if isinstance(cost, ZCDP):
-        return {"rho": float(cost.rho), "rho_exact": str(cost.rho)}
-    delta = cost.delta if isinstance(cost, ApproxDP) else Fraction(0)
-    return {
-        "epsilon": float(cost.epsilon),
-        "delta": float(delta),
-        "epsilon_exact": str(cost.epsilon),
-        "delta_exact": str(delta),
-    }
 
 
 def _json_value(value: object) -> object:
@@ -249,7 +181,7 @@ class Release:
                 }
                 for key, estimates in self.rows
             ],
-            "cost": _cost_dict(self.cost),
+            "cost": cost_dict(self.cost),
             "mechanisms": [m.to_dict() for m in self.mechanisms],
             "alpha": self.alpha,
             "ci_level": self.ci_level,
@@ -257,124 +189,6 @@ class Release:
             "noise": self.noise,
             "neighbouring": self.neighbouring,
         }
-
-
-@dataclass(frozen=True)
-class CostEstimate:
-    """What a query would cost and how accurate it would be, computed without touching data.
-
-    Attributes:
-        cost: the privacy cost that would be charged.
-        mechanisms: the mechanisms that would be used.
-        ci_halfwidths: per output column, the half-width of the (1-α) interval in the units of the
-            value (counts, sums, histogram bins), or None where it depends on the data (means,
-            variances: the half-width shrinks with the group size; quantiles: see rank_error).
-        alpha: the level of the intervals.
-        noise: why the noise family was chosen (empty for a plain Laplace plan).
-    """
-
-    cost: PureDP | ApproxDP | ZCDP
-    mechanisms: tuple[MechanismUse, ...]
-    ci_halfwidths: dict[str, float | None]
-    alpha: float
-    noise: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable form."""
-        return {
-            "cost": _cost_dict(self.cost),
-            "mechanisms": [m.to_dict() for m in self.mechanisms],
-            "ci_halfwidths": dict(self.ci_halfwidths),
-            "alpha": self.alpha,
-            "noise": self.noise,
-        }
-
-
-# ----------------------------------------------------------------------------------------------
-# Description of a plan (no data)
-
-
-def _output_columns(output: OutputPlan) -> list[ValueColumn]:
-    if output.kind != "histogram":
-        return [ValueColumn(output.name, output.name, output.kind)]
-    return [
-        ValueColumn(_bin_column(output.name, b), output.name, "histogram", b)
-        for b in histogram_bins(output.edges)
-    ]
-
-
-def _bin_column(name: str, bin_: HistogramBin) -> str:
-    """``h<34``, ``h[34,67)``, ``h>=67`` (``h[all]`` for one bin, ``h[bin 3]`` when edges
-    coincide in floating point)."""
-    if bin_.label[0] in "[<>":
-        return f"{name}{bin_.label}"
-    return f"{name}[{bin_.label}]"
-
-
-def mechanism_uses(plan: Plan, alpha: float) -> tuple[MechanismUse, ...]:
-    """The mechanisms a plan applies, with scales and sensitivities in natural units."""
-    uses = []
-    for output in plan.outputs:
-        for part in output.parts:
-            uses.append(_part_use(output.name, part))
-        if output.quantile is not None:
-            step = output.quantile
-            uses.append(
-                MechanismUse(
-                    output.name,
-                    "quantile",
-                    step.describe(),
-                    None,
-                    float(step.rows_per_person),
-                    output.epsilon,
-                    rank_error=step.rank_error(alpha),
-                )
-            )
-    if plan.selection is not None:
-        uses.append(
-            MechanismUse(
-                ",".join(plan.group_columns),
-                "partition selection",
-                f"discrete Laplace + threshold {plan.selection.threshold}",
-                float(plan.selection.laplace.scale),
-                float(plan.exact.bound.max_groups),
-                plan.selection.epsilon,
-                plan.selection.delta,
-            )
-        )
-    return tuple(uses)
-
-
-def _part_use(column: str, part: NoisyStatistic) -> MechanismUse:
-    unit = math.ldexp(1.0, part.grid_exponent)
-    mechanism = part.mechanism
-    if isinstance(mechanism, Laplace):
-        scale = float(mechanism.scale) * unit
-        return MechanismUse(
-            column, part.role, "discrete Laplace", scale, part.sensitivity * unit, part.epsilon
-        )
-    sigma = float(mechanism.sigma) * unit
-    l2 = math.sqrt(part.l2_squared) * unit
-    return MechanismUse(
-        column, part.role, "discrete Gaussian", sigma, l2, Fraction(0), rho=part.rho
-    )
-
-
-def estimate_plan(plan: Plan, alpha: float) -> CostEstimate:
-    """The cost and expected accuracy of a plan, without touching data."""
-    halfwidths: dict[str, float | None] = {}
-    for output in plan.outputs:
-        width: float | None = None
-        if output.public_count is not None and output.kind != "mean":
-            width = 0.0  # replace-one: the public table size, exact
-        elif output.kind in ("count", "count_persons", "sum", "histogram"):
-            part = output.parts[0]
-            width = _halfwidth(part, alpha)
-        for column in _output_columns(output):
-            halfwidths[column.name] = width
-    return CostEstimate(
-        plan.cost.labelled("cost"), mechanism_uses(plan, alpha), halfwidths, alpha, plan.noise
-    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -474,7 +288,7 @@ def release_plan(
     for more in per_output[1:]:  # concatenated per output, not chained per group (6x faster)
         cells = [have + added for have, added in zip(cells, more, strict=True)]
     rows = [(key, tuple(row)) for key, row in zip(keys, cells, strict=True)]
-    columns = tuple(c for output in plan.outputs for c in _output_columns(output))
+    columns = tuple(c for output in plan.outputs for c in output_columns(output))
     value_columns = tuple(c.name for c in columns)
     rows = _ordered(rows, plan, value_columns)
     return Release(
@@ -506,11 +320,6 @@ def _ordered(
     return rows
 
 
-def _halfwidth(part: NoisyStatistic, alpha: float) -> float:
-    """The exact (1-α) half-width of the part's discrete noise, in the units of the value."""
-    return part.mechanism.ci_halfwidth(alpha) * math.ldexp(1.0, part.grid_exponent)
-
-
 def _release_output(
     output: OutputPlan,
     exact: ir.ExactResult,
@@ -523,16 +332,16 @@ def _release_output(
     if output.kind == "histogram":
         part = output.parts[0]
         noisy = _noisy(part, exact, keys, len(output.edges) - 1, rng)
-        return [_estimates(row, _halfwidth(part, alpha), floor=0.0) for row in noisy]
+        return [_estimates(row, halfwidth(part, alpha), floor=0.0) for row in noisy]
     if output.kind in ("count", "count_persons"):
         part = output.parts[0]
         noisy = _noisy(part, exact, keys, 0, rng)
-        return [[e] for e in _estimates(noisy, _halfwidth(part, alpha), floor=0.0)]
+        return [[e] for e in _estimates(noisy, halfwidth(part, alpha), floor=0.0)]
     if output.kind == "sum":
         part = output.parts[0]
         unit = math.ldexp(1.0, part.grid_exponent)
         scaled = _noisy(part, exact, keys, 0, rng) * unit
-        return [[e] for e in _estimates(scaled, _halfwidth(part, alpha))]
+        return [[e] for e in _estimates(scaled, halfwidth(part, alpha))]
     return _release_moments(output, exact, keys, alpha, rng)
 
 
@@ -562,7 +371,7 @@ def _release_moments(
         _noisy(p, exact, keys, 0, rng).astype(np.float64) * math.ldexp(1.0, p.grid_exponent)
         for p in parts
     ]
-    widths = [_halfwidth(p, level) for p in parts]
+    widths = [halfwidth(p, level) for p in parts]
     if output.public_count is not None:  # replace-one mean: noisy sum over the public n
         noisy.insert(0, np.full(len(keys), float(output.public_count)))
         widths.insert(0, 0.0)

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
     from dpcurator.query import ir
-    from dpcurator.query.release import Estimate, Release, ValueColumn
+    from dpcurator.query.release import Estimate, Release
+    from dpcurator.query.release_estimate import ValueColumn
 
 #: Lines of the table ``repr(release)`` shows (``release.summary()`` shows them all).
 REPR_LINES = 40

@@ -85,7 +85,8 @@ from dpcurator.query.ir import AggregatePlan, ExactResult
 from dpcurator.query.noise import check_noise, plan_with_noise
 from dpcurator.query.planner import Plan, plan_event
 from dpcurator.query.precomputed import precomputed_columns
-from dpcurator.query.release import CostEstimate, Release, estimate_plan, release_plan
+from dpcurator.query.release import Release, release_plan
+from dpcurator.query.release_estimate import CostEstimate, estimate_plan
 from dpcurator.query.schema import Metadata
 from dpcurator.query.sql import parse_sql
 from dpcurator.query.sql_fit import parse_fit_sql
