@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, int]] = [
     ("dpcurator.query.release_estimate", 4),
     ("dpcurator.query.backends", 3),
     ("dpcurator.query.planner", 4),
+    ("dpcurator.query.plan_outputs", 4),
     ("dpcurator.query.session", 4),
     ("dpcurator.synth", 4),
     ("dpcurator.streams", 4),

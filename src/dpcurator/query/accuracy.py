@@ -35,7 +35,8 @@ from dpcurator.errors import ParameterError, UnsupportedQueryError
 from dpcurator.mechanisms import Laplace
 from dpcurator.query.builder import Query
 from dpcurator.query.limits import MIN_EPSILON
-from dpcurator.query.planner import NoisyStatistic, Plan, plan_query
+from dpcurator.query.plan_outputs import NoisyStatistic
+from dpcurator.query.planner import Plan, plan_query
 from dpcurator.query.schema import Metadata
 
 #: Output kinds whose (1-α) half-width is public (a function of the noise scale alone).

@@ -53,7 +53,8 @@ from dpcurator.core.numbers import to_fraction
 from dpcurator.errors import InternalInvariantError, ParameterError, UnsupportedQueryError
 from dpcurator.mechanisms import Gaussian
 from dpcurator.query.builder import Query
-from dpcurator.query.planner import NoisyStatistic, OutputPlan, Plan, plan_query
+from dpcurator.query.plan_outputs import NoisyStatistic, OutputPlan
+from dpcurator.query.planner import Plan, plan_query
 from dpcurator.query.schema import Metadata
 
 #: The noise families a query may name.

@@ -3,7 +3,8 @@
 Planning reads NO data: everything it decides (which exact aggregates the engine computes, the
 contribution bounds, the sensitivities, the noise scales, the budget split, the released group
 keys) follows from the query, the metadata and the requested budget. Errors raised here charge
-nothing.
+nothing. Each output is planned by :mod:`dpcurator.query.plan_outputs`; this module checks the
+query as a whole, chooses the released keys and splits the budget.
 
 Budget split (documented default, :mod:`dpcurator.query.split`): when keys are not public, DP
 partition selection takes the share ``selection_weight`` / (number of aggregates +
@@ -40,7 +41,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Literal
 
 from dpcurator._validation import check_positive, check_probability, fail
 from dpcurator.accounting import ApproxEvent, PureEvent
@@ -49,8 +49,6 @@ from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
 from dpcurator.core.numbers import to_fraction
 from dpcurator.errors import DomainError, DPError, InternalInvariantError, UnsupportedQueryError
 from dpcurator.mechanisms import (
-    Gaussian,
-    Laplace,
     PartitionSelection,
     partition_selection_threshold,
 )
@@ -58,91 +56,13 @@ from dpcurator.query import ir
 from dpcurator.query.analysis import public_keys
 from dpcurator.query.backends.plan_checks import check_plan
 from dpcurator.query.builder import Aggregate, Query
-from dpcurator.query.histogram import histogram_cuts
-from dpcurator.query.limits import MAX_BOUND_MAGNITUDE, MAX_PUBLIC_GROUPS, exceeded
-from dpcurator.query.neighbouring import check_selection, public_count, sensitivity_factor
-from dpcurator.query.plan_facts import (
-    choose_grid_exponent,
-    grid_units,
-    groups_per_person,
-    sum_sensitivity,
-    unit_grid,
-    value_bounds,
-)
-from dpcurator.query.quantile_plan import QuantileStep, first_histogram, plan_step
+from dpcurator.query.limits import MAX_PUBLIC_GROUPS, exceeded
+from dpcurator.query.neighbouring import check_selection, sensitivity_factor
+from dpcurator.query.plan_facts import groups_per_person
+from dpcurator.query.plan_outputs import OutputPlan, PlanContext, noisy, plan_aggregate
 from dpcurator.query.schema import Metadata
-from dpcurator.query.split import moment_weights, output_weight, reference_ratio, split
+from dpcurator.query.split import output_weight, reference_ratio, split
 from dpcurator.query.validation import check_epsilon, check_query
-
-#: ``coefficient``: a model fit's released coordinates (dpcurator.query.fit_release).
-OutputKind = Literal[
-    "count",
-    "count_persons",
-    "sum",
-    "mean",
-    "variance",
-    "stddev",
-    "quantile",
-    "histogram",
-    "coefficient",
-]
-
-
-@dataclass(frozen=True)
-class NoisyStatistic:
-    """One exact aggregate and the discrete Laplace or Gaussian noise added to it (grid units).
-
-    Attributes:
-        exact: the name of the exact aggregate in the plan.
-        role: ``"count"``, ``"sum"`` or ``"sum_squares"`` (or ``"histogram"``).
-        mechanism: the noise (:class:`~dpcurator.mechanisms.Laplace`, or
-            :class:`~dpcurator.mechanisms.Gaussian` for a Gaussian plan, see
-            :mod:`dpcurator.query.noise`).
-        sensitivity: the L1 sensitivity in grid units (over all groups of one person).
-        grid_exponent: values are in units of 2^grid_exponent.
-        epsilon: the ε share this statistic was planned at (Laplace: what it spends).
-        rho: Gaussian only: the ρ it spends.
-        l2_squared: Gaussian only: the squared L2 sensitivity in grid units.
-    """
-
-    exact: str
-    role: str
-    mechanism: Laplace | Gaussian
-    sensitivity: int
-    grid_exponent: int
-    epsilon: Fraction
-    rho: Fraction = Fraction(0)
-    l2_squared: int = 0
-
-
-@dataclass(frozen=True)
-class OutputPlan:
-    """How one output column is released.
-
-    Attributes:
-        name: the output column.
-        kind: the statistic.
-        epsilon: the ε share of this output.
-        parts: the noisy exact statistics it is computed from.
-        lower, upper: the public bounds of the value read (None for counts).
-        centre: the value subtracted before summing (means and variances).
-        quantile: the selection step of a quantile.
-        edges: the bin edges of a histogram, ``(lower, c1, ..., upper)``: integers for integer
-            values (see :mod:`dpcurator.query.histogram`, which also labels the open edge bins).
-        public_count: replace-one only: the public table size n, released as the count (no
-            parts, free) or dividing a mean's noisy sum (:mod:`dpcurator.query.neighbouring`).
-    """
-
-    name: str
-    kind: OutputKind
-    epsilon: Fraction
-    parts: tuple[NoisyStatistic, ...] = ()
-    lower: float | None = None
-    upper: float | None = None
-    centre: float = 0.0
-    quantile: QuantileStep | None = None
-    edges: tuple[float, ...] = ()
-    public_count: int | None = None
 
 
 @dataclass(frozen=True)
@@ -195,24 +115,6 @@ def plan_event(plan: Plan) -> PrivacyEvent:
 # Planning
 
 
-@dataclass(frozen=True)
-class _Context:
-    metadata: Metadata
-    rows: int  # r: rows per person per group
-    groups: int  # g: groups per person
-    counter: list[int]
-    factor: int = 1  # 2 under replace-one (dpcurator.query.neighbouring)
-    whole_table: bool = False  # no WHERE, no GROUP BY
-
-    @property
-    def contributions(self) -> int:
-        return self.rows * self.groups * self.factor
-
-    def name(self, label: str) -> str:
-        self.counter[0] += 1
-        return f"__a{self.counter[0]}_{label}"
-
-
 def plan_query(
     query: Query,
     metadata: Metadata,
@@ -258,7 +160,7 @@ def plan_query(
         _check_selection_possible(groups, metadata, dlt)
     per_person = groups_per_person(metadata, bool(groups), keys)
     whole_table = where is None and not groups
-    context = _Context(
+    context = PlanContext(
         metadata,
         metadata.max_rows_per_person,
         per_person,
@@ -269,7 +171,7 @@ def plan_query(
     exact: list[ir.ExactAggregate] = []
     planned = []
     for aggregate in checked.aggregates:
-        output, aggregates = _plan_aggregate(aggregate, eps, context)
+        output, aggregates = plan_aggregate(aggregate, eps, context)
         planned.append(output)
         exact.extend(aggregates)
     selection_share = _selection_share(eps, len(planned), selection_weight, needs_selection)
@@ -335,7 +237,7 @@ def _selection_share(
 
 
 def _weights(
-    aggregates: Sequence[Aggregate], planned: Sequence[OutputPlan], context: _Context
+    aggregates: Sequence[Aggregate], planned: Sequence[OutputPlan], context: PlanContext
 ) -> list[Fraction]:
     """The analyst's weights when any differs from 1, else the variance-minimising weights."""
     given = [to_fraction(a.weight) for a in aggregates]
@@ -364,7 +266,7 @@ def _with_share(output: OutputPlan, share: Fraction) -> OutputPlan:
     """The output planned at ``share`` instead of its provisional share (same inner split)."""
     factor = share / output.epsilon
     parts = tuple(
-        _noisy(p.exact, p.role, p.sensitivity, p.grid_exponent, p.epsilon * factor)
+        noisy(p.exact, p.role, p.sensitivity, p.grid_exponent, p.epsilon * factor)
         for p in output.parts
     )
     step = None if output.quantile is None else output.quantile.scaled(factor)
@@ -421,195 +323,3 @@ def _check_selection_possible(
             "DP partition selection needs a person column when a person may own several rows; "
             f"declare public keys for {', '.join(missing)} instead."
         )
-
-
-def _check_magnitude(aggregate: Aggregate, lower: float, upper: float) -> None:
-    """Refuse value bounds beyond ±MAX_BOUND_MAGNITUDE: sums, differences and grids of the
-    bounds must stay finite."""
-    if max(-lower, upper) > MAX_BOUND_MAGNITUDE:
-        raise exceeded(
-            f"The largest bound of {aggregate.kind.upper()}({aggregate.output_name})",
-            f"{max(-lower, upper):g}",
-            "MAX_BOUND_MAGNITUDE",
-            f"{MAX_BOUND_MAGNITUDE:g}",
-        )
-
-
-def _fill(expr: ir.Expr, metadata: Metadata, lower: float, upper: float) -> float | None:
-    """The declared public fill of a column clamped to the aggregate's bounds (which may be
-    narrower than the column's), or None (NULL values are skipped)."""
-    if isinstance(expr, ir.Col):
-        fill = metadata.column(expr.name).fill
-        if isinstance(fill, int | float) and not isinstance(fill, bool):
-            return min(max(float(fill), lower), upper)
-    return None
-
-
-def _noisy(
-    name: str, role: str, sensitivity: int, exponent: int, epsilon: Fraction
-) -> NoisyStatistic:
-    return NoisyStatistic(
-        name, role, Laplace.for_epsilon(epsilon, sensitivity), sensitivity, exponent, epsilon
-    )
-
-
-def _plan_aggregate(
-    aggregate: Aggregate, share: Fraction, context: _Context
-) -> tuple[OutputPlan, list[ir.ExactAggregate]]:
-    kind = aggregate.kind
-    name = aggregate.output_name
-    metadata = context.metadata
-    free = public_count(aggregate, metadata, context.whole_table)
-    if free is not None and kind != "mean":  # replace-one: the public n, exact
-        return OutputPlan(name, kind, share, public_count=free), []
-    if kind == "count" and aggregate.expr is None:
-        exact = ir.ExactAggregate(context.name("count"), "count")
-        part = _noisy(exact.name, "count", context.contributions, 0, share)
-        return OutputPlan(name, "count", share, (part,)), [exact]
-    if kind == "count":
-        assert aggregate.expr is not None  # COUNT(x) has an expression
-        exact = _non_null_count(aggregate.expr, context)
-        part = _noisy(exact.name, "count", context.contributions, 0, share)
-        return OutputPlan(name, "count", share, (part,)), [exact]
-    if kind == "count_persons":
-        if metadata.person_column is None:
-            raise UnsupportedQueryError(
-                "COUNT(DISTINCT person) needs a person column in the metadata (row-level privacy: "
-                "use COUNT(*))."
-            )
-        exact = ir.ExactAggregate(context.name("persons"), "count_persons")
-        part = _noisy(exact.name, "count", context.groups * context.factor, 0, share)
-        return OutputPlan(name, "count_persons", share, (part,)), [exact]
-    assert aggregate.expr is not None  # value aggregates have an expression
-    expr = aggregate.expr
-    lower, upper = value_bounds(aggregate, metadata)
-    _check_magnitude(aggregate, lower, upper)
-    integer = unit_grid(expr, metadata, lower, upper)
-    fill = _fill(expr, metadata, lower, upper)
-    if kind == "sum":
-        k = choose_grid_exponent(lower, upper, integer=integer)
-        exact = ir.ExactAggregate(context.name("sum"), "sum", expr, lower, upper, fill, k)
-        part = _noisy(
-            exact.name, "sum", sum_sensitivity(lower, upper, k, context.contributions), k, share
-        )
-        return OutputPlan(name, "sum", share, (part,), lower, upper), [exact]
-    if kind == "histogram":
-        bins = aggregate.bins
-        exact = ir.ExactAggregate(
-            context.name("hist"), "histogram", expr, lower, upper, None, 0, bins
-        )
-        part = _noisy(exact.name, "histogram", context.contributions, 0, share)
-        edges = histogram_cuts(exact, integer=integer)
-        return OutputPlan(name, "histogram", share, (part,), lower, upper, edges=edges), [exact]
-    if kind == "quantile":
-        assert aggregate.p is not None  # validated by Aggregate
-        step = plan_step(  # refined levels and interval: dpcurator.query.quantile_plan
-            context.name("qhist"),
-            expr,
-            aggregate.p,
-            lower=lower,
-            upper=upper,
-            epsilon_per_group=share / context.groups,
-            rows_per_person=context.rows * context.factor,
-            integer=integer,
-        )
-        output = OutputPlan(name, "quantile", share, (), lower, upper, quantile=step)
-        return output, [first_histogram(step)]
-    return _plan_moments(aggregate, share, context, (lower, upper), integer=integer, fill=fill)
-
-
-def _non_null_count(expr: ir.Expr, context: _Context) -> ir.ExactAggregate:
-    """The count of rows where ``expr`` has a value: a plain row count for a column the public
-    metadata declares non-nullable (cheaper in every engine), else a sum of a 0/1 indicator."""
-    if isinstance(expr, ir.Col) and not context.metadata.column(expr.name).nullable:
-        return ir.ExactAggregate(context.name("count"), "count")
-    indicator = ir.Case(((ir.IsNull(expr), ir.Lit(0)),), ir.Lit(1))
-    return ir.ExactAggregate(context.name("nonnull"), "sum", indicator, 0, 1, None, 0)
-
-
-def _plan_moments(
-    aggregate: Aggregate,
-    share: Fraction,
-    context: _Context,
-    bounds: tuple[float, float],
-    *,
-    integer: bool,
-    fill: float | None,
-) -> tuple[OutputPlan, list[ir.ExactAggregate]]:
-    """Mean, variance, stddev: a noisy count and noisy centred power sums.
-
-    Usually the centre is the grid point nearest the middle of the bounds, so the centred sum is
-    the plain fixed-point sum of the column minus an integer offset per value (no per-row
-    subtraction before rounding). When the bounds lie far from 0 compared with their width, the
-    grid of [lower, upper] would be much coarser than that of the centred range, so the values
-    are centred before rounding instead.
-    """
-    lower, upper = bounds
-    assert aggregate.expr is not None  # value aggregates have an expression
-    expr = aggregate.expr
-    middle = float(math.floor((lower + upper) / 2)) if integer else (lower + upper) / 2
-    k = choose_grid_exponent(lower, upper, integer=integer)
-    k_centred = choose_grid_exponent(lower - middle, upper - middle, integer=integer)
-    per_row = k > k_centred + 2  # centre each value before rounding (bounds far from 0)
-    if per_row:
-        offset, centre, k = 0, middle, k_centred
-    else:
-        offset = grid_units(middle, k)
-        centre = math.ldexp(float(offset), k)  # exact: offset has about 21 significant bits
-    shifted = ir.BinOp("-", expr, ir.Lit(int(centre) if integer else centre))
-    shifted_fill = None if fill is None else fill - centre
-    low, high = lower - centre, upper - centre
-    summed, sum_bounds, sum_fill = (
-        (shifted, (low, high), shifted_fill) if per_row else (expr, (lower, upper), fill)
-    )
-    inner = moment_weights(aggregate.kind, reference_ratio(lower, upper, centre))
-    part_eps = split(share, inner)  # count, sum[, sum of squares]: see the module docstring
-    c = context.contributions
-    if fill is None:
-        count = _non_null_count(expr, context)
-    else:
-        count = ir.ExactAggregate(context.name("count"), "count")
-    total = ir.ExactAggregate(
-        context.name("sum"), "sum", summed, *sum_bounds, sum_fill, k, offset=offset
-    )
-    exact = [count, total]
-    sensitivity = sum_sensitivity(*sum_bounds, k, c, offset)
-    n = public_count(aggregate, context.metadata, context.whole_table)
-    if n is not None and count.kind == "count":  # replace-one: every row counts, n is public
-        part = _noisy(total.name, "sum", sensitivity, k, share)
-        output = OutputPlan(
-            aggregate.output_name, "mean", share, (part,), lower, upper, centre, public_count=n
-        )
-        return output, [total]
-    parts = [
-        _noisy(count.name, "count", c, 0, part_eps[0]),
-        _noisy(total.name, "sum", sensitivity, k, part_eps[1]),
-    ]
-    if len(part_eps) == 3:
-        square_max = max(low * low, high * high)
-        if not math.isfinite(square_max):
-            raise UnsupportedQueryError(
-                f"{aggregate.kind.upper()}({aggregate.output_name}) squares values up to "
-                f"{max(-low, high):g} from the middle of its bounds, beyond the float range: use "
-                "bounds less than 1e150 apart."
-            )
-        k2 = choose_grid_exponent(0.0, square_max, integer=integer)
-        squares = ir.ExactAggregate(
-            context.name("sumsq"), "sum_squares", shifted, low, high, shifted_fill, k2
-        )
-        exact.append(squares)
-        parts.append(
-            _noisy(
-                squares.name,
-                "sum_squares",
-                sum_sensitivity(0.0, square_max, k2, c),
-                k2,
-                part_eps[2],
-            )
-        )
-    return (
-        OutputPlan(
-            aggregate.output_name, aggregate.kind, share, tuple(parts), lower, upper, centre
-        ),
-        exact,
-    )

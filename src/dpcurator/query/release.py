@@ -41,7 +41,8 @@ import pandas as pd
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
 from dpcurator.query import ir, release_view
-from dpcurator.query.planner import NoisyStatistic, OutputPlan, Plan, plan_event
+from dpcurator.query.plan_outputs import NoisyStatistic, OutputPlan
+from dpcurator.query.planner import Plan, plan_event
 from dpcurator.query.quantile_plan import Compute, release_quantiles
 from dpcurator.query.release_estimate import (
     MechanismUse,

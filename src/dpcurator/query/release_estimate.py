@@ -17,7 +17,8 @@ from typing import Any
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
 from dpcurator.mechanisms import Laplace
 from dpcurator.query.histogram import HistogramBin, histogram_bins
-from dpcurator.query.planner import NoisyStatistic, OutputKind, OutputPlan, Plan
+from dpcurator.query.plan_outputs import NoisyStatistic, OutputKind, OutputPlan
+from dpcurator.query.planner import Plan
 
 
 @dataclass(frozen=True)
