@@ -32,7 +32,7 @@ def test_query_and_estimate_take_rho_and_the_noise_family(
     assert "cost: ρ=0.25 (an estimate: nothing was charged)" in out
     code, out, _ = _run(capsys, "query", *base, "--rho", "0.25", "--format", "json", SQL)
     assert code == 0
-    assert _strict_json(out)["cost"] == {"rho": 0.25, "rho_exact": "1/4"}
+    assert _strict_json(out)["cost"]["rho_exact"] == "1/4"
     code, out, _ = _run(capsys, "budget", *base, "--format", "json")
     budget = _strict_json(out)
     assert budget["accounting"] == "concentrated"

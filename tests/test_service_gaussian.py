@@ -74,7 +74,11 @@ def test_a_rho_query_is_charged_in_rho_and_the_budget_shows_its_parts(
         json={"sql": "SELECT COUNT(*) AS n FROM people", "rho": 0.02},
     )
     assert answer.status_code == 200, answer.text
-    assert answer.json()["cost"] == {"rho": 0.02, "rho_exact": "1/50"}
+    assert answer.json()["cost"] == {
+        **dict.fromkeys(["epsilon", "delta", "epsilon_exact", "delta_exact"]),
+        "rho": 0.02,
+        "rho_exact": "1/50",
+    }
     after = client.get(f"/v1/datasets/{DATASET}/budget").json()
     spent_rho = Fraction(after["native"]["spent"]["rho_exact"])
     assert spent_rho - Fraction(before["native"]["spent"]["rho_exact"]) == Fraction(1, 50)

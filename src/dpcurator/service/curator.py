@@ -26,6 +26,7 @@ from dpcurator.accounting.filter import BudgetFilter, PrivacyFilter, Reservation
 from dpcurator.core.measures import ApproxDP, Measure, PureDP
 from dpcurator.errors import InternalInvariantError
 from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
+from dpcurator.query.fit_release import FitCostEstimate
 from dpcurator.query.planner import plan_event
 from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.schema import Metadata
@@ -38,7 +39,7 @@ from dpcurator.query.session import (
 )
 from dpcurator.service.data_root import data_file, unreadable
 from dpcurator.service.ledger import Ledger
-from dpcurator.service.ledger_accounts import basic_cost
+from dpcurator.service.ledger_accounts import basic_cost, basic_event
 from dpcurator.service.ledger_budgets import BudgetView, Cost
 from dpcurator.service.ledger_charges import ChargeRequest
 from dpcurator.service.models import Dataset
@@ -183,23 +184,19 @@ class DatasetRuntime:
         :mod:`dpcurator.query.accuracy`; ``noise``: the family and/or a ρ cost)."""
         noise = noise or NoiseRequest()
         session = self.session(PrivacyFilter(Budget(0)))
-        plan = session.plan(
-            sql,
-            epsilon=_budget(epsilon, accuracy, noise.rho),
-            delta=_exact(delta),
-            accuracy=accuracy,
+        options: dict[str, Any] = {
+            "epsilon": _budget(epsilon, accuracy, noise.rho),
+            "delta": _exact(delta),
+            "accuracy": accuracy,
             **noise.options(),
-        )
-        estimate = session.estimate(
-            sql,
-            epsilon=_budget(epsilon, accuracy, noise.rho),
-            delta=_exact(delta),
-            accuracy=accuracy,
-            **noise.options(),
-        )
+        }
+        estimate = session.estimate(sql, **options)
         cost = estimate.cost
         exact_cost = cost.to_approx() if isinstance(cost, PureDP) else cost
-        return exact_cost, estimate.to_dict(), plan_event(plan)
+        if isinstance(estimate, FitCostEstimate):  # a fit has no query plan: its (ε, δ) event
+            assert isinstance(exact_cost, ApproxDP)  # fits cost an ε (and δ)
+            return exact_cost, estimate.to_dict(), basic_event(exact_cost)
+        return exact_cost, estimate.to_dict(), plan_event(session.plan(sql, **options))
 
     def run(
         self,

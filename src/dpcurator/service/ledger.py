@@ -46,9 +46,10 @@ audit log.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
@@ -93,10 +94,16 @@ ROLES = ("owner", "analyst")
 
 @dataclass(frozen=True)
 class Access:
-    """A dataset as one caller may use it: its row and, for analysts, their budget on it."""
+    """A dataset as one caller may use it: its row and, for analysts, their budget on it (a
+    concentrated grant's view replays its events, so it is computed when first read)."""
 
     dataset: Dataset
-    budget: BudgetView | None
+    _budget: Callable[[], BudgetView | None] = field(repr=False)
+
+    @functools.cached_property
+    def budget(self) -> BudgetView | None:
+        """The analyst's budget on the dataset (None for owners)."""
+        return self._budget()
 
 
 class Ledger(LedgerCharges, LedgerHistory):
@@ -355,11 +362,11 @@ class Ledger(LedgerCharges, LedgerHistory):
         if row is None or (not owner and row.grant_budget_epsilon is None):
             raise NotFoundError(f"No dataset with id {dataset_id!r}.")
         *dataset, budget, budget_delta, spent, spent_delta, account = row
-        view: BudgetView | None = None
-        if account is not None and not owner:
-            view = self.grant_view(principal_id, dataset_id)
-        elif not owner:
-            view = budget_view(budget, budget_delta, spent, spent_delta)
+        basic = None if owner else budget_view(budget, budget_delta, spent, spent_delta)
+        if account is None or owner:
+            view: Callable[[], BudgetView | None] = lambda: basic  # noqa: E731
+        else:
+            view = functools.partial(self.grant_view, principal_id, dataset_id)
         return Access(Dataset(**dict(zip(DATASET_COLUMNS, dataset, strict=True))), view)
 
     # -- budget views -----------------------------------------------------------------------

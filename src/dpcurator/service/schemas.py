@@ -74,16 +74,24 @@ def budget_of(epsilon: float | None, delta: float, rho: float | None) -> Cost:
     return ApproxDP(exact(epsilon or 0), exact(delta))
 
 
-def cost_json(cost: Cost) -> dict[str, float | str]:
+#: The (ε, δ) fields of a ρ cost, all null.
+_NO_APPROX: dict[str, float | str | None] = dict.fromkeys(
+    ("epsilon", "delta", "epsilon_exact", "delta_exact")
+)
+
+
+def cost_json(cost: Cost) -> dict[str, float | str | None]:
     """An exact cost in the shape of :class:`CostOut` (plain JSON, for the hot path): ε and δ,
-    or ρ for a zCDP cost."""
+    or ρ for a zCDP cost (the other fields null)."""
     if isinstance(cost, ZCDP):
-        return {"rho": float(cost.rho), "rho_exact": str(cost.rho)}
+        return {**_NO_APPROX, "rho": float(cost.rho), "rho_exact": str(cost.rho)}
     return {
         "epsilon": float(cost.epsilon),
         "delta": float(cost.delta),
         "epsilon_exact": str(cost.epsilon),
         "delta_exact": str(cost.delta),
+        "rho": None,
+        "rho_exact": None,
     }
 
 
