@@ -50,7 +50,7 @@ from dpcurator._validation import check_int, check_positive, check_probability, 
 from dpcurator.accounting import ApproxEvent, PureEvent
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
-from dpcurator.errors import DPError, UnsupportedQueryError
+from dpcurator.errors import DPError
 from dpcurator.estimators.logistic import METHODS, logistic_regression
 from dpcurator.estimators.mle import MODELS, dp_mle
 from dpcurator.estimators.objective_perturbation import Perturbation
@@ -60,6 +60,16 @@ from dpcurator.estimators.sample_aggregate import BlockEstimator, Box, sample_an
 from dpcurator.mechanisms import Laplace
 from dpcurator.query import ir
 from dpcurator.query.after_charge import after_charge
+from dpcurator.query.fit_columns import (
+    OWNER,
+    column_names,
+    label_column,
+    null_fill,
+    numeric_columns,
+    parameter_box,
+    required_column,
+    rows_per_person,
+)
 from dpcurator.query.limits import MAX_FIT_BLOCKS, MAX_FIT_FEATURES, check_at_most
 from dpcurator.query.schema import ColumnMeta, Metadata
 from dpcurator.query.validation import check_epsilon
@@ -86,8 +96,6 @@ OP_SHARES: Final = (Fraction(1, 4), Fraction(1, 4))
 BLOCK_NOISE_SHARE: Final = Fraction(1, 16)
 #: Share of ρ paying for AdaSSP's ridge (the regression library's default).
 EIGEN_SHARE: Final = Fraction(1, 10)
-
-_OWNER = "Session.fit"
 
 
 @dataclass(frozen=True)
@@ -149,14 +157,14 @@ class FitRequest:
                 fit_intercept=self.fit_intercept,
             )  # fmt: skip
         if not self.fit_intercept:
-            raise fail(_OWNER, "fit_intercept", f"True for {self.kind}", self.fit_intercept)
+            raise fail(OWNER, "fit_intercept", f"True for {self.kind}", self.fit_intercept)
         lower: object
         upper: object
         if self.coef_bound is None:
-            features = _numeric(metadata, _names("x", self.x))
+            features = numeric_columns(metadata, column_names("x", self.x))
             lower, upper = standardised_box(features, DEFAULT_COEFFICIENT_BOUND)
         else:
-            bound = check_positive(_OWNER, "coef_bound", self.coef_bound)
+            bound = check_positive(OWNER, "coef_bound", self.coef_bound)
             lower, upper = -bound, bound
         return plan_fit(
             metadata, self.kind, epsilon=epsilon, delta=delta, y=self.y, x=self.x,
@@ -203,42 +211,45 @@ def plan_fit(
     they clamp the release) or ``sample_and_aggregate``; ``blocks`` fixes the number of blocks
     of a sample-and-aggregate fit (default: chosen from a noisy count of persons).
     """
-    eps = check_epsilon(_OWNER, epsilon)
-    features = _names("x", x)
+    eps = check_epsilon(OWNER, epsilon)
+    features = column_names("x", x)
     chosen = _method(kind, method, blocks, len(features))
     if kind == "linear_regression":
-        response = _required("y", y)
+        response = required_column("y", y)
         return _plan_linear(
             metadata, response, x=features, epsilon=eps, delta=delta, fit_intercept=fit_intercept
         )
     if chosen == "objective_perturbation":
         return _plan_perturbed(
-            metadata, _required("y", y), features, eps, delta=delta, bounds=(lower, upper)
+            metadata, required_column("y", y), features, eps, delta=delta, bounds=(lower, upper)
         )
     if delta != 0:
-        raise fail(_OWNER, "delta", f"0 for {kind} by sample-and-aggregate (ε-DP)", delta)
+        raise fail(OWNER, "delta", f"0 for {kind} by sample-and-aggregate (ε-DP)", delta)
     if kind == "logistic_regression":
         if not features:
-            raise fail(_OWNER, "x", "at least one feature column", list(features))
-        metas = (*_numeric(metadata, features), _label(metadata, _required("y", y)))
-        box = _box(lower, upper, len(features) + 1)
-        rows = _rows(metadata)
+            raise fail(OWNER, "x", "at least one feature column", list(features))
+        metas = (
+            *numeric_columns(metadata, features),
+            label_column(metadata, required_column("y", y)),
+        )
+        box = parameter_box(lower, upper, len(features) + 1)
+        rows = rows_per_person(metadata)
         run = _logistic(metas[:-1], box, rows=rows, method=str(chosen), blocks=blocks)
         terms = ("intercept", *features)
     elif kind == "mle":
         if model not in MODELS:
-            raise fail(_OWNER, "model", f"one of {', '.join(sorted(MODELS))}", model)
-        metas = _numeric(metadata, (_required("y", y),))
-        box = _box(lower, upper, len(MODELS[model].parameters))
+            raise fail(OWNER, "model", f"one of {', '.join(sorted(MODELS))}", model)
+        metas = numeric_columns(metadata, (required_column("y", y),))
+        box = parameter_box(lower, upper, len(MODELS[model].parameters))
         run = _mle(str(model), box, blocks)
         terms = MODELS[str(model)].parameters
     else:
         if not callable(estimator):
-            raise fail(_OWNER, "estimator", "a function of a block of rows", estimator)
+            raise fail(OWNER, "estimator", "a function of a block of rows", estimator)
         if not features:
-            raise fail(_OWNER, "x", "at least one column", list(features))
-        metas = _numeric(metadata, features)
-        box = _box(lower, upper, None)
+            raise fail(OWNER, "x", "at least one column", list(features))
+        metas = numeric_columns(metadata, features)
+        box = parameter_box(lower, upper, None)
         run = _user(estimator, box, blocks)
         terms = tuple(f"theta_{i}" for i in range(box.dimension))
     width = _check_block_noise(eps, box)
@@ -252,29 +263,24 @@ def plan_fit(
 def _method(kind: str, method: str | None, blocks: int | None, features: int) -> str | None:
     """The logistic method (None for other kinds), after the checks every kind shares."""
     if kind not in FIT_KINDS:
-        raise fail(_OWNER, "kind", f"one of {', '.join(FIT_KINDS)}", kind)
+        raise fail(OWNER, "kind", f"one of {', '.join(FIT_KINDS)}", kind)
     if method is not None and kind != "logistic_regression":
-        raise fail(_OWNER, "method", f"None for {kind} (methods are logistic_regression's)", method)
+        raise fail(OWNER, "method", f"None for {kind} (methods are logistic_regression's)", method)
     check_at_most(f"The number of {kind} features", features, "MAX_FIT_FEATURES", MAX_FIT_FEATURES)
     if blocks is not None:
-        check_int(_OWNER, "blocks", blocks, minimum=1)
+        check_int(OWNER, "blocks", blocks, minimum=1)
         check_at_most("The number of blocks", blocks, "MAX_FIT_BLOCKS", MAX_FIT_BLOCKS)
         if kind == "linear_regression":
-            raise fail(_OWNER, "blocks", "None for linear_regression (AdaSSP)", blocks)
+            raise fail(OWNER, "blocks", "None for linear_regression (AdaSSP)", blocks)
     if kind != "logistic_regression":
         return None
     chosen = METHODS[0] if method is None else method
     if chosen not in METHODS:
-        raise fail(_OWNER, "method", f"one of {', '.join(METHODS)}", method)
+        raise fail(OWNER, "method", f"one of {', '.join(METHODS)}", method)
     if chosen == "objective_perturbation" and blocks is not None:
-        raise fail(_OWNER, "blocks", "None with objective perturbation (blocks are "
+        raise fail(OWNER, "blocks", "None with objective perturbation (blocks are "
                    "method='sample_and_aggregate''s)", blocks)  # fmt: skip
     return chosen
-
-
-def _rows(metadata: Metadata) -> int:
-    """The public bound of one person's rows (1 under row-level privacy)."""
-    return metadata.max_rows_per_person if metadata.person_column is not None else 1
 
 
 def _plan_perturbed(
@@ -288,12 +294,12 @@ def _plan_perturbed(
 ) -> FitPlan:
     """Logistic regression by objective perturbation: ε-DP, or (ε, δ)-DP with δ > 0; its
     calibration (ridge, noise, Hessian noise) is built here, so any refusal is free."""
-    check_probability(_OWNER, "delta", delta, open_high=True)
+    check_probability(OWNER, "delta", delta, open_high=True)
     if not features:
-        raise fail(_OWNER, "x", "at least one feature column", list(features))
-    metas = (*_numeric(metadata, features), _label(metadata, y))
-    size, rows = len(features) + 1, _rows(metadata)
-    box = None if bounds[0] is None and bounds[1] is None else _box(*bounds, size)
+        raise fail(OWNER, "x", "at least one feature column", list(features))
+    metas = (*numeric_columns(metadata, features), label_column(metadata, y))
+    size, rows = len(features) + 1, rows_per_person(metadata)
+    box = None if bounds[0] is None and bounds[1] is None else parameter_box(*bounds, size)
     _calibrated(lambda: Perturbation.of(
         epsilon, delta, size, rows_per_person=rows, jacobian_share=OP_SHARES[0],
         hessian_share=OP_SHARES[1]))  # fmt: skip
@@ -328,7 +334,7 @@ def _calibrated(build: Callable[[], object]) -> None:
         build()
     except DPError as exc:
         raise fail(
-            _OWNER, "epsilon", f"large enough for the fit's noise ({exc})", "too small"
+            OWNER, "epsilon", f"large enough for the fit's noise ({exc})", "too small"
         ) from None
 
 
@@ -339,80 +345,13 @@ def _check_block_noise(epsilon: Fraction, box: Box) -> float:
     with np.errstate(over="ignore"):
         width = float(np.sum(box.upper - box.lower))
     if not math.isfinite(width):
-        raise fail(_OWNER, "upper", "a parameter box of finite total width (sum of upper - "
+        raise fail(OWNER, "upper", "a parameter box of finite total width (sum of upper - "
                    "lower)", "an overflowing width")  # fmt: skip
     sensitivity = Fraction(max(width, box.dimension + 1))
     _calibrated(
         lambda: Laplace.for_epsilon_floats(epsilon * BLOCK_NOISE_SHARE, sensitivity, box.dimension)
     )
     return width
-
-
-def _names(name: str, values: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(values, str) or not all(isinstance(v, str) for v in values):
-        raise fail(_OWNER, name, "a sequence of column names", values)
-    return tuple(values)
-
-
-def _required(name: str, value: str | None) -> str:
-    if not isinstance(value, str):
-        raise fail(_OWNER, name, "a column name", value)
-    return value
-
-
-def _numeric(metadata: Metadata, names: Sequence[str]) -> tuple[ColumnMeta, ...]:
-    """The metadata of numeric columns with public bounds (refused otherwise, free)."""
-    if len(set(names)) != len(names):
-        raise fail(_OWNER, "x", "distinct columns (y included)", list(names))
-    metas = tuple(metadata.column(name) for name in names)
-    for meta in metas:
-        if meta.name == metadata.person_column:
-            raise UnsupportedQueryError(
-                f"Column {meta.name!r} is the person column: it cannot be a fit's variable."
-            )
-        if not meta.is_numeric:
-            raise UnsupportedQueryError(
-                f"Column {meta.name!r} is declared {meta.type}: a fit needs numeric columns."
-            )
-        if meta.lower is None or meta.upper is None:
-            raise UnsupportedQueryError(
-                f"Column {meta.name!r} has no public bounds in the metadata (lower/upper): a fit "
-                "clamps every variable to its bounds."
-            )
-    return metas
-
-
-def _label(metadata: Metadata, name: str) -> ColumnMeta:
-    """The 0/1 response of a logistic regression: a bool column, or a numeric one clamped to
-    [0, 1] (:func:`~dpcurator.estimators.logistic.logistic_regression` thresholds it)."""
-    meta = metadata.column(name)
-    if meta.type == "bool":
-        return replace(meta, type="int", lower=0, upper=1, fill=0)
-    (numeric,) = _numeric(metadata, (name,))
-    return replace(numeric, lower=0, upper=1, fill=0)
-
-
-def _fill(meta: ColumnMeta) -> float:
-    """The public value of a NULL: the declared fill, else the midpoint of the bounds."""
-    assert meta.lower is not None  # checked by _numeric
-    assert meta.upper is not None
-    if isinstance(meta.fill, int | float) and not isinstance(meta.fill, bool):
-        return float(meta.fill)
-    return (meta.lower + meta.upper) / 2
-
-
-def _box(lower: object, upper: object, size: int | None) -> Box:
-    """The public parameter box (validated before the charge), broadcast to ``size``."""
-    if lower is None or upper is None:
-        raise fail(_OWNER, "upper", "given with lower: public bounds of the parameters", upper)
-    if size is None:
-        return Box.of(_OWNER, lower, upper)
-    try:
-        low = np.broadcast_to(np.asarray(lower, np.float64), (size,))
-        high = np.broadcast_to(np.asarray(upper, np.float64), (size,))
-    except (TypeError, ValueError) as exc:
-        raise fail(_OWNER, "lower", f"a number or {size} numbers", lower) from exc
-    return Box.of(_OWNER, low, high)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -441,19 +380,19 @@ def _plan_linear(
     fit_intercept: bool,
 ) -> FitPlan:
     if not x:
-        raise fail(_OWNER, "x", "at least one feature column", list(x))
-    check_probability(_OWNER, "delta", delta, open_low=True, open_high=True)
-    metas = _numeric(metadata, (*x, y))
+        raise fail(OWNER, "x", "at least one feature column", list(x))
+    check_probability(OWNER, "delta", delta, open_low=True, open_high=True)
+    metas = numeric_columns(metadata, (*x, y))
     scaling = Scaling.of(
         len(x),
         ([m.lower for m in metas[:-1]], [m.upper for m in metas[:-1]]),
         (metas[-1].lower, metas[-1].upper),
         fit_intercept,
-        _OWNER,
+        OWNER,
     )
     rho = zcdp_for(epsilon, delta)
     if rho <= 0:
-        raise fail(_OWNER, "epsilon", f"large enough for a positive zCDP ρ at δ = {delta}", epsilon)
+        raise fail(OWNER, "epsilon", f"large enough for a positive zCDP ρ at δ = {delta}", epsilon)
     x_mid, x_half, y_mid, y_half = scaling.centres()
     mids, halves = [*x_mid.tolist(), y_mid], [*x_half.tolist(), y_half]
     scaled = [_scaled(m, mid, half) for m, mid, half in zip(metas, mids, halves, strict=True)]
@@ -494,13 +433,13 @@ def _plan_linear(
 
 def _scaled(meta: ColumnMeta, mid: float, half: float) -> ir.Expr:
     """(clamp(column, lower, upper) - mid) / half, NULL -> the column's fill (or midpoint)."""
-    assert meta.lower is not None  # checked by _numeric
+    assert meta.lower is not None  # checked by numeric_columns
     assert meta.upper is not None
     column = ir.Col(meta.name)
     low, high = ir.Lit(float(meta.lower)), ir.Lit(float(meta.upper))
     clamped = ir.Case(
         (
-            (ir.IsNull(column), ir.Lit(float(_fill(meta)))),
+            (ir.IsNull(column), ir.Lit(float(null_fill(meta)))),
             (ir.Compare("<", column, low), low),
             (ir.Compare(">", column, high), high),
         ),
@@ -532,7 +471,7 @@ def _rows_finish(
 ) -> Callable[[ir.ExactResult, float, Rng], Estimate]:
     has_person = metadata.person_column is not None
     limit = metadata.max_rows_per_person
-    fills = [_fill(m) for m in metas]
+    fills = [null_fill(m) for m in metas]
 
     def finish(result: ir.ExactResult, alpha: float, rng: Rng) -> Estimate:
         kept: dict[object, int] = {}
