@@ -25,13 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.neighbour_queries import (
     CHANGES,
     ENGINES,
-    VICTIM,
     Neighbour,
-    NeighbourQuery,
     PairRunner,
     mutation_findings,
-    queries,
 )
+from tests.neighbour_sql import VICTIM, NeighbourQuery, queries
 
 #: The victim (whom the generated queries target) half the time, anyone otherwise.
 PERSONS = st.one_of(st.just(VICTIM), st.integers(1, 5000))

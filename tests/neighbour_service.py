@@ -19,12 +19,12 @@ from dpcurator.query.release import Estimate
 from dpcurator.service.app import create_app
 from dpcurator.service.server import build_service
 from tests.neighbour_queries import (
-    NeighbourQuery,
     Observation,
     demo_metadata,
     public_plan,
     release_shape,
 )
+from tests.neighbour_sql import NeighbourQuery
 from tests.service_fixtures import ThreadServer, cheap_hasher
 
 DATASET = "people"

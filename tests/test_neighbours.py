@@ -20,11 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from tests.backends_fixtures import spark
 from tests.neighbour_queries import (
     ENGINES,
-    INT64_MAX,
-    QUANTILE_QUERIES,
-    VICTIM,
     Neighbour,
-    NeighbourQuery,
     PairRunner,
     demo_frame,
     demo_metadata,
@@ -32,9 +28,9 @@ from tests.neighbour_queries import (
     failure_report,
     mutation_findings,
     neighbours,
-    queries,
 )
 from tests.neighbour_service import ServedTable
+from tests.neighbour_sql import INT64_MAX, QUANTILE_QUERIES, VICTIM, NeighbourQuery, queries
 
 __all__ = ["spark"]
 

@@ -19,7 +19,6 @@ from dpcurator.random import SeededRng
 from tests.neighbour_queries import (
     ENGINES,
     RNG_SEED,
-    VICTIM,
     Neighbour,
     Observation,
     demo_frame,
@@ -27,6 +26,7 @@ from tests.neighbour_queries import (
     differences,
     release_shape,
 )
+from tests.neighbour_sql import VICTIM
 
 #: Significance level of the statistical tests here (each is one binomial test).
 ALPHA_TEST = 1e-3

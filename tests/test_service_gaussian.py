@@ -11,14 +11,13 @@ from typing import Any
 import pytest
 
 from tests.neighbour_queries import (
-    VICTIM,
     Neighbour,
-    NeighbourQuery,
     demo_frame,
     differences,
     failure_report,
 )
 from tests.neighbour_service import DATASET, ServedTable
+from tests.neighbour_sql import VICTIM, NeighbourQuery
 
 #: (query, noise family, ρ): a grouped Gaussian count and sum at (ε, δ), a ρ-cost count.
 GAUSSIAN_QUERIES = {
