@@ -31,7 +31,7 @@ from dpcurator.errors import DPError
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.ir import AggregatePlan, ExactAggregate, ExactResult
 from dpcurator.random import SeededRng
-from tests import test_backends_conformance as conformance
+from tests import conformance_cases as conformance
 from tests import test_backends_spark_totality as totality
 from tests.conftest import SHARED_DATA
 from tests.spark_cluster import APP_CONF, CLASSIC_APP

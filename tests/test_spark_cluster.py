@@ -15,6 +15,7 @@ import pytest
 
 from dpcurator.errors import ENGINE_FAILURE_MESSAGE
 from tests import spark_cluster_driver as driver
+from tests.conformance_cases import load_tables
 from tests.conftest import SHARED_DATA
 from tests.spark_cluster import (  # noqa: F401 (the spark_cluster fixture)
     CLASSIC_APP,
@@ -23,7 +24,6 @@ from tests.spark_cluster import (  # noqa: F401 (the spark_cluster fixture)
     run_drivers,
     spark_cluster,
 )
-from tests.test_backends_conformance import load_tables
 
 pytestmark = [
     pytest.mark.spark,
