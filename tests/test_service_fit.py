@@ -15,11 +15,11 @@ import pytest
 
 from dpcurator.cli import main
 from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError
-from dpcurator.query.backends import Backend
 from dpcurator.query.ir import AggregatePlan, ExactResult
 from dpcurator.service.client import CuratorClient
 from tests.neighbour_queries import demo_frame
 from tests.neighbour_service import DATASET, ServedTable
+from tests.proxy_backend import ProxyBackend
 
 VICTIM = 4322
 FITS = f"/v1/datasets/{DATASET}/fits"
@@ -106,24 +106,11 @@ def test_refusals_are_free_and_name_the_problem(
     assert _spent(served) == before
 
 
-class _Leaky:
+class _Leaky(ProxyBackend):
     """An engine failing after the charge with a message quoting a private value."""
-
-    def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.name = inner.name
-
-    def tables(self) -> list[str]:
-        return self.inner.tables()
-
-    def columns(self, table: str) -> dict[str, str]:
-        return self.inner.columns(table)
 
     def compute(self, plan: AggregatePlan) -> ExactResult:
         raise BackendError("pid 4322 earns 123456")
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def test_an_engine_failure_after_the_charge_is_the_constant_text() -> None:

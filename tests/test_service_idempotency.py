@@ -23,6 +23,7 @@ from dpcurator.service.errors import ConflictError
 from dpcurator.service.operations import CuratorService, fingerprint, normalise_sql
 from dpcurator.service.refusals import AUDITED_SQL_CHARS, REFUSAL_BURST
 from dpcurator.service.server import build_service
+from tests.proxy_backend import ProxyBackend
 from tests.service_fixtures import PEOPLE_METADATA, cheap_hasher, write_people
 from tests.test_service_api import GROUPED, Kit, _assert_problem, _kit
 
@@ -35,34 +36,14 @@ def kit(tmp_path: Path) -> Iterator[Kit]:
     yield from _kit(f"sqlite:///{tmp_path / 'ledger.sqlite3'}", tmp_path)
 
 
-class _Proxy:
-    """A backend delegating to ``inner`` (subclasses change compute)."""
-
-    def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.name = inner.name
-
-    def tables(self) -> list[str]:
-        return self.inner.tables()
-
-    def columns(self, table: str) -> dict[str, str]:
-        return self.inner.columns(table)
-
-    def compute(self, plan: AggregatePlan) -> ExactResult:
-        return self.inner.compute(plan)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-class _Leaky(_Proxy):
+class _Leaky(ProxyBackend):
     """An engine failing after the charge with a message quoting a private value."""
 
     def compute(self, plan: AggregatePlan) -> ExactResult:
         raise BackendError(f"Conversion Error: could not convert '{SECRET}' to INT64")
 
 
-class _Gated(_Proxy):
+class _Gated(ProxyBackend):
     """An engine that waits for ``go`` before computing (and says when it started)."""
 
     def __init__(self, inner: Backend) -> None:

@@ -22,31 +22,22 @@ from dpcurator.query.ir import AggregatePlan, ExactResult
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
 from dpcurator.random import SeededRng
+from tests.proxy_backend import ProxyBackend
 from tests.stat_tools import ALPHA, chi_square_pvalue
 
 HUGE = 1e9  # noise is exactly 0 with probability > 1 - 1e-300 per value
 
 
-class CountingBackend:
+class CountingBackend(ProxyBackend):
     """A spy around a real backend: counts compute() calls."""
 
     def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.calls = 0
-
-    def tables(self) -> list[str]:
-        return self.inner.tables()
-
-    def columns(self, table: str) -> dict[str, str]:
-        return self.inner.columns(table)
 
     def compute(self, plan: AggregatePlan) -> ExactResult:
         self.calls += 1
         return self.inner.compute(plan)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 @pytest.fixture
