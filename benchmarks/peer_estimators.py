@@ -11,33 +11,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 
 import numpy as np
-import opendp.prelude as dp
-import polars as pl
 from diffprivlib import models, tools
-
-
-def collect(run: Callable[[int], object], reps: int) -> object:
-    try:
-        return [run(i) for i in range(reps)]
-    except Exception as exc:  # report the peer's refusal instead of crashing the table
-        return f"error: {str(exc).strip().splitlines()[0][:120]}"
-
-
-def opendp_median(x: np.ndarray, epsilon: float, bounds: tuple[float, float]) -> float:
-    dp.enable_features("contrib")
-    context = dp.Context.compositor(
-        data=pl.LazyFrame({"x": x}),
-        privacy_unit=dp.unit_of(contributions=1),
-        privacy_loss=dp.loss_of(epsilon=epsilon),
-        split_evenly_over=1,
-        margins=[dp.polars.Margin(by=[], max_length=x.size)],
-    )
-    candidates = list(np.linspace(bounds[0], bounds[1], 1025))
-    query = context.query().select(pl.col("x").dp.median(candidates=candidates))
-    return float(query.release().collect().item())
+from peer_opendp import collect, opendp_statistic
 
 
 def main() -> None:
@@ -65,7 +42,9 @@ def main() -> None:
         "diffprivlib|median": collect(
             lambda i: float(tools.median(data["med_x"][i], epsilon=eps, bounds=bounds)), reps
         ),
-        "opendp|median": collect(lambda i: opendp_median(data["med_x"][i], eps, bounds), reps),
+        "opendp|median": collect(
+            lambda i: opendp_statistic(data["med_x"][i], eps, bounds, "median"), reps
+        ),
     }
     print(json.dumps(out))
 

@@ -13,36 +13,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 
 import numpy as np
-import opendp.prelude as dp
-import polars as pl
 from diffprivlib import tools
+from peer_opendp import collect, opendp_statistic
 
 #: The quantile levels of the benchmark (its task names read ``p25``, ``p50``, ``p75``).
 LEVELS = (0.25, 0.5, 0.75)
-
-
-def collect(run: Callable[[int], object], reps: int) -> object:
-    try:
-        return [run(i) for i in range(reps)]
-    except Exception as exc:  # report the peer's refusal instead of crashing the table
-        return f"error: {str(exc).strip().splitlines()[0][:120]}"
-
-
-def opendp_quantile(x: np.ndarray, p: float, epsilon: float, bounds: tuple[float, float]) -> float:
-    dp.enable_features("contrib")
-    context = dp.Context.compositor(
-        data=pl.LazyFrame({"x": x}),
-        privacy_unit=dp.unit_of(contributions=1),
-        privacy_loss=dp.loss_of(epsilon=epsilon),
-        split_evenly_over=1,
-        margins=[dp.polars.Margin(by=[], max_length=x.size)],
-    )
-    candidates = list(np.linspace(bounds[0], bounds[1], 1025))
-    query = context.query().select(pl.col("x").dp.quantile(p, candidates=candidates))
-    return float(query.release().collect().item())
 
 
 def main() -> None:
@@ -59,7 +36,7 @@ def main() -> None:
                 x.shape[0],
             )
             out[f"opendp|{task}"] = collect(
-                lambda i, p=p, x=x, b=bounds: opendp_quantile(x[i], p, eps, b),  # type: ignore[misc]
+                lambda i, p=p, x=x, b=bounds: opendp_statistic(x[i], eps, b, "quantile", p),  # type: ignore[misc]
                 x.shape[0],
             )
     print(json.dumps(out))
