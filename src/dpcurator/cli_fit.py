@@ -11,10 +11,9 @@ stays fast. Errors are the server's problem text (naming the column or value), p
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
-from dpcurator.errors import ParameterError
+from dpcurator.cli_args import add_connection, require_token
 
 HELP = "fit a model (linear or logistic regression): coefficients with CIs (charged)"
 
@@ -22,10 +21,13 @@ HELP = "fit a model (linear or logistic regression): coefficients with CIs (char
 def add_parser(commands: Any) -> None:
     """Register ``fit`` on the CLI's subcommands."""
     sub = commands.add_parser("fit", help=HELP, description=HELP)
-    sub.add_argument("--url", default=os.environ.get("DPCURATOR_URL", "http://127.0.0.1:8000"))
-    sub.add_argument("--token", default=os.environ.get("DPCURATOR_TOKEN"))
-    sub.add_argument("--dataset", required=True, help="the dataset's id")
-    sub.add_argument("--model", choices=("linear", "logistic"), default="linear")
+    add_connection(sub, dataset=True)
+    sub.add_argument(
+        "--model",
+        choices=("linear", "logistic"),
+        default="linear",
+        help="linear (default) or logistic regression (a 0/1 response)",
+    )
     sub.add_argument("--epsilon", type=float, required=True, help="the privacy cost ε (> 0)")
     sub.add_argument("--delta", type=float, default=0.0, help="the privacy cost δ (> 0 for linear)")
     sub.add_argument("--alpha", type=float, default=0.05, help="1 - the CI level (0.05)")
@@ -49,11 +51,10 @@ def run(args: argparse.Namespace) -> int:
     """Fit (or estimate) and print the result as a table."""
     from dpcurator.service.client import CuratorClient  # noqa: PLC0415 (deferred)
 
-    if not args.token:
-        raise ParameterError("The --token option is required (or set $DPCURATOR_TOKEN).")
+    token = require_token(args)
     chosen = {"coef_bound": args.coef_bound, "method": args.method, "blocks": args.blocks}
     options = {name: value for name, value in chosen.items() if value is not None}
-    with CuratorClient(args.url, args.token) as client:
+    with CuratorClient(args.url, token) as client:
         answer = client.fit(
             args.dataset, args.model, args.response, args.predictors, epsilon=args.epsilon,
             delta=args.delta, alpha=args.alpha, estimate=args.estimate, **options,
