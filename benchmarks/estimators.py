@@ -36,6 +36,7 @@ import argparse
 import math
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,14 @@ def peer_rows(n: int, epsilons: list[float], reps: int) -> list[str]:
     return rows
 
 
+def _print_table(header: str, rows: Iterable[str]) -> None:
+    """A Markdown table: ``header``, its separator line, then ``rows``."""
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for row in rows:
+        print(row)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="n <= 10^5, fewer repetitions")
@@ -235,28 +244,26 @@ def main() -> None:
     parser.add_argument("--quantiles", action="store_true", help="only the quantile table")
     args = parser.parse_args()
     if args.quantiles:
-        print("| quantile | library | ε | MAE (n = 10^4) |")
-        print("|---|---|---|---|")
-        for row in quantile_rows(10**4, [0.1, 1.0], 20 if args.quick else 200):
-            print(row)
+        _print_table(
+            "| quantile | library | ε | MAE (n = 10^4) |",
+            quantile_rows(10**4, [0.1, 1.0], 20 if args.quick else 200),
+        )
         return
     if args.peers:
-        print("| task | library | ε | n | error (coef RMSE; median MAE) |")
-        print("|---|---|---|---|---|")
-        for row in peer_rows(10**4, [0.1, 1.0], 10 if args.quick else 50):
-            print(row)
+        _print_table(
+            "| task | library | ε | n | error (coef RMSE; median MAE) |",
+            peer_rows(10**4, [0.1, 1.0], 10 if args.quick else 50),
+        )
         return
     sizes = [10**3, 10**4, 10**5] if args.quick else [10**3, 10**4, 10**5, 10**6, 10**7]
     reps = 10 if args.quick else 40
     start = time.perf_counter()
-    print("| estimator | n | ε | DP MSE | non-private MSE | ratio | replies |")
-    print("|---|---|---|---|---|---|---|")
-    for row in efficiency_rows(sizes, [0.1, 1.0], reps):
-        print(row)
-    print("\n| Longley (NIST StRD) | ρ | min digits vs certified (LRE) |")
-    print("|---|---|---|")
-    for row in longley_rows():
-        print(row)
+    _print_table(
+        "| estimator | n | ε | DP MSE | non-private MSE | ratio | replies |",
+        efficiency_rows(sizes, [0.1, 1.0], reps),
+    )
+    print()
+    _print_table("| Longley (NIST StRD) | ρ | min digits vs certified (LRE) |", longley_rows())
     print(f"\n({time.perf_counter() - start:.0f} s)")
 
 
