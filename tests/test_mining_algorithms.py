@@ -104,3 +104,21 @@ def test_naive_bayes_at_small_epsilon_floors_noisy_variances() -> None:
         model.fit(X[:20_000], labels[:20_000], SeededRng(seed))
         scores.append(float(np.mean(model.predict(X[20_000:]) == labels[20_000:])))
     assert np.median(scores) > 0.85
+
+
+def test_kmeans_default_iteration_count_is_a_public_rule() -> None:
+    """Without ``iterations`` the count is Su et al.'s rule for the public ``rows``: the same on
+    300 and 30,000 rows (the noisy-count rule, opt-in, follows the data: 2 vs 7 iterations);
+    with no public row count the default is refused before anything is spent."""
+    small, large = _blobs(300, 3)[0], _blobs(30_000, 4)[0]
+    public = [KMeans(3, 1, BOUNDS, rows=3000).fit(X, SeededRng(5)) for X in (small, large)]
+    assert [m.n_iter_ for m in public] == [5, 5]
+    assert all(1 - Fraction(1, 10**12) < m.epsilon_spent_ <= 1 for m in public)
+    noisy = [KMeans(3, 1, BOUNDS, iterations="noisy_count").fit(X) for X in (small, large)]
+    assert [m.n_iter_ for m in noisy] == [2, 7]
+    refused = KMeans(3, 1, BOUNDS)
+    with pytest.raises(ParameterError, match=r"'iterations'.*rows=.*public_size"):
+        refused.fit(small, SeededRng(6))
+    assert refused.epsilon_spent_ == 0
+    with pytest.raises(ParameterError, match="'rows'"):
+        KMeans(3, 1, BOUNDS, rows=0)

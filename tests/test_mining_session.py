@@ -5,6 +5,7 @@ noisy values: same releases, same cost, same iteration count."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -161,3 +162,21 @@ def test_id3_on_a_session_is_as_accurate_as_on_the_array() -> None:
         on_array.append(float(np.mean(model.predict(test_codes) == test_labels)))
     assert np.median(on_session) > 0.85
     assert abs(np.median(on_session) - np.median(on_array)) < 0.03
+
+
+def test_kmeans_default_iterations_use_the_metadata_public_size() -> None:
+    """A replace-one table declares its public n: Su et al.'s rule reads it (2 iterations at
+    n = 1000), the same on D and on D with one person's row replaced, and nothing else is
+    released (the cost is the iterations' ε only)."""
+    frame = pd.read_csv(dpc.demo_path("people.csv")).head(1000)
+    metadata = Metadata.from_yaml(dpc.demo_path("people.yaml"))
+    metadata = replace(metadata, neighbouring="replace_one", public_size=1000)
+    replaced = frame.copy()
+    replaced.loc[0, ["age", "income"]] = [90, 0]
+    fits = []
+    for table in (frame, replaced):
+        session = Session.from_data(table, metadata=metadata, budget=Budget(1), rng=SeededRng(3))
+        fits.append(KMeans(3, 1).fit(session, SeededRng(4), columns=["age", "income"]))
+        assert 1 - 1e-9 < float(session.spent().epsilon) <= 1  # type: ignore[union-attr]
+    assert [m.n_iter_ for m in fits] == [2, 2]
+    assert fits[0].epsilon_spent_ == fits[1].epsilon_spent_

@@ -9,11 +9,15 @@ the noisy count (a cluster whose noisy count is not positive keeps its centre).
 Privacy guarantee: the CASE has literal results 0..k-1, so its keys are public and every cluster
 is released (even empty ones). Each release is planned and charged by the session like any query
 (user-level: one person's rows bounded by the metadata), so by sequential composition the fit
-costs the sum of its releases' ε (``epsilon_spent_``), at most ``epsilon``: with ``iterations``
-given, ε / iterations per iteration; with ``iterations=None`` (the default),
-:data:`COUNT_SHARE` of ε first buys a noisy total count n̂, the iteration count is Su, Cao, Li,
-Bertino & Jha's rule (2016, "Differentially private k-means clustering", §5) for n̂ rows clamped to
-[2, 7], and the rest is split evenly over the iterations. The count's share within an iteration
+costs the sum of its releases' ε (``epsilon_spent_``), at most ``epsilon``, split evenly over
+the iterations. The iteration count is public, fixed before the first release: ``iterations`` if
+given, else (the default) Su, Cao, Li, Bertino & Jha's rule (2016, "Differentially private k-means
+clustering", §5), clamped to [2, 7], for a PUBLIC number of rows: ``rows`` (a public bound given
+by the caller) or the metadata's ``public_size`` (replace-one tables); with neither the fit is
+refused, free. ``iterations="noisy_count"`` opts in to the rule on a noisy count instead:
+:data:`COUNT_SHARE` of ε buys a noisy total count n̂ and the rest is split over the iterations, so
+the total is ε but the per-release ε (and the iteration count) depend on that noisy count.
+The count's share within an iteration
 minimises the squared error of the centres in units of the half-ranges: error ∝ Σ_j 1/ε_j² +
 (d/3)/ε_N² (a centred cluster mean uniform over its range has m_j² = r_j²/3), so ε_N : ε_j =
 (d/3)^(1/3) : 1. Initial centres are spread out in the middle half of the bounds (farthest-point
@@ -42,10 +46,13 @@ from dpcurator.query.builder import Expression, col, count, lit, sum_, when
 from dpcurator.query.session import Session
 from dpcurator.random import Rng, default_rng
 
-__all__ = ["COUNT_SHARE", "KMeans"]
+__all__ = ["COUNT_SHARE", "NOISY_COUNT", "KMeans", "su_iterations"]
 
 #: The share of ε spent on the noisy total count that chooses the iteration count.
 COUNT_SHARE = Fraction(1, 20)
+
+#: ``iterations=NOISY_COUNT``: choose the iteration count from a noisy total count (opt-in).
+NOISY_COUNT = "noisy_count"
 
 #: Su et al.'s constant (their ρ) in the rule for the number of iterations.
 _SU_RHO = 0.225
@@ -54,6 +61,8 @@ _SU_RHO = 0.225
 class KMeans:
     """ε-DP k-means (SuLQ). ``fit(session, columns=[...])`` or ``fit(X)`` (with ``bounds``).
 
+    ``iterations``: a count, None (Su et al.'s rule for the public ``rows`` or the metadata's
+    ``public_size``) or :data:`NOISY_COUNT` (the rule on a noisy count; see the module docstring).
     Attributes after ``fit``: ``cluster_centers_``, ``n_iter_`` and ``epsilon_spent_`` (exact).
     """
 
@@ -62,16 +71,21 @@ class KMeans:
         n_clusters: int,
         epsilon: object,
         bounds: object = None,
-        iterations: int | None = None,
+        iterations: int | str | None = None,
+        *,
         init: npt.ArrayLike | None = None,
+        rows: int | None = None,
     ) -> None:
         owner = "KMeans"
         self.n_clusters = check_int(owner, "n_clusters", n_clusters, minimum=1)
         self.epsilon = epsilon_of(owner, epsilon)
         self.bounds = None if bounds is None else as_bounds(owner, bounds)
-        self.iterations = (
-            None if iterations is None else check_int(owner, "iterations", iterations, minimum=1)
+        self.iterations: int | str | None = (
+            iterations
+            if iterations is None or iterations == NOISY_COUNT
+            else check_int(owner, "iterations", iterations, minimum=1)
         )
+        self.rows = None if rows is None else check_int(owner, "rows", rows, minimum=1)
         self.init = None if init is None else np.asarray(init, dtype=np.float64)
         if self.init is not None and (self.init.ndim != 2 or self.init.shape[0] != n_clusters):
             raise fail(owner, "init", f"shape ({n_clusters}, columns)", self.init.shape)
@@ -93,13 +107,17 @@ class KMeans:
         dims = table.lower.size
         if self.init is not None and self.init.shape[1] != dims:
             raise fail("KMeans", "init", f"shape ({self.n_clusters}, {dims})", self.init.shape)
+        public_rows = self._public_rows(table.session)
         check_affordable("KMeans", table.session, self.epsilon)
         source = rng or table.session.rng or default_rng()
         centers = self._initial(table, source)
         self.epsilon_spent_ = Fraction(0)
         budget = self.epsilon
-        iterations = self.iterations
-        if iterations is None:
+        if isinstance(self.iterations, int):
+            iterations = self.iterations
+        elif public_rows is not None:
+            iterations = su_iterations(budget, public_rows, self.n_clusters, dims)
+        else:  # NOISY_COUNT, opted in
             share = self.epsilon * COUNT_SHARE
             total = release(table.session, table.query().agg(count()), release_epsilon(share))
             self.epsilon_spent_ += total.epsilon
@@ -134,6 +152,23 @@ class KMeans:
         if self.bounds is not None:
             rows = clamp_rows("KMeans.predict", rows, *self.bounds)
         return _nearest(rows, self.cluster_centers_)
+
+    def _public_rows(self, session: Session) -> int | None:
+        """The public number of rows of Su et al.'s rule (None: a fixed or noisy-count rule);
+        without one the default rule is refused, free."""
+        if self.iterations is not None:
+            return None
+        rows = self.rows if self.rows is not None else session.metadata.public_size
+        if rows is None:
+            raise fail(
+                "KMeans",
+                "iterations",
+                "a count, or rows= (a public bound on the number of rows) for Su et al.'s "
+                f"rule, or {NOISY_COUNT!r} (the rule on a noisy count); the metadata declares "
+                "no public_size",
+                None,
+            )
+        return rows
 
     def _table(
         self, data: Session | npt.ArrayLike, rng: Rng | None, columns: Sequence[str] | None
