@@ -57,6 +57,7 @@ DEFERRED_IMPORTS_MODULES = (
     "dpcurator.cli",
     "dpcurator.cli_client_commands",
     "dpcurator.cli_fit",
+    "dpcurator.cli_synth",
     "dpcurator.metadata_check_cli",
 )
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dpcurator import cli_client_commands, cli_fit, metadata_check_cli
+from dpcurator import cli_client_commands, cli_fit, cli_synth, metadata_check_cli
 from dpcurator.cli_args import CliError, delta, positive, positive_int
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import DPError
@@ -34,6 +34,7 @@ A trusted curator for differentially private statistics.
   dpcurator releases --token T --dataset D     (or --id R to print one release)
   dpcurator admin --ledger URL create-owner NAME    (and other ledger commands)
   dpcurator fit --token T --dataset D --epsilon 1 --delta 1e-6 --model linear y x1 x2
+  dpcurator synthetic publish --token OWNER --dataset D --kind mst --epsilon 1 --delta 1e-9
   dpcurator check-metadata --data F.csv --metadata M.yaml   (owner only, NOT DP)
 
 Commands that print results take --format table|csv|json; --url and --token default to
@@ -52,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     _admin_parser(commands)
     metadata_check_cli.add_parser(commands)
     cli_fit.add_parser(commands)
+    cli_synth.add_parser(commands)
     return parser
 
 
@@ -233,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {"serve": _serve, "admin": _admin, "check-metadata": metadata_check_cli.run}
     commands.update(dict.fromkeys(cli_client_commands.COMMANDS, cli_client_commands.run))
     commands["fit"] = cli_fit.run
+    commands["synthetic"] = cli_synth.run
     try:
         return commands[args.command](args)
     except (DPError, CliError, OSError) as exc:  # OSError: a file given is missing/unreadable

@@ -102,16 +102,17 @@ def add_parsers(commands: Any) -> None:
 
 
 @contextmanager
-def _client(args: argparse.Namespace) -> Iterator[CuratorClient]:
-    """A client of ``--url`` with ``--token``; transport failures, answers that are not JSON and
-    refused tokens become one-line CliErrors."""
+def _client(args: argparse.Namespace, *, anonymous: bool = False) -> Iterator[CuratorClient]:
+    """A client of ``--url`` with ``--token`` (``anonymous``: the token may be missing);
+    transport failures, answers that are not JSON and refused tokens become one-line
+    CliErrors."""
     import json  # noqa: PLC0415 (deferred, as every command's dependencies)
 
     import httpx  # noqa: PLC0415
 
     from dpcurator.service.client import CuratorClient  # noqa: PLC0415
 
-    token = cli_args.require_token(args)
+    token = args.token if anonymous else cli_args.require_token(args)
     try:
         with CuratorClient(args.url, token) as client:
             yield client

@@ -63,20 +63,20 @@ class CuratorClient:
 
     Args:
         url: the server's base URL, e.g. ``http://127.0.0.1:8000``.
-        token: an owner or analyst token.
+        token: an owner or analyst token (None: anonymous, for public synthetic releases).
         timeout: seconds per request.
     """
 
     def __init__(
         self,
         url: str,
-        token: str,
+        token: str | None,
         *,
         timeout: float = 30.0,
     ) -> None:
         self._http = httpx.Client(
             base_url=url.rstrip("/"),
-            headers={"Authorization": f"Bearer {token}"},
+            headers={} if token is None else {"Authorization": f"Bearer {token}"},
             timeout=timeout,
         )
 
@@ -375,10 +375,15 @@ class CuratorClient:
 
     def synthetic_data(self, release_id: str) -> pd.DataFrame:
         """A finished synthetic release's table (free: post-processing)."""
-        response = self._http.get(f"/v1/synthetic/{release_id}/data", params={"format": "parquet"})
+        return pd.read_parquet(io.BytesIO(self.synthetic_file(release_id, "parquet")))
+
+    def synthetic_file(self, release_id: str, fmt: str = "csv") -> bytes:
+        """A finished synthetic release's table as the server encodes it in ``fmt`` (``csv``,
+        ``parquet`` or ``json`` records; free)."""
+        response = self._http.get(f"/v1/synthetic/{release_id}/data", params={"format": fmt})
         if response.status_code >= 400:
             raise _error(response)
-        return pd.read_parquet(io.BytesIO(response.content))
+        return response.content
 
 
 def _query_body(
