@@ -37,7 +37,6 @@ from dpcurator.query.backends.duckdb_query import (
     counts_whole_table,
     decode_groups,
     keys_after_grouping,
-    paced,
     precomputed_bounding,
     unbin,
 )
@@ -130,7 +129,6 @@ class _Built:
     coded: dict[int, tuple[str, KeyCodeColumn]]
     whole_table_count: bool
     binned: bool
-    paced: bool  # the rows end with the discarded column of :func:`paced`
     columnar: bool  # fetched as numpy columns (see :func:`.duckdb_query.columnar`)
 
 
@@ -472,7 +470,6 @@ class DuckDBBackend:
                 coded_groups(plan, hidden),
                 counts_whole_table(plan),
                 binned_histogram(plan) is not None,
-                paced(plan, hidden),
                 columnar(plan, hidden),
             )
             self._queries.put(plan, built)
@@ -487,8 +484,6 @@ class DuckDBBackend:
             if built.columnar:
                 return collect_columns(plan, result.fetchnumpy(), built.coded, built.keys)
             rows = result.fetchall()
-        if built.paced:
-            rows = [row[:-1] for row in rows]
         if built.binned:
             rows = unbin(plan, rows)
         if built.coded:

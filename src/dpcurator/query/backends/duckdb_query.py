@@ -154,8 +154,6 @@ def build_query(
         grouped = [codes.get(i, name) for i, name in enumerate(groups)]
         keys = [f"{codes[i]} AS {name}" if i in codes else name for i, name in enumerate(groups)]
         outputs = [*keys, "COUNT(*) AS __dp_rows", *aggregates]
-        if paced(plan, hidden):
-            outputs.append(f"any_value({groups[0]}) AS __dp_pace")
         aggregated = f"SELECT {', '.join(outputs)} FROM {source}"
         aggregated += f" GROUP BY {', '.join(grouped)}" if groups else ""
     query = f"WITH {', '.join(ctes)} {aggregated}" if ctes else aggregated
@@ -248,27 +246,6 @@ def _cube_conditions(where: Expr, hidden: Hidden) -> list[str] | None:
             return None
         conditions.append(f"{quote(name)} = {positions[0]}")
     return conditions
-
-
-def paced(plan: AggregatePlan, hidden: Hidden) -> bool:
-    """Whether the query of ``plan`` ends with a discarded ``any_value`` of its first group.
-
-    On a copy clustered by key codes (see :func:`_clustering`), DuckDB 2.0's perfect-hash GROUP
-    BY runs about twice as fast with that extra aggregate when grouping only by key codes
-    (measured: COUNT(*) by one code of 10^6 rows 5.3 -> 2.0 ms, by two codes 5.6 -> 2.7 ms,
-    filtered 4.3 -> 3.2 ms; on unclustered rows it does not help, so it is added only here).
-    Query-time bounding groups a windowed relation, not the clustered copy: not paced.
-    """
-    bounded_here = (
-        plan.bound.person_column is not None and precomputed_bounding(plan, hidden) is None
-    )
-    coded = coded_groups(plan, hidden)
-    return (
-        bool(plan.group_by)
-        and not bounded_here
-        and len(coded) == len(plan.group_by)
-        and not cube_serves(plan, hidden)
-    )
 
 
 def binned_histogram(plan: AggregatePlan) -> ExactAggregate | None:
@@ -400,7 +377,7 @@ def columnar(plan: AggregatePlan, hidden: Hidden) -> bool:
     if binned_histogram(plan) is not None or any(a.kind == "histogram" for a in plan.aggregates):
         return False
     names = [agg.name for agg in plan.aggregates]
-    generated = {"__dp_rows", "__dp_pace", *(f"__dp_g{i}" for i in range(len(plan.group_by)))}
+    generated = {"__dp_rows", *(f"__dp_g{i}" for i in range(len(plan.group_by)))}
     return len(coded_groups(plan, hidden)) == len(plan.group_by) and (
         len(set(names)) == len(names) and not generated.intersection(names)
     )
