@@ -56,8 +56,14 @@ def fit_table(plan: FitPlan, fit: Estimate) -> Release:
         plan.cost,
         (_mechanism(plan, fit.method),),
         fit.alpha,
-        (ValueColumn(COEFFICIENT, COEFFICIENT, "coefficient"),),
+        (_column(fit),),
     )
+
+
+def _column(fit: Estimate) -> ValueColumn:
+    """The coefficient column: what its interval covers (the estimator's), columns clamped."""
+    covers = None if fit.covers is None else fit.covers.value
+    return ValueColumn(COEFFICIENT, COEFFICIENT, "coefficient", covers=covers, clamped=True)
 
 
 def _mechanism(plan: FitPlan, method: str) -> MechanismUse:
@@ -96,7 +102,7 @@ def fit_dict(plan: FitPlan, fit: Estimate) -> dict[str, Any]:
         "terms": list(plan.terms),
         "replied": fit.replied,
         "method": fit.method,
-        "covers": None if fit.covers is None else fit.covers.value,
+        "covers": _column(fit).covers,
     }
 
 

@@ -85,7 +85,8 @@ class Release:
         cost: the privacy cost charged (prints as ``cost: ε = 0.5``).
         mechanisms: every mechanism used, with its noise scale and budget share.
         alpha: the CIs are (1-α) intervals.
-        columns: what each value column holds (statistic, kind, histogram bin).
+        columns: what each value column holds (statistic, kind, histogram bin), what its
+            interval covers and whether its values were clamped (:class:`ValueColumn`).
         events: the accounting events charged (for a ledger; ``to_dict`` serialises them).
         noise: why the noise family was chosen (empty for a plain Laplace release).
         neighbouring: the neighbouring relation of the guarantee: ``add_remove`` (one person
@@ -166,7 +167,8 @@ class Release:
         raise KeyError(key)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable form: columns, rows (value/ci_low/ci_high), cost, mechanisms."""
+        """A JSON-serialisable form: columns, rows (value/ci_low/ci_high), cost, mechanisms, and
+        per value column what its interval covers and whether it was clamped (``columns``)."""
         return {
             "group_columns": list(self.group_columns),
             "value_columns": list(self.value_columns),
@@ -184,6 +186,7 @@ class Release:
             ],
             "cost": cost_dict(self.cost),
             "mechanisms": [m.to_dict() for m in self.mechanisms],
+            "columns": [c.to_dict() for c in self.columns],
             "alpha": self.alpha,
             "ci_level": self.ci_level,
             "events": [event.to_dict() for event in self.events],

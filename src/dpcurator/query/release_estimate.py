@@ -30,12 +30,34 @@ class ValueColumn:
         statistic: the query's output it belongs to (``age`` for every bin of ``... AS age``).
         kind: the statistic (``count``, ``sum``, ``mean``, ..., ``histogram``).
         bin: the histogram bin, or None.
+        covers: what the (1-α) interval accounts for: ``noise`` (the privacy noise only: it covers
+            the exact statistic of this table, after contribution bounding and clamping; every
+            query statistic) or ``noise+sampling`` (also the sampling: it covers the population
+            parameter of a model; fits whose estimator says so), None when there is no interval
+            (a fit's NR).
+        clamped: whether the statistic is computed on values clamped to public bounds (sums,
+            means, variances, standard deviations, quantiles: the output's lower and upper;
+            fits: each column's bounds). The interval does not include the clipping bias: if
+            values lie outside the bounds the statistic is moved by clamping, unseen by the
+            interval. Counts and histograms (open end bins) clamp nothing.
     """
 
     name: str
     statistic: str
     kind: OutputKind
     bin: HistogramBin | None = None
+    covers: str | None = "noise"
+    clamped: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable description (the bin is in the name)."""
+        return {
+            "name": self.name,
+            "statistic": self.statistic,
+            "kind": self.kind,
+            "covers": self.covers,
+            "clamped": self.clamped,
+        }
 
 
 @dataclass(frozen=True)
@@ -129,9 +151,14 @@ class CostEstimate:
 # Description of a plan (no data)
 
 
+#: The output kinds computed on values clamped to the output's public bounds.
+CLAMPED_KINDS = ("sum", "mean", "variance", "stddev", "quantile")
+
+
 def output_columns(output: OutputPlan) -> list[ValueColumn]:
     if output.kind != "histogram":
-        return [ValueColumn(output.name, output.name, output.kind)]
+        clamped = output.kind in CLAMPED_KINDS and output.lower is not None
+        return [ValueColumn(output.name, output.name, output.kind, clamped=clamped)]
     return [
         ValueColumn(_bin_column(output.name, b), output.name, "histogram", b)
         for b in histogram_bins(output.edges)
