@@ -7,8 +7,13 @@ import logging
 import re
 from dataclasses import replace
 
+import duckdb
 import pytest
 
+from dpcurator import Metadata, Session
+from dpcurator.errors import DPError
+from dpcurator.query import session as session_module
+from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.backends.duckdb import DuckDBBackend
 from dpcurator.query.ir import (
     AggregatePlan,
@@ -97,3 +102,25 @@ def test_bounding_columns_are_computed_by_their_first_plan(
     assert len(computed) == 2, computed  # its start and "done in"
     lazy.close()
     windows.close()
+
+
+def test_a_session_that_cannot_start_closes_the_engine_it_opened(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Session.from_data`` opens the engine before the session checks its other arguments: when
+    that check fails (no budget), the engine is closed, not left holding the table."""
+    opened: list[DuckDBBackend] = []
+
+    def recording(*args: object, **kwargs: object) -> Backend:
+        backend = open_backend(*args, **kwargs)  # type: ignore[arg-type]
+        assert isinstance(backend, DuckDBBackend)
+        opened.append(backend)
+        return backend
+
+    monkeypatch.setattr(session_module, "open_backend", recording)
+    metadata = Metadata.from_dict({"table": "t", "columns": {"x": {"type": "int"}}})
+    with pytest.raises(DPError, match="budget"):
+        Session.from_data({"x": [1, 2]}, metadata=metadata)
+    [backend] = opened
+    with pytest.raises(duckdb.ConnectionException):
+        backend._connection.execute("SELECT 1")

@@ -263,15 +263,19 @@ class Session:
             precomputed=precomputed_columns(metadata) if precompute else None,
             progress=progress,
         )
-        return cls(
-            backend,
-            metadata,
-            budget=budget,
-            budget_filter=budget_filter,
-            accounting=accounting,
-            alpha=alpha,
-            rng=rng,
-        )
+        try:
+            return cls(
+                backend,
+                metadata,
+                budget=budget,
+                budget_filter=budget_filter,
+                accounting=accounting,
+                alpha=alpha,
+                rng=rng,
+            )
+        except BaseException:
+            backend.close()  # opened here for a session that did not start
+            raise
 
     # ------------------------------------------------------------------------------------------
 
