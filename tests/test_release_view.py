@@ -111,18 +111,17 @@ def test_summary_is_a_table_with_ci_level_cost_and_rows(frame: pd.DataFrame) -> 
             "sex  statistic      value  90% CI",
             "F    n                  6  [6, 6]",
             "F    mean_score  0.558333  [0.558333, 0.558333]",
-            "F    med               71  —",
+            "F    med               71  [55, 102]",
             "M    n                  4  [4, 4]",
             "M    mean_score     0.525  [0.525, 0.525]",
-            "M    med               73  —",
-            "—: no interval (quantiles: see the mechanisms' rank_error)",
+            "M    med               73  [57, 88]",
         ]
-    )
+    )  # a median's interval is its refined bins' noise-only interval (no "—: no interval" note)
     assert release.summary() == expected
     assert str(release) == expected
     lines = expected.splitlines()
     assert release.summary(max_lines=2) == "\n".join(
-        [*lines[:4], "… 4 more lines: summary() shows them all", lines[-1]]
+        [*lines[:4], "… 4 more lines: summary() shows them all"]
     )
 
 
@@ -219,7 +218,11 @@ def test_plot_draws_grouped_bars_with_ci_error_bars(frame: pd.DataFrame) -> None
     )
     ax = release.plot()
     assert _bars(ax) == 6  # 2 groups x 3 statistics
-    assert _error_bars(ax) == 4  # the median has no interval
+    assert _error_bars(ax) == 6  # every statistic has an interval, the median's too
+    med = next(c for c in ax.containers if isinstance(c, BarContainer) and c.get_label() == "med")
+    assert med.errorbar is not None
+    drawn = [tuple(segment[:, 1]) for segment in med.errorbar.lines[2][0].get_segments()]
+    assert drawn == [(e[2].ci_low, e[2].ci_high) for _, e in release.rows] == [(55, 102), (57, 88)]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["F", "M"]
     assert ax.get_ylabel() == "value (95% CI)"
     legend = ax.get_legend()

@@ -111,7 +111,7 @@ def summary(release: Release, max_lines: int | None) -> str:
     if hidden:
         lines.append(f"… {hidden} more lines: summary() shows them all")
     if any(e.ci_low is None for _, estimates in release.rows for e in estimates):
-        lines.append(f"{_MISSING}: no interval (quantiles: see the mechanisms' rank_error)")
+        lines.append(f"{_MISSING}: no interval (the estimator gives none)")
     return "\n".join(lines)
 
 
