@@ -4,6 +4,7 @@ persisted across a restart, concurrent queries serialised (SQLite and PostgreSQL
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -193,3 +194,28 @@ def test_concurrent_queries_never_spend_an_update_twice(ledger_url: str, tmp_pat
     assert outcomes.count("update") == stored["updates_used"] == updates
     assert set(outcomes) <= {"update", "synthetic", 409}
     assert stored["queries_answered"] == outcomes.count("update") + outcomes.count("synthetic")
+
+
+def test_answers_are_free_entries_of_the_askers_history(kit: Kit) -> None:
+    """Every PMW answer is a ledger history entry (kind ``pmw-answer``, cost 0, the question and
+    the released value and source) of the analyst who asked; the cap is charged only at opening."""
+    opened = _open(kit.owner)
+    where = {"sex": "M", "region": ["east"]}
+    replies = [
+        kit.alice.post(f"/v1/pmw/{opened['id']}/queries", json=body).json()
+        for body in ({"sql": FEMALE_NORTH}, {"where": where})
+    ]
+    entries = kit.alice.get("/v1/datasets/people/queries").json()
+    answers = [e for e in entries if e["kind"] == "pmw-answer"][::-1]  # oldest first
+    assert [e["sql"] for e in answers] == [FEMALE_NORTH, json.dumps({"where": where})]
+    for entry, reply in zip(answers, replies, strict=True):
+        assert entry["cost"]["epsilon_exact"] == "0"
+        assert entry["status"] == "released"
+        assert entry["result"] == {
+            "pmw_id": opened["id"],
+            "value": reply["value"],
+            "source": reply["source"],
+        }
+    owner_view = kit.owner.get("/v1/datasets/people/queries").json()
+    assert sum(e["kind"] == "pmw-answer" for e in owner_view) == 2
+    assert _spent(kit.owner) == 10.0

@@ -14,7 +14,9 @@ of queries, however many are answered from the synthetic distribution, and whoev
 Charging per update instead would still have to pay each round's sparse-vector share when its run
 starts, not when it ends, and would make a paid budget depend on how queries happen to fall.
 Queries cost analysts nothing (their grants are not charged); the ledger entry of the opening
-(kind ``pmw``) is the mode's whole cost.
+(kind ``pmw``) is the mode's whole cost. Each answer is also written to the asker's ledger history
+as a free entry (kind ``pmw-answer``, ε = δ = 0: the question, the value and its source), in the
+same transaction as the state, so analysts and owners see every PMW answer like any release.
 
 **What is public.** Whether a query is answered depends on public inputs only: its text (refused
 at once, free, when it is not a conjunction of ``column = value`` / ``column IN (...)`` over the
@@ -56,13 +58,16 @@ from dpcurator.service.curator import LedgerFilter
 from dpcurator.service.ledger_budgets import BudgetView
 from dpcurator.service.ledger_charges import ChargeRequest
 from dpcurator.service.ledger_database import PmwMode, found
-from dpcurator.service.models import Dataset
+from dpcurator.service.models import Charge, Dataset, utcnow
 from dpcurator.service.operations import CuratorService
 from dpcurator.synth.domain import SynthDomain
 
 #: What a mode does once its updates are used: refuse every query, or answer from the synthetic
 #: distribution only.
 EXHAUSTED_RULES = ("refuse", "synthetic")
+
+#: The kind of the free ledger history entry of one PMW answer.
+ANSWER_KIND = "pmw-answer"
 
 
 @dataclass(frozen=True)
@@ -198,7 +203,34 @@ class PmwStore:
                 mode.state = curator.to_bytes()
                 mode.updates_used = curator.updates_used
             mode.queries_answered += 1
+            text = sql if sql is not None else json.dumps({"where": where})
+            s.add(_history_entry(identity, mode, text, value, source))
         return PmwAnswer(value, source, mode)
+
+
+def _history_entry(
+    identity: Identity,
+    mode: PmwMode,
+    text: str,
+    value: float,
+    source: str,
+) -> Charge:
+    """The free ledger entry of one answer (ε = δ = 0, no events: the opening paid for it)."""
+    now = utcnow()
+    return Charge(
+        principal_id=identity.principal_id,
+        dataset_id=mode.dataset_id,
+        kind=ANSWER_KIND,
+        fingerprint=hashlib.sha256(f"{mode.id}\n{text}".encode()).hexdigest(),
+        query_text=text,
+        epsilon="0",
+        delta="0",
+        events=[],
+        status="released",
+        result={"pmw_id": mode.id, "value": value, "source": source},
+        created_at=now,
+        completed_at=now,
+    )
 
 
 def _weights(
