@@ -26,6 +26,7 @@ async function signIn(token) {
   $("signout").classList.remove("hidden");
   $("whoami").textContent = `${state.me.name} (${state.me.role})`;
   $("owner-card").classList.toggle("hidden", state.me.role !== "owner");
+  $("publish-panel").classList.toggle("hidden", state.me.role !== "owner");
   await loadDatasets();
 }
 
@@ -76,8 +77,10 @@ async function showDataset() {
   ]));
   setUpBuilder(dataset);
   if (!$("sql").value) buildSql();
+  setUpSynthColumns(dataset);
   if (state.me.role === "owner") await loadOwner();
   await loadHistory();
+  await loadSynthetic();
 }
 
 // ---- queries ------------------------------------------------------------------------------
@@ -154,7 +157,7 @@ function batchSql(entry) {
 }
 
 function entryResults(entry) {
-  if (!entry.result) return [];
+  if (!entry.result || entry.kind === "synthetic") return [];  // synthetic: see its own card
   if (entry.kind === "batch") return entry.result.results || [];
   return [{ sql: entry.sql, release: entry.result }];
 }
@@ -257,6 +260,7 @@ document.addEventListener("DOMContentLoaded", () => {
     showDataset();
   });
   wireBuilder();
+  wireSynthetic();
   $("estimate").addEventListener("click", estimate);
   $("run").addEventListener("click", run);
   $("new-analyst").addEventListener("submit", createAnalyst);
