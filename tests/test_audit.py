@@ -24,7 +24,7 @@ from dpcurator.mechanisms import Gaussian, Laplace, RandomizedResponse, exponent
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
 from dpcurator.random import SecureRng
-from dpcurator.streams import ContinualSum
+from dpcurator.streams import ContinualSum, PanPrivateDensity
 from tests.stat_tools import epsilon_lower_bound
 
 pytestmark = pytest.mark.audit
@@ -205,3 +205,26 @@ def audit_pmw(broken: bool) -> float:
 def test_pmw_audit_respects_claim_and_flags_half_update_noise() -> None:
     assert audit_pmw(broken=False) <= EPSILON
     assert audit_pmw(broken=True) > EPSILON
+
+
+# -- pan-private density (dpcurator.streams.pan_private) ----------------------------------------
+
+
+def audit_pan_private_state(broken: bool) -> float:
+    """ε lower bound of an intrusion reading the state: the bit of a user on a stream where they
+    appeared (twice) against one where they did not. The users' bits are independent, so one
+    density over N users gives N samples of each side."""
+    rng = SecureRng()
+    seen = PanPrivateDensity(EPSILON, universe=N, rng=rng)
+    unseen = PanPrivateDensity(EPSILON, universe=N, rng=rng)
+    assert seen.epsilon == EPSILON  # the claim
+    if broken:  # the appeared users' coin at 2ε, the claim unchanged
+        seen.coin = RandomizedResponse(2 * EPSILON)
+    users = np.arange(N)
+    seen.observe(np.concatenate((users, users)), rng)
+    return epsilon_lower_bound(unseen.bits.astype(np.int64), seen.bits.astype(np.int64))
+
+
+def test_pan_private_state_audit_respects_claim_and_flags_double_epsilon() -> None:
+    assert audit_pan_private_state(broken=False) <= EPSILON
+    assert audit_pan_private_state(broken=True) > EPSILON
