@@ -2,13 +2,13 @@
 server with the demo table: the estimate is free, publishing charges the dataset's cap once
 (before any data is read) and runs as a job, analysts and (for public releases) anyone download
 for free, non-owners cannot publish, a restart keeps the release; D and D minus one person give
-the same statuses, schema and size."""
+the same statuses, schema and size. Every test runs on a SQLite and a PostgreSQL ledger."""
 
 from __future__ import annotations
 
 import io
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,14 @@ from dpcurator.service.app import create_app
 from dpcurator.service.client import CuratorClient
 from dpcurator.service.server import build_service
 from tests.neighbour_queries import demo_frame, demo_metadata
-from tests.service_fixtures import ThreadServer, cheap_hasher
+from tests.service_fixtures import (
+    ThreadServer,
+    cheap_hasher,
+    fresh_postgres_url,
+    postgres_server,
+)
+
+__all__ = ["postgres_server"]
 
 VICTIM = 4322
 #: A quick release: MWEM over three public-key columns of the demo table.
@@ -34,6 +41,19 @@ MWEM: dict[str, Any] = {
 }
 
 
+#: A new, empty ledger for a test directory: its SQLAlchemy URL.
+NewLedger = Callable[[Path], str]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def new_ledger(request: pytest.FixtureRequest) -> NewLedger:
+    """Makes ledgers of the parametrized kind (one per server root; a restart reuses its URL)."""
+    if request.param == "sqlite":
+        return lambda root: f"sqlite:///{root / 'ledger.sqlite3'}"
+    base = request.getfixturevalue("postgres_server")
+    return lambda _root: fresh_postgres_url(base)
+
+
 @dataclass
 class Kit:
     """A server with an owner, one analyst (alice, ε = 1 on ``people``) and the demo table."""
@@ -43,15 +63,16 @@ class Kit:
     alice: httpx.Client
     anonymous: httpx.Client
     tokens: tuple[str, str]
+    ledger: str
 
 
 @contextmanager
-def _kit(root: Path, frame: pd.DataFrame, tokens: tuple[str, str] | None = None) -> Iterator[Kit]:
-    """A server on the ledger under ``root``; without ``tokens``, register everything first
-    (with them, reuse the stored ledger, as after a restart)."""
-    service = build_service(
-        f"sqlite:///{root / 'ledger.sqlite3'}", hasher=cheap_hasher(), data_root=root
-    )
+def _kit(
+    root: Path, frame: pd.DataFrame, ledger: str, tokens: tuple[str, str] | None = None
+) -> Iterator[Kit]:
+    """A server on ``ledger`` with data under ``root``; without ``tokens``, register everything
+    first (with them, reuse the stored ledger, as after a restart)."""
+    service = build_service(ledger, hasher=cheap_hasher(), data_root=root)
     try:
         with ThreadServer(create_app(service)) as server:
             if tokens is None:
@@ -81,6 +102,7 @@ def _kit(root: Path, frame: pd.DataFrame, tokens: tuple[str, str] | None = None)
                 server.client(tokens[1]),
                 server.client(),
                 tokens,
+                ledger,
             )
     finally:
         service.close()
@@ -103,8 +125,8 @@ def _wait(client: httpx.Client, release_id: str, timeout: float = 300) -> dict[s
         time.sleep(0.2)
 
 
-def test_estimate_is_free_and_publish_charges_once(tmp_path: Path) -> None:
-    with _kit(tmp_path, demo_frame()) as kit:
+def test_estimate_is_free_and_publish_charges_once(tmp_path: Path, new_ledger: NewLedger) -> None:
+    with _kit(tmp_path, demo_frame(), new_ledger(tmp_path)) as kit:
         before = _cap_spent(kit.owner)
         estimate = kit.owner.post("/v1/datasets/people/synthetic:estimate", json=MWEM)
         assert estimate.status_code == 200, estimate.text
@@ -141,8 +163,10 @@ def test_estimate_is_free_and_publish_charges_once(tmp_path: Path) -> None:
         assert [(h["kind"], h["status"]) for h in history] == [("synthetic", "released")]
 
 
-def test_non_owners_cannot_publish_and_private_releases_need_a_grant(tmp_path: Path) -> None:
-    with _kit(tmp_path, demo_frame()) as kit:
+def test_non_owners_cannot_publish_and_private_releases_need_a_grant(
+    tmp_path: Path, new_ledger: NewLedger
+) -> None:
+    with _kit(tmp_path, demo_frame(), new_ledger(tmp_path)) as kit:
         before = _cap_spent(kit.owner)
         for path in ("synthetic", "synthetic:estimate"):
             refused = kit.alice.post(f"/v1/datasets/people/{path}", json=MWEM)
@@ -155,8 +179,8 @@ def test_non_owners_cannot_publish_and_private_releases_need_a_grant(tmp_path: P
         assert kit.anonymous.get(f"/v1/synthetic/{job['id']}/data").status_code == 404
 
 
-def test_free_refusals_before_the_charge(tmp_path: Path) -> None:
-    with _kit(tmp_path, demo_frame()) as kit:
+def test_free_refusals_before_the_charge(tmp_path: Path, new_ledger: NewLedger) -> None:
+    with _kit(tmp_path, demo_frame(), new_ledger(tmp_path)) as kit:
         before = _cap_spent(kit.owner)
         bad = [
             ({**MWEM, "columns": ["pid"]}, "pid"),  # no public keys or bounds
@@ -173,20 +197,20 @@ def test_free_refusals_before_the_charge(tmp_path: Path) -> None:
         assert kit.owner.get("/v1/datasets/people/synthetic").json() == []
 
 
-def test_restart_keeps_the_release(tmp_path: Path) -> None:
-    with _kit(tmp_path, demo_frame()) as kit:
+def test_restart_keeps_the_release(tmp_path: Path, new_ledger: NewLedger) -> None:
+    with _kit(tmp_path, demo_frame(), new_ledger(tmp_path)) as kit:
         job = kit.owner.post("/v1/datasets/people/synthetic", json=MWEM).json()
         first = _wait(kit.owner, job["id"])
         data = kit.alice.get(f"/v1/synthetic/{job['id']}/data").content
         tokens = kit.tokens
-    with _kit(tmp_path, demo_frame(), tokens) as again:
+    with _kit(tmp_path, demo_frame(), kit.ledger, tokens) as again:
         assert again.owner.get(f"/v1/synthetic/{job['id']}").json() == first
         assert again.alice.get(f"/v1/synthetic/{job['id']}/data").content == data
 
 
-def test_client_publishes_and_downloads(tmp_path: Path) -> None:
+def test_client_publishes_and_downloads(tmp_path: Path, new_ledger: NewLedger) -> None:
     with (
-        _kit(tmp_path, demo_frame()) as kit,
+        _kit(tmp_path, demo_frame(), new_ledger(tmp_path)) as kit,
         CuratorClient(kit.server.url, kit.tokens[0]) as owner,
         CuratorClient(kit.server.url, kit.tokens[1]) as alice,
     ):
@@ -200,9 +224,9 @@ def test_client_publishes_and_downloads(tmp_path: Path) -> None:
         assert [r["id"] for r in alice.synthetic_releases("people")] == [release["id"]]
 
 
-def _observe(frame: pd.DataFrame, root: Path, body: dict[str, Any]) -> list[Any]:
+def _observe(frame: pd.DataFrame, root: Path, ledger: str, body: dict[str, Any]) -> list[Any]:
     """What one owner's publication shows besides the released values."""
-    with _kit(root, frame) as kit:
+    with _kit(root, frame, ledger) as kit:
         estimate = kit.owner.post("/v1/datasets/people/synthetic:estimate", json=body)
         published = kit.owner.post("/v1/datasets/people/synthetic", json=body)
         done = _wait(kit.owner, published.json()["id"])
@@ -229,10 +253,14 @@ def _observe(frame: pd.DataFrame, root: Path, body: dict[str, Any]) -> list[Any]
     ],
     ids=["mwem", "marginals"],
 )
-def test_neighbours_differ_only_in_values(tmp_path: Path, body: dict[str, Any]) -> None:
+def test_neighbours_differ_only_in_values(
+    tmp_path: Path, new_ledger: NewLedger, body: dict[str, Any]
+) -> None:
     full = demo_frame()
     without = full[full["pid"] != VICTIM]
     assert len(without) == len(full) - 1
     (tmp_path / "d").mkdir()
     (tmp_path / "d-1").mkdir()
-    assert _observe(full, tmp_path / "d", body) == _observe(without, tmp_path / "d-1", body)
+    d, d_minus_1 = tmp_path / "d", tmp_path / "d-1"
+    seen = _observe(full, d, new_ledger(d), body)
+    assert seen == _observe(without, d_minus_1, new_ledger(d_minus_1), body)
