@@ -20,11 +20,17 @@ import pytest
 from dpcurator import demo_path
 from dpcurator.accounting import Budget
 from dpcurator.interactive import PrivateMultiplicativeWeights, counting_query
-from dpcurator.mechanisms import Gaussian, Laplace, RandomizedResponse, exponential_mechanism
+from dpcurator.mechanisms import (
+    Gaussian,
+    KaryRandomizedResponse,
+    Laplace,
+    RandomizedResponse,
+    exponential_mechanism,
+)
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
 from dpcurator.random import SecureRng
-from dpcurator.streams import ContinualSum, PanPrivateDensity
+from dpcurator.streams import ContinualSum, PanPrivateDensity, PanPrivateIncidence
 from tests.stat_tools import epsilon_lower_bound
 
 pytestmark = pytest.mark.audit
@@ -228,3 +234,21 @@ def audit_pan_private_state(broken: bool) -> float:
 def test_pan_private_state_audit_respects_claim_and_flags_double_epsilon() -> None:
     assert audit_pan_private_state(broken=False) <= EPSILON
     assert audit_pan_private_state(broken=True) > EPSILON
+
+
+def audit_pan_private_incidence(broken: bool) -> float:
+    """ε lower bound of an intrusion reading incidence counters (modulus 4): a user's counter
+    after appearing once against never, over N independent users."""
+    rng = SecureRng()
+    seen = PanPrivateIncidence(EPSILON, universe=N, modulus=4, rng=rng)
+    unseen = PanPrivateIncidence(EPSILON, universe=N, modulus=4, rng=rng)
+    assert seen.epsilon == EPSILON  # the claim
+    if broken:  # the appeared users' counters drawn at 2ε, the claim unchanged
+        seen.counters = KaryRandomizedResponse(2 * EPSILON, 4).randomize(np.zeros(N, np.int64))
+    seen.observe(np.arange(N))
+    return epsilon_lower_bound(unseen.counters, seen.counters)
+
+
+def test_pan_private_incidence_audit_respects_claim_and_flags_double_epsilon() -> None:
+    assert audit_pan_private_incidence(broken=False) <= EPSILON
+    assert audit_pan_private_incidence(broken=True) > EPSILON

@@ -6,11 +6,20 @@
 * :class:`PanPrivateDensity` — the fraction of a public universe of users that appeared, with an
   internal state that is itself ε-DP (Dwork, Naor, Pitassi, Rothblum & Yekhanin 2010), persisted
   as that private state only.
+* :class:`PanPrivateIncidence` — the fraction that appeared at least k times, from one ε-DP
+  counter modulo a public m per user (the same paper's incidence counter).
 """
 
 from __future__ import annotations
 
+from dpcurator.streams.incidence import PanPrivateIncidence
 from dpcurator.streams.pan_private import DensityEstimate, PanPrivateDensity
 from dpcurator.streams.tree import ContinualSum, sum_of_laplace_halfwidth
 
-__all__ = ["ContinualSum", "DensityEstimate", "PanPrivateDensity", "sum_of_laplace_halfwidth"]
+__all__ = [
+    "ContinualSum",
+    "DensityEstimate",
+    "PanPrivateDensity",
+    "PanPrivateIncidence",
+    "sum_of_laplace_halfwidth",
+]

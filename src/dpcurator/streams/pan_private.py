@@ -79,14 +79,8 @@ class PanPrivateDensity:
         self.coin = RandomizedResponse(epsilon)
         self.universe = check_int(owner, "universe", universe, minimum=1)
         source = rng or default_rng()
-        if sample_size is None:
-            self.tracked: npt.NDArray[np.int64] | None = None
-            size = self.universe
-        else:
-            size = check_int(owner, "sample_size", sample_size, minimum=1)
-            if size > self.universe:
-                raise fail(owner, "sample_size", f"<= universe ({self.universe})", sample_size)
-            self.tracked = _sample_without_replacement(source, self.universe, size)
+        self.tracked = sample_without_replacement(owner, source, self.universe, sample_size)
+        size = self.universe if self.tracked is None else self.tracked.size
         self.bits = source.coins(size)
 
     @property
@@ -104,18 +98,8 @@ class PanPrivateDensity:
 
         Only the bits of tracked users who appear are redrawn; the ids are not kept.
         """
-        ids = np.asarray(users).reshape(-1)
-        if ids.dtype.kind not in "iu":
-            raise fail("PanPrivateDensity.observe", "users", "integer user ids", ids.dtype)
-        ids = ids[(ids >= 0) & (ids < self.universe)].astype(np.int64)
-        if self.tracked is None:
-            positions = np.unique(ids)
-        else:
-            slot = np.searchsorted(self.tracked, ids)
-            hit = (slot < self.tracked.size) & (
-                self.tracked[np.minimum(slot, self.tracked.size - 1)] == ids
-            )
-            positions = np.unique(slot[hit])
+        slots = tracked_positions("PanPrivateDensity.observe", users, self.universe, self.tracked)
+        positions = np.unique(slots)
         redrawn = self.coin.randomize(np.ones(positions.size, dtype=np.bool_), rng)
         self.bits[positions] = redrawn
 
@@ -123,28 +107,16 @@ class PanPrivateDensity:
         self, epsilon: object, alpha: object = 0.05, rng: Rng | None = None
     ) -> DensityEstimate:
         """Release the estimated fraction of the universe that appeared (ε_out = ``epsilon``)."""
-        owner = "PanPrivateDensity.estimate"
-        check_positive(owner, "epsilon", epsilon)
-        a = float(check_probability(owner, "alpha", alpha, open_low=True, open_high=True))
-        mechanism = Laplace.for_epsilon(epsilon, 1)
-        ones = int(mechanism.release_integers(np.array([int(self.bits.sum())]), rng)[0])
-        m = self.bits.size
-        gap = float(self.bias) - 0.5
-        fraction = (ones - m / 2) / (gap * m)
-        parts = 3 if self.tracked is not None else 2
-        share = a / parts
-        bits_width = math.sqrt(m * math.log(2 / share) / 2)
-        noise_width = mechanism.ci_halfwidth(share)
-        half = (bits_width + noise_width) / (gap * m)
-        if self.tracked is not None:
-            half += math.sqrt(math.log(2 / share) / (2 * m))
-        clipped = min(max(fraction, 0.0), 1.0)
-        return DensityEstimate(
-            clipped,
-            max(fraction - half, 0.0),
-            min(fraction + half, 1.0),
-            a,
-            mechanism.epsilon(1),
+        return release_fraction(
+            "PanPrivateDensity.estimate",
+            int(self.bits.sum()),
+            null_hits=self.bits.size / 2,
+            gap=self.bias - Fraction(1, 2),
+            size=self.bits.size,
+            sampled=self.tracked is not None,
+            epsilon=epsilon,
+            alpha=alpha,
+            rng=rng,
         )
 
     def to_bytes(self) -> bytes:
@@ -182,8 +154,69 @@ class PanPrivateDensity:
         return made
 
 
-def _sample_without_replacement(rng: Rng, universe: int, size: int) -> npt.NDArray[np.int64]:
-    """A uniformly random ``size``-subset of {0..universe-1}, sorted (Floyd's algorithm)."""
+def tracked_positions(
+    owner: str, users: npt.ArrayLike, universe: int, tracked: npt.NDArray[np.int64] | None
+) -> npt.NDArray[np.int64]:
+    """The state slots of a batch's user ids, one per event (repeats kept); ids outside the
+    universe or not in the tracked sample are dropped (never an error)."""
+    ids = np.asarray(users).reshape(-1)
+    if ids.dtype.kind not in "iu":
+        raise fail(owner, "users", "integer user ids", ids.dtype)
+    ids = ids[(ids >= 0) & (ids < universe)].astype(np.int64)
+    if tracked is None:
+        return ids
+    slot = np.searchsorted(tracked, ids)
+    hit = (slot < tracked.size) & (tracked[np.minimum(slot, tracked.size - 1)] == ids)
+    positions: npt.NDArray[np.int64] = slot[hit]
+    return positions
+
+
+def release_fraction(
+    owner: str,
+    hits: int,
+    *,
+    null_hits: float,
+    gap: Fraction,
+    size: int,
+    sampled: bool,
+    epsilon: object,
+    alpha: object,
+    rng: Rng | None,
+) -> DensityEstimate:
+    """Release a fraction from the number of tracked states in a set: ``hits`` gets discrete
+    Laplace noise at ``epsilon`` (sensitivity 1: one user moves only their own state), then
+    fraction = (noisy - null_hits) / (gap · m), where ``null_hits`` is the expected count if no
+    user had the property and ``gap`` the difference of a state's probability of being in the
+    set with and without it. The (1-α) interval: Hoeffding for the m independent states, the
+    exact discrete Laplace tail and (when sampling) Hoeffding for sampling without replacement,
+    α split evenly."""
+    check_positive(owner, "epsilon", epsilon)
+    a = float(check_probability(owner, "alpha", alpha, open_low=True, open_high=True))
+    mechanism = Laplace.for_epsilon(epsilon, 1)
+    noisy = int(mechanism.release_integers(np.array([hits]), rng)[0])
+    m = size
+    scaled = float(gap) * m
+    fraction = (noisy - null_hits) / scaled
+    share = a / (3 if sampled else 2)
+    half = (math.sqrt(m * math.log(2 / share) / 2) + mechanism.ci_halfwidth(share)) / scaled
+    if sampled:
+        half += math.sqrt(math.log(2 / share) / (2 * m))
+    clipped = min(max(fraction, 0.0), 1.0)
+    return DensityEstimate(
+        clipped, max(fraction - half, 0.0), min(fraction + half, 1.0), a, mechanism.epsilon(1)
+    )
+
+
+def sample_without_replacement(
+    owner: str, rng: Rng, universe: int, sample_size: int | None
+) -> npt.NDArray[np.int64] | None:
+    """A uniformly random ``sample_size``-subset of {0..universe-1}, sorted (Floyd's algorithm),
+    drawn from ``rng`` only (never from the data); None (track everyone) without a size."""
+    if sample_size is None:
+        return None
+    size = check_int(owner, "sample_size", sample_size, minimum=1)
+    if size > universe:
+        raise fail(owner, "sample_size", f"<= universe ({universe})", sample_size)
     chosen: set[int] = set()
     for j in range(universe - size, universe):
         pick = int(rng.integers_below(j + 1, 1)[0])
