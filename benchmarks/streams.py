@@ -4,7 +4,8 @@ Run ``python benchmarks/streams.py`` (``--max-exponent 7`` for T = 10^7; default
 T, a 0/1 stream of length T (every other event is 1) is released after every event at ε = 1:
 events/s ingested (one batch), the mean and maximum absolute error over all T releases, and the
 95% half-width stated for the final release. The error grows like log(T)^1.5, not like T.
-Also: pan-private density ingestion (events/s) over a universe of 10^6 users.
+Also: pan-private density and incidence (at least 2 appearances, counters mod 4) ingestion
+(events/s) over a universe of 10^6 users.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 import numpy as np
 
 from dpcurator.random import SecureRng
-from dpcurator.streams import ContinualSum, PanPrivateDensity
+from dpcurator.streams import ContinualSum, PanPrivateDensity, PanPrivateIncidence
 
 
 def main() -> None:
@@ -45,6 +46,16 @@ def main() -> None:
     print(
         f"pan-private density: {5 * 10**5 / seconds:.0f} events/s; estimate {result.fraction:.4f}"
         f" (truth 0.5000, 95% CI [{result.ci_low:.4f}, {result.ci_high:.4f}])"
+    )
+    incidence = PanPrivateIncidence(epsilon=1, universe=10**6, modulus=4, rng=rng)
+    twice = np.concatenate((users[: 5 * 10**5], users[: 2 * 10**5]))  # 20% appear twice
+    start = time.perf_counter()
+    incidence.observe(twice)
+    seconds = time.perf_counter() - start
+    result = incidence.estimate_at_least(2, epsilon=1, rng=rng)
+    print(
+        f"pan-private incidence: {twice.size / seconds:.0f} events/s; at least 2: "
+        f"{result.fraction:.4f} (truth 0.2000, 95% CI [{result.ci_low:.4f}, {result.ci_high:.4f}])"
     )
 
 
