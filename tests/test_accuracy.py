@@ -89,12 +89,19 @@ def test_partition_selection_takes_its_usual_share_on_top(people: Session) -> No
     session = Session.from_data(
         str(dpcurator.demo_path("people.csv")), metadata=free, budget=Budget(10, 1e-6)
     )
+    sql = "SELECT education, SUM(age) AS s FROM people GROUP BY education"
+    plan = session.plan(sql, accuracy={"s": 300}, delta=1e-6)
+    (total,) = plan.outputs
+    assert plan.selection is not None
+    assert plan.selection.epsilon == total.epsilon  # one share beside one aggregate
+    assert plan.cost.epsilon == 2 * total.epsilon
+    # a count with one row per person is thresholded itself: no share on top
     sql = "SELECT education, COUNT(*) AS n FROM people GROUP BY education"
     plan = session.plan(sql, accuracy={"n": 30}, delta=1e-6)
     (count,) = plan.outputs
     assert plan.selection is not None
-    assert plan.selection.epsilon == count.epsilon  # one share beside one aggregate
-    assert plan.cost.epsilon == 2 * count.epsilon
+    assert plan.selection_output == "n"
+    assert plan.cost.epsilon == count.epsilon
 
 
 def test_refusals_are_free_and_name_the_problem(people: Session) -> None:

@@ -198,8 +198,15 @@ def test_partition_selection_needs_delta() -> None:
     plan = plan_query(query, ROW, epsilon=1, delta=1e-6)
     assert plan.keys is None
     assert plan.selection is not None
-    assert plan.selection.epsilon == Fraction(1, 2)  # one share for the count, one for selection
+    # the count (one row per person) is thresholded itself: the selection has the count's share
+    assert plan.selection.epsilon == Fraction(1)
+    assert plan.selection_output == "count"
     assert plan.cost == ApproxDP(1, 1e-6)
+    assert plan.selection_exact == plan.exact.aggregates[-1].name
+    summed = qb.Query("t").group_by("city").agg(qb.sum("age"))
+    plan = plan_query(summed, ROW, epsilon=1, delta=1e-6)
+    assert plan.selection is not None
+    assert plan.selection.epsilon == Fraction(1, 2)  # one share for the sum, one for selection
     assert plan.exact.aggregates[-1] == ir.ExactAggregate("__persons", "count_persons")
     assert plan_query(qb.Query("t").agg(qb.count()), ROW, epsilon=1, delta=1e-6).cost == PureDP(1)
 

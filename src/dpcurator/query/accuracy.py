@@ -110,7 +110,7 @@ def plan_for_accuracy(
         shares = [share * Fraction(MIN_EPSILON) / total for share in shares]
         total = sum(shares, Fraction(0))
     epsilon = total
-    if provisional.selection is not None:
+    if provisional.selection is not None and not provisional.selection_output:
         epsilon = total * (len(shares) + to_fraction(selection_weight)) / len(shares)
     return plan_query(
         query,

@@ -22,12 +22,23 @@ its own share and, here, half of δ). The shares of the Gaussian outputs, ε_G, 
 δ_G, become ρ_G = the largest ρ whose zCDP conversion (CKS20, Corollary 13) is within (ε_G, δ_G),
 and ρ_G is divided among the statistics in proportion to ε_j^(3/2): the Laplace split minimises
 Σ c_j/ε_j² with ε_j ∝ c_j^(1/3), and the Gaussian variance c_j/ρ_j is minimised by ρ_j ∝ c_j^(1/2)
-= ε_j^(3/2) (Lagrange multipliers). By basic composition the query is (ε, δ)-DP; as
-approximate zCDP it is δ_sel-approximately (ρ_G + Σ ε_q²/2 + ε_sel²/2)-zCDP (quantiles are
-ε_q-DP by permute-and-flip, hence ε_q²/2-zCDP; the thresholded selection is (ε_sel, δ_sel)-DP,
-a δ_sel-approximate ε_sel²/2-zCDP mechanism). It is charged as one
-:class:`~dpcurator.accounting.ConcentratedEvent` carrying both views, so a basic filter charges
-(ε, δ) and a :class:`~dpcurator.accounting.ConcentratedFilter` the cheaper.
+= ε_j^(3/2) (Lagrange multipliers).
+
+**Partition selection** of a Gaussian plan is Gaussian thresholding
+(:mod:`dpcurator.mechanisms.gaussian_threshold`: δ_t-approximately ρ_sel-zCDP, where δ_t bounds
+the probability of releasing a group only one neighbour has). With its own share (ε_sel, δ_sel):
+ρ_sel is the largest ρ within (ε_sel, δ_sel/2) and δ_t = δ_sel/2, so it is (ε_sel, δ_sel)-DP.
+When it thresholds a count output's own noise (``Plan.selection_output``, see
+:mod:`dpcurator.query.planner`), it adds no ρ and δ_t = δ_sel. Its noise has L2 sensitivity
+sqrt(g) against the Laplace's L1 g, so it has the lower threshold when a person may be in many
+groups; with one group per person thresholded Laplace has the lower threshold at the same (ε, δ)
+(``noise="laplace"``), but costs ε_sel²/2 of ρ rather than ρ_sel.
+
+By basic composition the query is (ε, δ)-DP; as approximate zCDP it is
+δ_t-approximately (ρ_G + Σ ε_q²/2 + ρ_sel)-zCDP (quantiles are ε_q-DP by permute-and-flip, hence
+ε_q²/2-zCDP; approximate zCDP composes by adding ρ and δ, Bun & Steinke 2016 Lemma 8.3). It is
+charged as one :class:`~dpcurator.accounting.ConcentratedEvent` carrying both views, so a basic
+filter charges (ε, δ) and a :class:`~dpcurator.accounting.ConcentratedFilter` the cheaper.
 
 Given ρ (``rho=``): the outputs share ρ in proportion to (ε share)^(3/2) of the planner's split;
 a quantile output's share ρ_q buys permute-and-flip at ε_q = sqrt(2ρ_q) (rounded down); the
@@ -52,6 +63,7 @@ from dpcurator.core.measures import ZCDP, ApproxDP, readable
 from dpcurator.core.numbers import to_fraction
 from dpcurator.errors import InternalInvariantError, ParameterError, UnsupportedQueryError
 from dpcurator.mechanisms import Gaussian
+from dpcurator.mechanisms.gaussian_threshold import GaussianPartitionSelection, gaussian_selection
 from dpcurator.query.builder import Query
 from dpcurator.query.plan_outputs import NoisyStatistic, OutputPlan
 from dpcurator.query.planner import Plan, plan_query
@@ -166,15 +178,11 @@ def _approx_plan(
         query, metadata, epsilon=epsilon, delta=delta, selection_weight=selection_weight
     )
     aggregate_delta = delta
-    selection_rho, selection_delta = Fraction(0), Fraction(0)
     if plan.selection is not None:
         plan = plan_query(
             query, metadata, epsilon=epsilon, delta=delta / 2, selection_weight=selection_weight
         )
-        assert plan.selection is not None  # the same query selects again
         aggregate_delta = delta - delta / 2
-        selection_rho = plan.selection.epsilon**2 / 2
-        selection_delta = plan.selection.delta
     noisy_share = sum((o.epsilon for o in plan.outputs if o.parts), Fraction(0))
     pure_rho = sum((o.epsilon**2 / 2 for o in plan.outputs if not o.parts), Fraction(0))
     eps = to_fraction(epsilon)
@@ -186,8 +194,51 @@ def _approx_plan(
         if rho == 0:
             raise fail("query", "epsilon", "large enough to leave a positive ρ", epsilon)
         outputs = _gaussian_outputs(plan.outputs, rho, plan.exact.bound.max_groups)
-    event = ConcentratedEvent(rho + pure_rho + selection_rho, selection_delta, eps, delta)
-    return replace(plan, outputs=outputs, cost=ApproxDP(eps, delta), event=event)
+    plan = replace(plan, outputs=outputs)
+    selection, selection_rho = _gaussian_selection(plan)
+    tail = Fraction(0) if selection is None else selection.tail_delta
+    event = ConcentratedEvent(rho + pure_rho + selection_rho, tail, eps, delta)
+    return replace(plan, selection=selection, cost=ApproxDP(eps, delta), event=event)
+
+
+def _gaussian_selection(plan: Plan) -> tuple[GaussianPartitionSelection | None, Fraction]:
+    """The plan's partition selection with discrete Gaussian noise at the same (ε_sel, δ_sel),
+    and the ρ it adds to the plan's (0 when it thresholds an output's own noisy count).
+
+    Shared with a count output (``Plan.selection_output``): that count's Gaussian noise, all of
+    δ_sel for the threshold's tail. Otherwise the person counts get σ for ρ_sel = the largest ρ
+    whose conversion is within (ε_sel, δ_sel/2), and the tail gets the other δ_sel/2, so the
+    selection is (ε_sel, δ_sel)-DP and δ_sel/2-approximately ρ_sel-zCDP
+    (:mod:`dpcurator.mechanisms.gaussian_threshold`).
+    """
+    if plan.selection is None:
+        return None, Fraction(0)
+    groups = plan.exact.bound.max_groups
+    delta = plan.selection.delta
+    if plan.selection_output:
+        (output,) = [o for o in plan.outputs if o.name == plan.selection_output]
+        mechanism = output.parts[0].mechanism
+        if not isinstance(mechanism, Gaussian):
+            raise InternalInvariantError(
+                f"The selection's count {output.name!r} has no Gaussian noise; please report this."
+            )
+        return gaussian_selection(mechanism, delta, groups), Fraction(0)
+    rho = _largest_rho(plan.selection.epsilon, delta / 2)
+    if rho == 0:
+        raise fail(
+            "query",
+            "epsilon",
+            "large enough to leave partition selection a positive ρ (its share here)",
+            plan.selection.epsilon,
+        )
+    selection = gaussian_selection(
+        Gaussian.for_rho_squared(rho, groups),
+        delta - delta / 2,
+        groups,
+        epsilon=plan.selection.epsilon,
+        conversion_delta=delta / 2,
+    )
+    return selection, selection.rho
 
 
 def _rho_plan(query: Query, metadata: Metadata, rho: Fraction) -> Plan:

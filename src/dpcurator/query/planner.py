@@ -6,9 +6,14 @@ keys) follows from the query, the metadata and the requested budget. Errors rais
 nothing. Each output is planned by :mod:`dpcurator.query.plan_outputs`; this module checks the
 query as a whole, chooses the released keys and splits the budget.
 
-Budget split (documented default, :mod:`dpcurator.query.split`): when keys are not public, DP
-partition selection takes the share ``selection_weight`` / (number of aggregates +
-``selection_weight``) of ε and all of δ. The rest is divided among the aggregates so as to minimise
+Budget split (documented default, :mod:`dpcurator.query.split`): when keys are not public, one DP
+partition selection decides the groups of all the query's aggregates. When the query has a count
+to which a person adds at most 1 per group (``COUNT(DISTINCT person)``, or ``COUNT(*)`` with one
+row per person and group), that count's noisy value is the selection's: the groups whose noisy
+count clears the threshold are released with that same noisy count, and the selection costs no
+share of ε of its own (only δ; see :func:`shared_selection_output`). Otherwise partition selection
+takes the share ``selection_weight`` / (number of aggregates + ``selection_weight``) of ε and all
+of δ. The rest is divided among the aggregates so as to minimise
 the total relative variance of the released values: aggregate i gets a share proportional to the
 cube root of its first-order variance coefficient (minimising Σ c_i/ε_i² under Σ ε_i = ε), which is
 1 for a count, a sum, a histogram and a quantile, 1 + q^(1/3) for a mean, and so on. Within a mean,
@@ -52,6 +57,7 @@ from dpcurator.mechanisms import (
     PartitionSelection,
     partition_selection_threshold,
 )
+from dpcurator.mechanisms.gaussian_threshold import GaussianPartitionSelection
 from dpcurator.query import ir
 from dpcurator.query.analysis import public_keys
 from dpcurator.query.backends.plan_checks import check_plan
@@ -75,8 +81,11 @@ class Plan:
         group_columns: the names of the grouping columns.
         keys: the public group keys released (all of them, even empty groups), or None when
             partition selection decides which groups present in the data are released.
-        selection: the partition selection mechanism (None with public keys).
-        selection_exact: the name of the distinct-person count used by partition selection.
+        selection: the partition selection mechanism (None with public keys): thresholded
+            discrete Laplace, or discrete Gaussian in a Gaussian plan (query.noise).
+        selection_exact: the name of the exact count partition selection thresholds.
+        selection_output: the output whose noisy count is the selection's (released with the
+            very values the selection thresholded), or "" when the selection has its own count.
         cost: the total privacy cost charged for the query (ρ for a query given a ρ).
         order_by: output columns to sort the released rows by (post-processing).
         event: the accounting event charged (None: the PureEvent/ApproxEvent of ``cost``; see
@@ -90,13 +99,14 @@ class Plan:
     outputs: tuple[OutputPlan, ...]
     group_columns: tuple[str, ...]
     keys: tuple[tuple[ir.ScalarValue, ...], ...] | None
-    selection: PartitionSelection | None
+    selection: PartitionSelection | GaussianPartitionSelection | None
     selection_exact: str
     cost: PureDP | ApproxDP | ZCDP
     order_by: tuple[tuple[str, bool], ...] = ()
     event: PrivacyEvent | None = None
     noise: str = ""
     neighbouring: str = "add_remove"
+    selection_output: str = ""
 
 
 def plan_event(plan: Plan) -> PrivacyEvent:
@@ -174,7 +184,10 @@ def plan_query(
         output, aggregates = plan_aggregate(aggregate, eps, context)
         planned.append(output)
         exact.extend(aggregates)
-    selection_share = _selection_share(eps, len(planned), selection_weight, needs_selection)
+    shared = shared_selection_output(planned, per_person) if needs_selection else None
+    selection_share = _selection_share(
+        eps, len(planned), selection_weight, needs_selection and shared is None
+    )
     if shares is None:
         weights = _weights(checked.aggregates, planned, context)
         weights = [
@@ -185,11 +198,11 @@ def plan_query(
     else:
         chosen = _check_shares(shares, eps - selection_share, len(planned))
     outputs = [_with_share(o, share) for o, share in zip(planned, chosen, strict=True)]
-    selection = None
-    selection_exact = "__persons"
+    selection, selection_exact = None, "__persons"
     if needs_selection:
-        selection = partition_selection_threshold(selection_share, dlt, per_person)
-        exact.append(ir.ExactAggregate(selection_exact, "count_persons"))
+        selection, selection_exact = _selection(outputs, shared, selection_share, dlt, per_person)
+        if shared is None:
+            exact.append(ir.ExactAggregate(selection_exact, "count_persons"))
     free = not exact  # only public counts (replace-one): the engine's count goes unused
     if free:
         exact.append(ir.ExactAggregate("__rows", "count"))
@@ -222,7 +235,40 @@ def plan_query(
         cost=cost,
         order_by=query.order_by,
         neighbouring=metadata.neighbouring,
+        selection_output="" if shared is None else outputs[shared].name,
     )
+
+
+def _selection(
+    outputs: Sequence[OutputPlan],
+    shared: int | None,
+    share: Fraction,
+    delta: Fraction,
+    groups: int,
+) -> tuple[PartitionSelection, str]:
+    """The thresholded Laplace selection and the exact count it reads: the shared output's own
+    count and noise (the same Laplace, at that output's share), or a person count at ``share``."""
+    if shared is None:
+        return partition_selection_threshold(share, delta, groups), "__persons"
+    (part,) = outputs[shared].parts
+    return partition_selection_threshold(part.epsilon, delta, groups), part.exact
+
+
+def shared_selection_output(outputs: Sequence[OutputPlan], groups: int) -> int | None:
+    """The index of the first count whose noisy value can also select the groups, or None.
+
+    That is a count (of rows, non-null values or persons) with one noisy statistic of L1
+    sensitivity ``groups``: one person adds at most 1 to each of at most g groups, exactly the
+    distinct-person count partition selection thresholds (Wilson et al. 2020, §4: the count
+    released is the noisy count that was thresholded). Thresholding it is a selection of the same
+    (ε, δ) as a separate one at its share, so the query saves the separate share.
+    """
+    for index, output in enumerate(outputs):
+        if output.kind not in ("count", "count_persons") or len(output.parts) != 1:
+            continue
+        if output.parts[0].sensitivity == groups and output.parts[0].role == "count":
+            return index
+    return None
 
 
 def _selection_share(

@@ -2,7 +2,7 @@
 
 The only randomness is drawn by :mod:`dpcurator.mechanisms` (discrete Laplace on integer grid
 values, or discrete Gaussian for a Gaussian plan (:mod:`dpcurator.query.noise`), permute-and-flip
-for quantiles, thresholded Laplace for partition selection); everything
+for quantiles, thresholded Laplace or Gaussian for partition selection); everything
 else here is post-processing of noisy values, which costs no privacy.
 
 Confidence intervals (level 1-α, ``alpha`` default 0.05) cover the exact value the engine computed
@@ -10,7 +10,11 @@ Confidence intervals (level 1-α, ``alpha`` default 0.05) cover the exact value 
 
 * counts and sums: the exact discrete Laplace (or Gaussian) interval, value ± t with
   P[|Z| > t] <= α; counts are
-  clipped at 0 (post-processing; the truth is >= 0, so coverage is kept);
+  clipped at 0 (post-processing; the truth is >= 0, so coverage is kept). A count that is also
+  the partition selection's (``Plan.selection_output``) is released only when it clears the
+  threshold, so its interval covers with probability >= 1-α before the selection, not
+  conditioned on the group being released: the counts of small released groups are biased
+  upwards (every other output's noise is independent of the selection);
 * means = centre + noisy centred sum / noisy count (not unbiased; clamped to the bounds). Its
   interval is conservative: each part gets a (1-α/2) interval and the ratio's range over both
   intervals is reported (union bound), or the full bounds when the count interval reaches 0;
@@ -207,17 +211,18 @@ def _sort_key(value: object) -> tuple[int, str, object]:
 
 def released_keys(
     plan: Plan, exact: ir.ExactResult, rng: Rng | None
-) -> list[tuple[ir.ScalarValue, ...]]:
-    """The public keys, or the keys chosen by DP partition selection among those present."""
+) -> tuple[list[tuple[ir.ScalarValue, ...]], npt.NDArray[np.int64]]:
+    """The public keys, or the keys chosen by DP partition selection among those present, with
+    the noisy counts that cleared the threshold (empty with public keys)."""
     if plan.keys is not None:
-        return list(plan.keys)
+        return list(plan.keys), np.zeros(0, dtype=np.int64)
     assert plan.selection is not None  # plans without keys carry a selection
     present = sorted(exact.groups, key=lambda key: tuple(_sort_key(v) for v in key))
     if not present:
-        return []
+        return [], np.zeros(0, dtype=np.int64)
     counts = _exact_values(exact, present, plan.selection_exact, 0)
-    mask, _ = plan.selection.select(counts, rng)
-    return [key for key, keep in zip(present, mask, strict=True) if keep]
+    mask, noisy = plan.selection.select(counts, rng)
+    return [key for key, keep in zip(present, mask, strict=True) if keep], noisy[mask]
 
 
 def _exact_int(value: object) -> int:
@@ -277,7 +282,7 @@ def release_plan(
 
     ``compute`` runs the later levels of refined quantiles (one engine pass per level,
     :mod:`dpcurator.query.quantile_plan`); without it quantiles stop at their first level."""
-    keys = released_keys(plan, exact, rng)
+    keys, selected = released_keys(plan, exact, rng)
     steps = {o.name: o.quantile for o in plan.outputs if o.quantile is not None}
     quantiles = release_quantiles(
         steps, plan.exact, exact, keys, read=_exact_values, compute=compute, alpha=alpha, rng=rng
@@ -286,6 +291,10 @@ def release_plan(
     for output in plan.outputs:
         if output.name in quantiles:
             per_output.append([[Estimate(*cell)] for cell in quantiles[output.name]])
+            continue
+        if output.name == plan.selection_output:  # the selection's own noisy counts
+            width = halfwidth(output.parts[0], alpha)
+            per_output.append([[e] for e in _estimates(selected, width, floor=0.0)])
             continue
         per_output.append(_release_output(output, exact, keys, alpha, rng))
     cells = per_output[0] if per_output else [[] for _ in keys]  # group -> its estimates

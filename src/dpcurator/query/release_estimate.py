@@ -15,7 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
-from dpcurator.mechanisms import Laplace
+from dpcurator.mechanisms import Laplace, PartitionSelection
 from dpcurator.query.histogram import HistogramBin, histogram_bins
 from dpcurator.query.plan_outputs import NoisyStatistic, OutputKind, OutputPlan
 from dpcurator.query.planner import Plan
@@ -192,16 +192,30 @@ def mechanism_uses(plan: Plan, alpha: float) -> tuple[MechanismUse, ...]:
                     rank_error=step.rank_error(alpha),
                 )
             )
-    if plan.selection is not None:
+    selection = plan.selection
+    if isinstance(selection, PartitionSelection):
         uses.append(
             MechanismUse(
                 ",".join(plan.group_columns),
                 "partition selection",
-                f"discrete Laplace + threshold {plan.selection.threshold}",
-                float(plan.selection.laplace.scale),
+                f"discrete Laplace + threshold {selection.threshold}",
+                float(selection.laplace.scale),
                 float(plan.exact.bound.max_groups),
-                plan.selection.epsilon,
-                plan.selection.delta,
+                selection.epsilon,
+                selection.delta,
+            )
+        )
+    elif selection is not None:  # Gaussian thresholding (dpcurator.mechanisms.gaussian_threshold)
+        uses.append(
+            MechanismUse(
+                ",".join(plan.group_columns),
+                "partition selection",
+                f"discrete Gaussian + threshold {selection.threshold}",
+                float(selection.gaussian.sigma),
+                math.sqrt(plan.exact.bound.max_groups),
+                selection.epsilon,
+                selection.delta,
+                rho=Fraction(0) if plan.selection_output else selection.rho,
             )
         )
     return tuple(uses)
