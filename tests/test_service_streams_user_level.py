@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.test_service_pmw import _kit
+from tests.service_kit import people_kit
 
 
 def test_user_level_stream_caps_each_person_across_batches_and_a_restart(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
     # ε = 99 over 4 levels: noise of scale 8/99 count units, non-zero with probability ~1e-5
     body = {"kind": "count", "epsilon": 99, "horizon": 8, "max_events_per_person": 2}
-    with _kit(url, tmp_path) as first:
+    with people_kit(tmp_path) as first:
         created = first.owner.post("/v1/datasets/people/streams", json=body)
         assert created.status_code == 201, created.text
         assert created.json()["params"]["max_events_per_person"] == 2
@@ -29,7 +28,7 @@ def test_user_level_stream_caps_each_person_across_batches_and_a_restart(tmp_pat
         )
         assert refused.status_code == 422
         tokens = first.tokens
-    with _kit(url, tmp_path, tokens) as second:
+    with people_kit(tmp_path, tokens=tokens) as second:  # a restart
         reply = second.alice.post(path, json={"values": [1, 1], "persons": [1, "b"]})
         assert reply.status_code == 200, reply.text
         assert round(reply.json()["latest"]["value"]) == 3  # person 1 stays capped after restart
