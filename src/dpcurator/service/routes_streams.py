@@ -41,6 +41,7 @@ class SparseIn(_Strict):
     threshold: Finite
     c: Annotated[int, Field(ge=1, le=MAX_QUERIES)] = 1
     epsilon: s.Epsilon
+    numeric: bool = False  # numeric sparse: also a noisy value of each positive
 
 
 class StreamIn(_Strict):
@@ -112,7 +113,9 @@ async def sparse_vector(
     service: Service, who: Caller, dataset_id: str, body: SparseIn
 ) -> dict[str, Any]:
     """Sparse vector: flags for the queries above the threshold, stopping after ``c``."""
-    question = SparseQuestion(body.queries, body.threshold, body.c, s.exact(body.epsilon))
+    question = SparseQuestion(
+        body.queries, body.threshold, body.c, s.exact(body.epsilon), body.numeric
+    )
     answer = await run_in_threadpool(answer_sparse, service, who, dataset_id, question)
     charge = answer.charge
     return {

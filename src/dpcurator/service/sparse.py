@@ -12,6 +12,11 @@ however many below-threshold answers it gives, so the whole list is ε-DP by com
 c runs: one charge of ε, reserved in the ledger before any data is read. The answers to queries
 after the c-th positive are never looked at.
 
+Numeric sparse (``numeric``; Dwork & Roth 2014, Algorithm 3): the c runs get
+:data:`NUMERIC_SPARSE_SHARE` of ε and each query found above the threshold also has its value
+released with Laplace noise at the rest of ε divided by c (sensitivity Δ; at most c values, so
+they compose to the rest). Still one charge of ε; the stated half-width is the values' 95% bound.
+
 What the analyst sees depends on public inputs and the noisy outcomes only: the list of flags
 has one entry per query (``true``/``false``, ``null`` after the halt), every refusal is decided
 from the plans before the charge, and after the charge a failure is the constant
@@ -31,6 +36,7 @@ from typing import Any, cast
 from dpcurator.accounting.events import PureEvent
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import BudgetExceededError, ParameterError, UnsupportedQueryError
+from dpcurator.mechanisms.laplace import Laplace
 from dpcurator.mechanisms.sparse_vector import AboveThreshold
 from dpcurator.query.ir import AggregatePlan, ExactResult
 from dpcurator.query.planner import Plan
@@ -47,6 +53,9 @@ from dpcurator.service.refusals import audited_sql
 MAX_QUERIES = 1_000
 _KINDS = ("count", "count_persons", "sum")
 
+#: Numeric sparse: the share of ε spent on the threshold tests (the rest on the released values).
+NUMERIC_SPARSE_SHARE = Fraction(8, 9)
+
 
 @dataclass(frozen=True)
 class SparseQuestion:
@@ -56,13 +65,22 @@ class SparseQuestion:
     threshold: float
     positives: int
     epsilon: Fraction
+    numeric: bool = False
 
     def text(self) -> str:
         """The request as stored in the ledger entry."""
-        return json.dumps(
-            {"queries": self.queries, "threshold": self.threshold, "c": self.positives},
-            sort_keys=True,
-        )
+        request: dict[str, Any] = {"queries": self.queries, "threshold": self.threshold}
+        request["c"] = self.positives
+        if self.numeric:
+            request["numeric"] = True
+        return json.dumps(request, sort_keys=True)
+
+    def values_mechanism(self, sensitivity: Fraction) -> Laplace | None:
+        """Numeric sparse: the Laplace mechanism of each released value (None: flags only)."""
+        if not self.numeric:
+            return None
+        share = self.epsilon * (1 - NUMERIC_SPARSE_SHARE) / self.positives
+        return Laplace.for_epsilon_floats(share, sensitivity)
 
 
 @dataclass(frozen=True)
@@ -108,8 +126,11 @@ def _scalar(index: int, plan: Plan) -> _Scalar:
     return _Scalar(plan.exact, part.exact, part.grid_exponent, part.sensitivity * step)
 
 
-def plan_sparse(session: Session, question: SparseQuestion) -> tuple[list[_Scalar], AboveThreshold]:
-    """Plan every query and build one run's mechanism, from public inputs only (free)."""
+def plan_sparse(
+    session: Session, question: SparseQuestion
+) -> tuple[list[_Scalar], AboveThreshold, Laplace | None]:
+    """Plan every query and build one run's mechanism (and numeric sparse's value mechanism),
+    from public inputs only (free)."""
     n = len(question.queries)
     if not 1 <= n <= MAX_QUERIES:
         raise ParameterError(f"queries must hold 1 to {MAX_QUERIES} queries; got {n}.")
@@ -125,8 +146,9 @@ def plan_sparse(session: Session, question: SparseQuestion) -> tuple[list[_Scala
         _scalar(i, session.plan(sql, epsilon=epsilon)) for i, sql in enumerate(question.queries)
     ]
     sensitivity = max(s.sensitivity for s in scalars)
-    mechanism = AboveThreshold(epsilon / question.positives, sensitivity, question.threshold)
-    return scalars, mechanism
+    tests = question.epsilon * (NUMERIC_SPARSE_SHARE if question.numeric else 1)
+    mechanism = AboveThreshold(tests / question.positives, sensitivity, question.threshold)
+    return scalars, mechanism, question.values_mechanism(sensitivity)
 
 
 def sparse_flags(answers: list[float], mechanism: AboveThreshold, positives: int) -> list[Any]:
@@ -175,7 +197,7 @@ def answer_sparse(
         plan_cache=runtime.plans,
         result_cache=runtime.results,
     )
-    scalars, mechanism = plan_sparse(session, question)
+    scalars, mechanism, values = plan_sparse(session, question)
     try:
         results = session.compute_exact(
             [s.exact for s in scalars],
@@ -184,6 +206,10 @@ def answer_sparse(
         )
         answers = [s.value(r) for s, r in zip(scalars, results, strict=True)]
         flags = sparse_flags(answers, mechanism, question.positives)
+        release: dict[str, Any] = {"above": flags, "positives": sum(1 for f in flags if f)}
+        if values is not None:
+            release["values"] = _numeric_values(answers, flags, values)
+            release["ci_halfwidth"] = values.ci_halfwidth_floats(0.05)
     except BudgetExceededError as exc:
         if charge_filter.charge_id is not None:
             raise service._failed(charge_filter.charge_id, exc) from None
@@ -201,6 +227,17 @@ def answer_sparse(
         if charge_filter.charge_id is None:
             raise
         raise service._failed(charge_filter.charge_id, exc) from None
-    release = {"above": flags, "positives": sum(1 for f in flags if f)}
     charge = service.ledger.complete(charge_filter.require_charge(), release)
     return SparseAnswer(charge, charge_filter.budget)
+
+
+def _numeric_values(answers: list[float], flags: list[Any], values: Laplace) -> list[float | None]:
+    """A noisy value for each positive, None elsewhere (a NaN answer counts as 0, as in the
+    threshold test: total)."""
+    positives = [i for i, flag in enumerate(flags) if flag]
+    exact = [0.0 if math.isnan(answers[i]) else answers[i] for i in positives]
+    noisy = values.release_floats(exact)
+    out: list[float | None] = [None] * len(flags)
+    for i, value in zip(positives, noisy, strict=True):
+        out[i] = float(value)
+    return out
