@@ -7,6 +7,7 @@ test, each paired with a power check.
 
 from __future__ import annotations
 
+import json
 import math
 from fractions import Fraction
 
@@ -88,3 +89,21 @@ def test_refusals_name_the_parameter() -> None:
     before = incidence.counters.copy()
     incidence.observe([-1, 10, 99])  # outside the universe: ignored, never an error
     assert np.array_equal(incidence.counters, before)
+
+
+def test_persisted_bytes_are_the_private_state_only() -> None:
+    """The bytes are the public header, the public sample and one byte per tracked counter (m <=
+    256), and restore the same state: two streams with the same counters persist identically."""
+    incidence = PanPrivateIncidence(1, 2**20, modulus=5, sample_size=64, rng=SeededRng(6))
+    incidence.observe(np.repeat(incidence.tracked, 3))  # type: ignore[arg-type]
+    data = incidence.to_bytes()
+    restored = PanPrivateIncidence.from_bytes(data)
+    assert np.array_equal(restored.counters, incidence.counters)
+    assert (restored.epsilon, restored.modulus, restored.universe) == (Fraction(1), 5, 2**20)
+    assert np.array_equal(restored.tracked, incidence.tracked)  # type: ignore[arg-type]
+    line = data.split(b"\n")[1]
+    assert json.loads(line) == {"epsilon": "1", "modulus": 5, "sample_size": 64, "universe": 2**20}
+    assert data.endswith(incidence.counters.astype(np.uint8).tobytes())
+    assert len(data) == len(b"".join(data.split(b"\n")[:2])) + 2 + 8 * 64 + 64
+    with pytest.raises(ParameterError, match="'data'"):
+        PanPrivateIncidence.from_bytes(b"not a state")

@@ -35,16 +35,21 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcurator._validation import check_int, fail
+from dpcurator.core.numbers import to_fraction
 from dpcurator.mechanisms import KaryRandomizedResponse
 from dpcurator.random import Rng, default_rng
 from dpcurator.streams.pan_private import (
     DensityEstimate,
+    decode_state,
+    encode_state,
     release_fraction,
     sample_without_replacement,
     tracked_positions,
 )
 
 __all__ = ["PanPrivateIncidence"]
+
+_MAGIC = b"dpcurator-pan-private-incidence/1\n"
 
 
 class PanPrivateIncidence:
@@ -114,3 +119,27 @@ class PanPrivateIncidence:
             alpha=alpha,
             rng=rng,
         )
+
+    def to_bytes(self) -> bytes:
+        """The persisted state: the public parameters and the private counters, nothing else."""
+        header = {"epsilon": str(self.epsilon), "universe": self.universe, "modulus": self.modulus}
+        counters = self.counters.astype(_dtype(self.modulus)).tobytes()
+        return encode_state(_MAGIC, header, self.tracked, counters)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PanPrivateIncidence:
+        """Restore a state written by :meth:`to_bytes`."""
+        header, tracked, size, rest = decode_state("PanPrivateIncidence", _MAGIC, data)
+        made = cls.__new__(cls)
+        modulus = int(header["modulus"])
+        made.coin = KaryRandomizedResponse(to_fraction(Fraction(header["epsilon"])), modulus)
+        made.universe = int(header["universe"])
+        made.tracked = tracked
+        counters = np.frombuffer(rest, dtype=_dtype(modulus), count=size)
+        made.counters = counters.astype(np.int64)
+        return made
+
+
+def _dtype(modulus: int) -> np.dtype[np.unsignedinteger]:
+    """The little-endian unsigned type of the persisted counters (values below ``modulus``)."""
+    return np.dtype(np.min_scalar_type(modulus - 1)).newbyteorder("<")

@@ -33,6 +33,7 @@ import json
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -121,37 +122,45 @@ class PanPrivateDensity:
 
     def to_bytes(self) -> bytes:
         """The persisted state: the public parameters and the private bits, nothing else."""
-        header = {
-            "epsilon": str(self.epsilon),
-            "universe": self.universe,
-            "sample_size": None if self.tracked is None else int(self.tracked.size),
-        }
-        parts = [_MAGIC, json.dumps(header, sort_keys=True).encode() + b"\n"]
-        if self.tracked is not None:
-            parts.append(self.tracked.astype("<i8").tobytes())
-        parts.append(np.packbits(self.bits).tobytes())
-        return b"".join(parts)
+        header = {"epsilon": str(self.epsilon), "universe": self.universe}
+        return encode_state(_MAGIC, header, self.tracked, np.packbits(self.bits).tobytes())
 
     @classmethod
     def from_bytes(cls, data: bytes) -> PanPrivateDensity:
         """Restore a state written by :meth:`to_bytes`."""
-        if not data.startswith(_MAGIC):
-            raise fail("PanPrivateDensity.from_bytes", "data", "a persisted state", data[:32])
-        body = data[len(_MAGIC) :]
-        line, _, rest = body.partition(b"\n")
-        header = json.loads(line)
+        header, tracked, size, rest = decode_state("PanPrivateDensity", _MAGIC, data)
         made = cls.__new__(cls)
         made.coin = RandomizedResponse(to_fraction(Fraction(header["epsilon"])))
         made.universe = int(header["universe"])
-        size = header["sample_size"]
-        if size is None:
-            made.tracked = None
-            size = made.universe
-        else:
-            made.tracked = np.frombuffer(rest[: 8 * size], dtype="<i8").astype(np.int64)
-            rest = rest[8 * size :]
+        made.tracked = tracked
         made.bits = np.unpackbits(np.frombuffer(rest, dtype=np.uint8), count=size).view(np.bool_)
         return made
+
+
+def encode_state(
+    magic: bytes, header: dict[str, Any], tracked: npt.NDArray[np.int64] | None, payload: bytes
+) -> bytes:
+    """A persisted pan-private state: the public ``header`` (plus the sample size) as one JSON
+    line, the public sample of tracked users, then the private ``payload``."""
+    size = None if tracked is None else int(tracked.size)
+    line = json.dumps({**header, "sample_size": size}, sort_keys=True).encode() + b"\n"
+    sample = b"" if tracked is None else tracked.astype("<i8").tobytes()
+    return b"".join((magic, line, sample, payload))
+
+
+def decode_state(
+    owner: str, magic: bytes, data: bytes
+) -> tuple[dict[str, Any], npt.NDArray[np.int64] | None, int, bytes]:
+    """The header, tracked sample, number of tracked users and payload of :func:`encode_state`."""
+    if not data.startswith(magic):
+        raise fail(f"{owner}.from_bytes", "data", "a persisted state", data[:32])
+    line, _, rest = data[len(magic) :].partition(b"\n")
+    header: dict[str, Any] = json.loads(line)
+    size = header["sample_size"]
+    if size is None:
+        return header, None, int(header["universe"]), rest
+    tracked = np.frombuffer(rest[: 8 * size], dtype="<i8").astype(np.int64)
+    return header, tracked, int(size), rest[8 * size :]
 
 
 def tracked_positions(
