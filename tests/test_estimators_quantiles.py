@@ -162,6 +162,21 @@ def test_refined_plan_is_public_and_validated() -> None:
         RefinedQuantile.plan(0.5, 1.0, 1.0, 1.0)
 
 
+def test_interval_shells_continue_outside_the_last_window() -> None:
+    # n = 10^4, ε = 0.1 on [-4, 4]: the counts at ε/5 need more reach than the last level's
+    # window (1/32 of the range, ±0.125); the shells go on over the first level's bins, so the
+    # interval is about ±1 around the median instead of the whole range (its width was 8).
+    x = np.random.default_rng(1).normal(0, 1, 10_000)
+    for seed in range(5):
+        _, low, high = refined_quantile(
+            x, 0.5, 0.1, lower=-4, upper=4, alpha=0.05, rng=SeededRng(seed)
+        )
+        assert low is not None
+        assert high is not None
+        assert low <= np.median(x) <= high
+        assert high - low < 3
+
+
 def test_bounds_too_narrow_for_float_edges_keep_one_level() -> None:
     # [1e15, 1e15 + 1]: 32 first-level bins are 1/32 wide, below the doubles' spacing (0.125)
     # there, so a second level's window would collapse (two levels raised after the charge).

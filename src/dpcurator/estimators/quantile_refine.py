@@ -44,9 +44,17 @@ m + 2 independent discrete Laplace variables (weights 1, ..., 1, 1-p, p), is tes
 tail bound t_m of that SUM (a Chernoff bound from the discrete Laplace moment generating
 function, or the union bound over the m + 2 counts when smaller) at level α/(2M) for M shells
 per side: D̃_m - t_m >= 0 implies D_m >= 0 except with probability α/(2M). The upper end likewise
-(L + S'_m >= ρ + 2 suffices for ⌈ρ⌉ + 1 values below it). Where no shell suffices, the interval
-extends to the public bound. By the union bound over the 2M tests the interval holds x_(⌊ρ⌋) and
-x_(⌈ρ⌉), hence the linearly interpolated quantile, with probability >= 1 - α.
+(L + S'_m >= ρ + 2 suffices for ⌈ρ⌉ + 1 values below it). The last level's shells stop at its
+window (its outer bins hold the values clamped from outside it); with more than one level the
+shells go on over the first level's bins outside the window (widths 1, 1, 2, 4, ... of those
+bins, up to the bounds), so a wide interval is still an interval and not the whole range. A value
+is still in L or U and in at most one shell (the window's outer bins are in none: S_m counts a
+subset of the values between the edges, which only makes the test stricter), so the L1
+sensitivity stays 2r. Where no shell suffices, the interval extends to the public bound. Each
+side's tests share α/2 (the window's shells equally, with outer shells (1 - γ)·α/2 and the outer
+ones γ·α/2, :data:`OUTER_ALPHA_SHARE`; the number of shells is fixed by the plan), so by the union
+bound the interval holds x_(⌊ρ⌋) and x_(⌈ρ⌉), hence the linearly interpolated quantile, with
+probability >= 1 - α.
 """
 
 from __future__ import annotations
@@ -88,6 +96,10 @@ DEFAULT_INTERVAL_SHARE = Fraction(1, 5)
 
 #: Width, in final-level bins, of the two innermost shells of the interval (then doubling).
 SHELL_WIDTH = 16
+
+#: Share γ of the interval's α its shells outside the last level's window get (they are reached
+#: only when the window's shells do not suffice, so the window keeps most of α).
+OUTER_ALPHA_SHARE = 0.2
 
 #: A refined level's bins must be wider than this fraction of the bounds' magnitude (float
 #: edges stay distinct); otherwise :func:`choose_levels` keeps one level.
@@ -161,17 +173,26 @@ class Level:
 
 @dataclass(frozen=True)
 class IntervalPlan:
-    """The noisy counts of the interval: ``laplace`` on L, U and ``shells`` shells per side."""
+    """The noisy counts of the interval: ``laplace`` on L, U, ``shells`` shells per side in the
+    last level's window and ``outer`` more per side over the first level's bins outside it."""
 
     laplace: Laplace
     shells: int
     alpha: float
+    outer: int = 0
 
     def thresholds(self, p: Fraction, alpha: float | None = None) -> list[float]:
-        """t_m for m = 1..shells: the tail bounds of the summed noise at α/(2·shells)."""
-        level = (self.alpha if alpha is None else alpha) / (2 * self.shells)
+        """t_m for m = 1..shells + outer: the summed noise's tail bounds, at α/(2·shells) for
+        the window's shells, or with outer shells at (1 - γ)·α/(2·shells) for those and
+        γ·α/(2·outer) for the outer ones (γ = :data:`OUTER_ALPHA_SHARE`): α/2 per side in all."""
+        a = self.alpha if alpha is None else alpha
+        inner = a / (2 * self.shells) * (1 - OUTER_ALPHA_SHARE if self.outer else 1)
+        outer = a / (2 * self.outer) * OUTER_ALPHA_SHARE if self.outer else 0.0
         scale = self.laplace.scale
-        return [summed_noise_threshold(scale, m, p, level) for m in range(1, self.shells + 1)]
+        return [
+            summed_noise_threshold(scale, m, p, inner if m <= self.shells else outer)
+            for m in range(1, self.shells + self.outer + 1)
+        ]
 
 
 @dataclass(frozen=True)
@@ -224,7 +245,8 @@ class RefinedQuantile:
             selection = eps * (1 - interval_share)
             laplace = Laplace.for_epsilon(eps * interval_share, 2 * rows_per_person)
             shells = max(1, (levels[-1][2] // SHELL_WIDTH).bit_length())
-            interval = IntervalPlan(laplace, shells, a)
+            outer = levels[0][2].bit_length() if len(levels) > 1 else 0
+            interval = IntervalPlan(laplace, shells, a, outer)
         factor = 1 if unit else 2  # centre scores (quantiles.py) or edge scores (above)
         num, den = level.numerator, level.denominator
         sensitivity = factor * rows_per_person * max(num, den - num)
@@ -272,14 +294,17 @@ class RefinedQuantile:
         index: int,
         rng: Rng | None,
         alpha: float | None = None,
+        *,
+        first: tuple[QuantileBins, npt.ArrayLike] | None = None,
     ) -> tuple[float, float | None, float | None]:
         """The released value from the last level's choice and, when planned, its (1-α)
-        interval (``alpha`` overrides the planned level)."""
+        interval (``alpha`` overrides the planned level; ``first``: the first level's bins and
+        exact counts, over which the interval's shells continue outside the last window)."""
         value = float(bins.centres()[index] if self.unit else _edges(bins)[index])
         if self.interval is None:
             return value, None, None
         exact = np.asarray(counts, dtype=np.int64).reshape(-1)
-        low, high = self._interval(bins, exact, index, rng, alpha)
+        low, high = self._interval(bins, exact, index, rng, alpha=alpha, first=first)
         if self.unit:  # integer values: the interval's ends round inwards
             low, high = float(math.ceil(low)), float(math.floor(high))
         return value, min(low, value), max(high, value)
@@ -290,12 +315,13 @@ class RefinedQuantile:
         """The released value and, when planned, its (1-α) interval (else None, None)."""
         bins = self.first_bins()
         counts = count(bins)
+        first = (bins, counts)
         index = self.select(0, counts, rng)
         for level in range(1, len(self.levels)):
             bins = self.next_bins(bins, index, level)
             counts = count(bins)
             index = self.select(level, counts, rng)
-        return self.finish(bins, counts, index, rng, alpha)
+        return self.finish(bins, counts, index, rng, alpha, first=first)
 
     def _interval(
         self,
@@ -303,15 +329,20 @@ class RefinedQuantile:
         counts: npt.NDArray[np.int64],
         k: int,
         rng: Rng | None,
+        *,
         alpha: float | None,
+        first: tuple[QuantileBins, npt.ArrayLike] | None,
     ) -> tuple[float, float]:
         assert self.interval is not None  # only called when planned
         plan, edges = self.interval, _edges(bins)
-        below = _shells(k, -1, 1, plan.shells)  # bin ranges [start, stop) going down
-        above = _shells(k, 1, bins.bins - 1, plan.shells)
         ints = [int(c) for c in counts]  # Python ints: no int64 wrap-around in the sums
-        exact = [sum(ints[:k]), sum(ints[k:])]
-        exact += [sum(ints[a:b]) for a, b in below + above]
+        # (far edge, exact count) of each shell going down, then going up
+        below = [(edges[a], sum(ints[a:b])) for a, b in _shells(k, -1, 1, plan.shells)]
+        above = [(edges[b], sum(ints[a:b])) for a, b in _shells(k, 1, bins.bins - 1, plan.shells)]
+        if first is not None and plan.outer and len(self.levels) > 1:
+            outer_below, outer_above = _outer_shells(bins, *first, plan.outer)
+            below, above = below + outer_below, above + outer_above
+        exact = [sum(ints[:k]), sum(ints[k:])] + [count for _, count in below + above]
         clamped = np.array([min(max(v, 0), 2**62) for v in exact], np.int64)  # total
         noisy = [int(v) for v in plan.laplace.release_integers(clamped, rng)]
         thresholds = plan.thresholds(self.p, alpha)
@@ -319,16 +350,16 @@ class RefinedQuantile:
         n_below, n_above, shells = noisy[0], noisy[1], noisy[2:]
         low, high = self.lower, self.upper
         total = 0.0
-        for j, (start, _) in enumerate(below):
+        for j, (edge, _) in enumerate(below):
             total += shells[j]
             if total - thresholds[j] >= (1 - p) * n_below - p * n_above + p:
-                low = float(edges[start])
+                low = float(edge)
                 break
         total = 0.0
-        for j, (_, stop) in enumerate(above):
+        for j, (edge, _) in enumerate(above):
             total += shells[len(below) + j]
             if total - thresholds[j] >= p * n_above - (1 - p) * n_below - p + 2:
-                high = float(edges[stop])
+                high = float(edge)
                 break
         return low, high
 
@@ -350,12 +381,29 @@ def _neighbourhood(
     return QuantileBins(low, high, level.bins)
 
 
-def _shells(k: int, step: int, limit: int, count: int) -> list[tuple[int, int]]:
+def _outer_shells(
+    window: QuantileBins, bins: QuantileBins, counts: npt.ArrayLike, count: int
+) -> tuple[list[tuple[float, int]], list[tuple[float, int]]]:
+    """(far edge, exact count) of up to ``count`` shells per side over the first level's
+    ``bins`` outside the last level's ``window`` (whose ends are first-level edges or the
+    bounds), going down from its lower end and up from its upper end, widths 1, 1, 2, 4, ...
+    first-level bins; the first level's end bins hold the values clamped to the bounds."""
+    edges, ints = _edges(bins), [int(c) for c in np.asarray(counts).reshape(-1)]
+    start = max(int(np.searchsorted(edges, window.lower, side="right")) - 1, 0)
+    stop = min(int(np.searchsorted(edges, window.upper, side="left")), bins.bins)
+    below = [(edges[a], sum(ints[a:b])) for a, b in _shells(start, -1, 0, count, 1)]
+    above = [(edges[b], sum(ints[a:b])) for a, b in _shells(stop, 1, bins.bins, count, 1)]
+    return below, above
+
+
+def _shells(
+    k: int, step: int, limit: int, count: int, first_width: int = SHELL_WIDTH
+) -> list[tuple[int, int]]:
     """Up to ``count`` disjoint bin ranges [start, stop) from edge k in the direction ``step``,
-    of widths w, w, 2w, 4w, ... (w = :data:`SHELL_WIDTH`), never past bin ``limit`` (the
+    of widths w, w, 2w, 4w, ... (w = ``first_width``), never past bin ``limit`` (the
     neighbourhood's outer bins hold clamped values from outside it)."""
     shells: list[tuple[int, int]] = []
-    near, width = k, SHELL_WIDTH
+    near, width = k, first_width
     for _ in range(count):
         far = near + step * width
         if step < 0:

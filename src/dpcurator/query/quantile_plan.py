@@ -151,6 +151,7 @@ def release_quantiles(
         bins = step.bins
         counts = read(exact, keys, step.exact, bins.bins)
         state[name] = [(bins, row, step.refined.select(0, row, rng)) for row in counts]
+    first = {name: [(bins, row) for bins, row, _ in rows] for name, rows in state.items()}
     depth = max((len(s.refined.levels) for s in steps.values()), default=1)
     for level in range(1, depth):
         active = {n: s for n, s in steps.items() if len(s.refined.levels) > level}
@@ -172,7 +173,10 @@ def release_quantiles(
                 for bins, row in zip(windows[n], counts, strict=True)
             ]
     return {
-        n: [step.refined.finish(bins, row, index, rng, alpha) for bins, row, index in state[n]]
+        n: [
+            step.refined.finish(bins, row, index, rng, alpha, first=level_1)
+            for (bins, row, index), level_1 in zip(state[n], first[n], strict=True)
+        ]
         for n, step in steps.items()
     }
 
