@@ -10,7 +10,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -45,9 +45,10 @@ class SparseIn(_Strict):
 
 
 class StreamIn(_Strict):
-    """A new stream: ``count``/``sum`` (horizon, bounds) or ``density`` (universe, outputs)."""
+    """A new stream: ``count``/``sum`` (horizon, bounds), ``density`` (universe, outputs) or
+    ``incidence`` (universe, outputs, modulus)."""
 
-    kind: Annotated[str, Field(pattern=r"^(count|sum|density)$")]
+    kind: Annotated[str, Field(pattern=r"^(count|sum|density|incidence)$")]
     epsilon: s.Epsilon
     horizon: Annotated[int, Field(ge=1, le=10**12)] | None = None
     lower: Finite = 0.0
@@ -56,6 +57,7 @@ class StreamIn(_Strict):
     output_epsilon: s.Epsilon | None = None
     outputs: Annotated[int, Field(ge=1, le=10_000)] = 1
     max_events_per_person: Annotated[int, Field(ge=1, le=10**6)] | None = None
+    modulus: Annotated[int, Field(ge=2, le=2**16)] | None = None
 
 
 class EventsIn(_Strict):
@@ -140,6 +142,7 @@ def create_stream(service: Service, who: Owner, dataset_id: str, body: StreamIn)
         output_epsilon=None if body.output_epsilon is None else s.exact(body.output_epsilon),
         outputs=body.outputs,
         max_events_per_person=body.max_events_per_person,
+        modulus=body.modulus,
     )
     stream = StreamStore(service.ledger).create(who, dataset_id, spec)
     return {**_stream_out(stream), "cost": s.cost_json(spec.cost())}
@@ -160,10 +163,16 @@ def post_events(service: Service, who: Caller, stream_id: str, body: EventsIn) -
 
 
 @router.post("/v1/streams/{stream_id}/estimates", tags=["streams"])
-def release_estimate(service: Service, who: Caller, stream_id: str) -> dict[str, Any]:
-    """Release a density stream's next paid estimate."""
+def release_estimate(
+    service: Service,
+    who: Caller,
+    stream_id: str,
+    at_least: Annotated[int | None, Query(ge=1)] = None,
+) -> dict[str, Any]:
+    """Release a density stream's next paid estimate, or an incidence stream's fraction of
+    users seen ``at_least`` times."""
     _visible_stream(service, who, stream_id)
-    return _stream_out(StreamStore(service.ledger).estimate(stream_id))
+    return _stream_out(StreamStore(service.ledger).estimate(stream_id, at_least))
 
 
 @router.post("/v1/surveys", tags=["surveys"], status_code=201)

@@ -17,6 +17,10 @@ Kinds (public parameters fixed at creation by an owner):
   stored, logged or returned. Each estimate adds discrete Laplace noise at ``output_epsilon``;
   at most ``outputs`` estimates, so the charge at creation is ε + outputs · output_epsilon
   (the paper's Theorem 3.1 composition: one intrusion plus the outputs).
+* ``incidence`` — :class:`~dpcurator.streams.PanPrivateIncidence` (the same paper's incidence
+  counter): the fraction of the universe that appeared at least k times (k chosen per estimate,
+  1 <= k < ``modulus``; counts wrap mod the public modulus). Persisted, charged and limited to
+  ``outputs`` estimates like a density stream; only its ε-DP counters touch disk.
 
 Every change of a stream's state is one write transaction that reads the row (locked), updates
 the mechanism and writes it back, so concurrent batches are serialised and a restart resumes
@@ -40,9 +44,10 @@ from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.ledger import Ledger
 from dpcurator.service.ledger_charges import ChargeRequest
 from dpcurator.service.models import Stream
-from dpcurator.streams import ContinualSum, PanPrivateDensity
+from dpcurator.streams import ContinualSum, PanPrivateDensity, PanPrivateIncidence
 
-KINDS = ("count", "sum", "density")
+KINDS = ("count", "sum", "density", "incidence")
+_PAN_PRIVATE = ("density", "incidence")
 _ALPHA = 0.05
 
 
@@ -59,17 +64,21 @@ class StreamSpec:
     output_epsilon: Fraction | None = None
     outputs: int = 1
     max_events_per_person: int | None = None
+    modulus: int | None = None
 
     def params(self) -> dict[str, Any]:
         """The parameters as stored (exact fractions as text)."""
-        if self.kind == "density":
-            return {
+        if self.kind in _PAN_PRIVATE:
+            params: dict[str, Any] = {
                 "epsilon": str(self.epsilon),
                 "universe": self.universe,
                 "output_epsilon": str(self.output_epsilon),
                 "outputs": self.outputs,
             }
-        params: dict[str, Any] = {"epsilon": str(self.epsilon), "horizon": self.horizon}
+            if self.kind == "incidence":
+                params["modulus"] = self.modulus
+            return params
+        params = {"epsilon": str(self.epsilon), "horizon": self.horizon}
         if self.max_events_per_person is not None:
             params["max_events_per_person"] = self.max_events_per_person
         if self.kind == "sum":
@@ -78,7 +87,7 @@ class StreamSpec:
 
     def cost(self) -> ApproxDP:
         """The whole stream's ε, charged at creation."""
-        if self.kind == "density":
+        if self.kind in _PAN_PRIVATE:
             assert self.output_epsilon is not None  # checked by new_state
             return ApproxDP(self.epsilon + self.outputs * self.output_epsilon, 0)
         return ApproxDP(self.epsilon, 0)
@@ -104,13 +113,17 @@ def new_state(spec: StreamSpec) -> bytes:
     """The initial persisted state; every parameter is checked here, before any charge."""
     if spec.kind not in KINDS:
         raise ParameterError(f"kind must be one of {KINDS}; got {spec.kind!r}.")
-    if spec.kind == "density":
+    if (spec.modulus is not None) != (spec.kind == "incidence"):
+        raise ParameterError("An incidence stream, and only it, needs a modulus.")
+    if spec.kind in _PAN_PRIVATE:
         if spec.universe is None or spec.output_epsilon is None:
-            raise ParameterError("A density stream needs universe and output_epsilon.")
+            raise ParameterError(f"A {spec.kind} stream needs universe and output_epsilon.")
         if spec.outputs < 1:
             raise ParameterError(f"outputs must be >= 1; got {spec.outputs}.")
         if spec.max_events_per_person is not None:
             raise ParameterError("max_events_per_person applies to count and sum streams only.")
+        if spec.modulus is not None:
+            return PanPrivateIncidence(spec.epsilon, spec.universe, spec.modulus).to_bytes()
         return PanPrivateDensity(spec.epsilon, spec.universe).to_bytes()
     if spec.horizon is None:
         raise ParameterError(f"A {spec.kind} stream needs a horizon (the public maximum T).")
@@ -200,14 +213,14 @@ class StreamStore:
             stream = s.scalar(select(Stream).where(Stream.id == stream_id).with_for_update())
             if stream is None:
                 raise NotFoundError(f"No stream with id {stream_id!r}.")
-            if stream.kind == "density":
-                density = PanPrivateDensity.from_bytes(stream.state)
+            if stream.kind in _PAN_PRIVATE:
                 if persons is not None:
-                    raise ParameterError("A density stream takes user ids as its values.")
+                    raise ParameterError(f"A {stream.kind} stream takes user ids as its values.")
                 if any(not isinstance(v, int) for v in values):
-                    raise ParameterError("A density stream takes integer user ids.")
-                density.observe(values)
-                stream.state = density.to_bytes()
+                    raise ParameterError(f"A {stream.kind} stream takes integer user ids.")
+                state = _pan_private(stream)
+                state.observe(values)
+                stream.state = state.to_bytes()
                 return stream
             tree = _decode_tree(stream.kind, stream.params, stream.state)
             released = tree.update(values, persons=persons)
@@ -218,27 +231,45 @@ class StreamStore:
                 stream.latest = _interval(tree.time, value, value - half, value + half)
             return stream
 
-    def estimate(self, stream_id: str) -> Stream:
-        """Release a new estimate of a density stream (one of its paid ``outputs``)."""
+    def estimate(self, stream_id: str, at_least: int | None = None) -> Stream:
+        """Release a new estimate of a density stream, or of an incidence stream's fraction seen
+        ``at_least`` times (one of its paid ``outputs``)."""
         with self.ledger._transaction(write=True) as s:
             stream = s.scalar(select(Stream).where(Stream.id == stream_id).with_for_update())
             if stream is None:
                 raise NotFoundError(f"No stream with id {stream_id!r}.")
-            if stream.kind != "density":
+            if stream.kind not in _PAN_PRIVATE:
                 raise ConflictError(
                     f"Stream {stream_id!r} is a {stream.kind} stream: it releases its running "
-                    "total after every batch; only density streams release on request."
+                    "total after every batch; only density and incidence streams release on "
+                    "request."
                 )
+            if (at_least is not None) != (stream.kind == "incidence"):
+                raise ParameterError("at_least is required by incidence streams, and only them.")
             used = 0 if stream.latest is None else int(stream.latest["outputs_used"])
             if used >= int(stream.params["outputs"]):
                 raise ConflictError(f"Stream {stream_id!r} has released all {used} paid estimates.")
-            density = PanPrivateDensity.from_bytes(stream.state)
-            out = density.estimate(Fraction(stream.params["output_epsilon"]), alpha=_ALPHA)
+            output_epsilon = Fraction(stream.params["output_epsilon"])
+            state = _pan_private(stream)
+            if isinstance(state, PanPrivateIncidence):
+                assert at_least is not None
+                out = state.estimate_at_least(at_least, output_epsilon, alpha=_ALPHA)
+            else:
+                out = state.estimate(output_epsilon, alpha=_ALPHA)
             stream.latest = {
                 **_interval(None, out.fraction, out.ci_low, out.ci_high),
                 "outputs_used": used + 1,
             }
+            if at_least is not None:
+                stream.latest["at_least"] = at_least
             return stream
+
+
+def _pan_private(stream: Stream) -> PanPrivateDensity | PanPrivateIncidence:
+    """The persisted pan-private state of a density or incidence stream."""
+    if stream.kind == "incidence":
+        return PanPrivateIncidence.from_bytes(stream.state)
+    return PanPrivateDensity.from_bytes(stream.state)
 
 
 def _interval(time: int | None, value: float, low: float, high: float) -> dict[str, Any]:

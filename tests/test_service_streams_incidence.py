@@ -1,0 +1,63 @@
+"""Pan-private incidence streams in the service (issue 16 §3): the fraction of users seen at least
+k times, charged ε + outputs · output_epsilon at creation, only the ε-DP counters on disk."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dpcurator.core.measures import ApproxDP
+from tests.service_kit import Kit, people_kit
+
+UNIVERSE = 2_000_000
+
+
+@pytest.fixture
+def kit(tmp_path: Path) -> Iterator[Kit]:
+    with people_kit(tmp_path) as made:
+        yield made
+
+
+def _create(kit: Kit, **extra: object) -> tuple[int, dict[str, object]]:
+    body = {"kind": "incidence", "epsilon": 1, "universe": UNIVERSE, "output_epsilon": 0.5}
+    response = kit.owner.post("/v1/datasets/people/streams", json={**body, **extra})
+    return response.status_code, response.json()
+
+
+def test_incidence_stream_estimates_at_least_k_and_keeps_no_raw_event(
+    kit: Kit, tmp_path: Path
+) -> None:
+    status, stream = _create(kit, modulus=4, outputs=2)
+    assert status == 201, stream
+    assert kit.service.ledger.charged_total("people") == ApproxDP(2, 0)
+    twice = list(range(1_357_000, 1_357_500))  # 7 digits: no timestamp holds such a run
+    once = list(range(1_468_000, 1_468_500))
+    posted = kit.alice.post(f"/v1/streams/{stream['id']}/events", json={"values": twice + once})
+    assert posted.status_code == 200, posted.text
+    kit.alice.post(f"/v1/streams/{stream['id']}/events", json={"values": twice})
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("ledger.sqlite3*"))
+    for user in twice + once:
+        assert str(user).encode() not in stored
+        assert user.to_bytes(8, "little") not in stored
+    estimates = f"/v1/streams/{stream['id']}/estimates"
+    for refused in ("", "?at_least=4", "?at_least=0"):
+        assert kit.alice.post(estimates + refused).status_code == 422, refused
+    for k, truth in ((2, 500 / UNIVERSE), (1, 1000 / UNIVERSE)):
+        response = kit.alice.post(f"{estimates}?at_least={k}")
+        assert response.status_code == 200, response.text
+        latest = response.json()["latest"]
+        assert latest["at_least"] == k
+        assert latest["ci_low"] <= truth <= latest["ci_high"]  # 95% intervals (alpha 0.05)
+    assert latest["outputs_used"] == 2
+    assert kit.alice.post(f"{estimates}?at_least=2").status_code == 409
+    assert kit.service.ledger.charged_total("people") == ApproxDP(2, 0)
+
+
+def test_incidence_parameters_are_refused_free(kit: Kit) -> None:
+    assert _create(kit)[0] == 422  # no modulus
+    assert _create(kit, modulus=1)[0] == 422
+    density = {"kind": "density", "epsilon": 1, "universe": 10, "output_epsilon": 1, "modulus": 4}
+    assert kit.owner.post("/v1/datasets/people/streams", json=density).status_code == 422
+    assert kit.service.ledger.charged_total("people") == ApproxDP(0, 0)
