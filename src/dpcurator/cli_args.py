@@ -50,11 +50,14 @@ delta = number(0, low_inclusive=True, high=1)
 width = number(0, low_inclusive=True)
 
 
-def target(text: str) -> tuple[str, float]:
-    """An argparse type: ``NAME=WIDTH``, a (1-α) CI half-width target for one output."""
+def target(text: str) -> tuple[str, float | str]:
+    """An argparse type: ``NAME=WIDTH``, a (1-α) CI half-width target for one output, or
+    ``NAME=P%`` / ``NAME=P% of S`` relative to a public scale (checked by the server)."""
     name, sep, half_width = text.partition("=")
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"expected NAME=WIDTH (e.g. n=50), got {text!r}")
+    if "%" in half_width:
+        return name.strip(), half_width.strip()
     return name.strip(), width(half_width)
 
 

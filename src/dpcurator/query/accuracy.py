@@ -1,7 +1,11 @@
 """Accuracy-first planning: the smallest ε whose (1-α) intervals meet the analyst's targets.
 
 The analyst names a target half-width for each aggregate (``{"n": 50}``: the (1-α) interval of
-``n`` is at most ±50, in the units of the value) instead of ε. Only public inputs decide the cost:
+``n`` is at most ±50, in the units of the value) instead of ε, or a target relative to a public
+scale: ``{"s": "5%"}`` is 5% of the width U - L of the declared bounds of the value the SUM or
+HISTOGRAM reads, ``{"n": "5% of 2000"}`` 5% of the scale given (:func:`resolve_target`; a
+relative target without a given scale on a count, which has no declared bounds, is refused).
+Only public inputs decide the cost:
 the half-width of a count, a distinct-person count, a sum or a histogram bin is the exact discrete
 Laplace half-width of its noise (:meth:`~dpcurator.mechanisms.Laplace.ci_halfwidth`: the
 smallest integer t, in grid units 2^k, with P[|Z| > t] <= α), a function of the noise scale Δ/ε
@@ -26,6 +30,7 @@ the budget filter before any charge, with that cost in the message.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from fractions import Fraction
 
@@ -35,7 +40,7 @@ from dpcurator.errors import ParameterError, UnsupportedQueryError
 from dpcurator.mechanisms import Laplace
 from dpcurator.query.builder import Query
 from dpcurator.query.limits import MIN_EPSILON
-from dpcurator.query.plan_outputs import NoisyStatistic
+from dpcurator.query.plan_outputs import NoisyStatistic, OutputPlan
 from dpcurator.query.planner import Plan, plan_query
 from dpcurator.query.schema import Metadata
 
@@ -49,21 +54,69 @@ RELATIVE_TOLERANCE = 2.0**-40
 MAX_BRACKET_STEPS = 2_100
 
 
-def check_targets(accuracy: object) -> dict[str, float]:
-    """The targets as ``{output name: half-width}``: a mapping of names to finite reals >= 0."""
+#: A relative target: ``"5%"`` (of the output's public scale) or ``"5% of 2000"``.
+_RELATIVE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*(?:of\s+(\S+)\s*)?", re.IGNORECASE)
+
+Target = float | str
+
+
+def check_targets(accuracy: object) -> dict[str, Target]:
+    """The targets as ``{output name: target}``: a half-width (a finite real >= 0) or a relative
+    target (``"5%"``, ``"5% of 2000"``; see :func:`resolve_target`), checked for form here."""
     if not isinstance(accuracy, Mapping) or not accuracy:
         raise fail(
             "accuracy", "accuracy", "a non-empty mapping {output name: half-width}", accuracy
         )
-    targets = {}
+    targets: dict[str, Target] = {}
     for name, target in accuracy.items():
         if not isinstance(name, str):
             raise fail("accuracy", "accuracy", "keyed by output column names", name)
+        if isinstance(target, str):
+            _relative(name, target)
+            targets[name] = target.strip()
+            continue
         value = float(check_real("accuracy", f"accuracy[{name!r}]", target))
         if not value >= 0:
             raise fail("accuracy", f"accuracy[{name!r}]", "a half-width >= 0", target)
         targets[name] = value
     return targets
+
+
+def _relative(name: str, target: str) -> tuple[float, float | None]:
+    """(fraction, given scale or None) of a relative target, or a ParameterError naming it."""
+    match = _RELATIVE.fullmatch(target)
+    scale = None
+    if match is not None and match.group(2) is not None:
+        try:
+            scale = float(match.group(2))
+        except ValueError:
+            match = None
+    if match is None or (scale is not None and not (math.isfinite(scale) and scale > 0)):
+        raise fail(
+            "accuracy",
+            f"accuracy[{name!r}]",
+            "a half-width >= 0, 'P%' (of the output's public scale) or 'P% of S' (S > 0)",
+            target,
+        )
+    return float(match.group(1)) / 100, scale
+
+
+def resolve_target(output: OutputPlan, target: Target) -> float:
+    """The absolute half-width of ``target`` for ``output``: a number as given; ``"P% of S"``
+    P/100·S; ``"P%"`` P/100 of the output's public scale, the width U - L of the declared bounds
+    of the value a SUM or HISTOGRAM reads (counts have no public scale: give one)."""
+    if not isinstance(target, str):
+        return target
+    fraction, scale = _relative(output.name, target)
+    if scale is None:
+        if output.lower is None or output.upper is None:
+            raise UnsupportedQueryError(
+                f"The target {target!r} for {output.kind.upper()}({output.name}) is relative, but "
+                "it has no public scale (declared bounds): give one, e.g. "
+                f"{{{output.name!r}: '{fraction * 100:g}% of 1000'}}, or a half-width."
+            )
+        scale = output.upper - output.lower
+    return fraction * scale
 
 
 def plan_for_accuracy(
@@ -104,7 +157,8 @@ def plan_for_accuracy(
                 f"(targets given: {sorted(targets)})."
             )
         (part,) = output.parts
-        shares.append(Fraction(smallest_epsilon(part, targets[output.name], alpha)))
+        target = resolve_target(output, targets[output.name])
+        shares.append(Fraction(smallest_epsilon(part, target, alpha)))
     total = sum(shares, Fraction(0))
     if total < MIN_EPSILON:  # more accurate than asked: scale up to the documented minimum
         shares = [share * Fraction(MIN_EPSILON) / total for share in shares]

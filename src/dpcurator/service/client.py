@@ -128,7 +128,7 @@ class CuratorClient:
         epsilon: float | None = None,
         delta: float = 0.0,
         idempotency_key: str | None = None,
-        accuracy: dict[str, float] | None = None,
+        accuracy: dict[str, float | str] | None = None,
         noise: str | None = None,
         rho: float | None = None,
     ) -> dict[str, Any]:
@@ -155,7 +155,7 @@ class CuratorClient:
         *,
         epsilon: float | None = None,
         delta: float = 0.0,
-        accuracy: dict[str, float] | None = None,
+        accuracy: dict[str, float | str] | None = None,
         noise: str | None = None,
         rho: float | None = None,
     ) -> dict[str, Any]:
@@ -391,7 +391,7 @@ def _query_body(
     *,
     epsilon: float | None,
     delta: float,
-    accuracy: dict[str, float] | None,
+    accuracy: dict[str, float | str] | None,
     noise: str | None,
     rho: float | None,
 ) -> dict[str, Any]:

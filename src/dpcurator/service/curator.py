@@ -126,7 +126,7 @@ def _exact(value: Fraction) -> float:
 
 
 def _budget(
-    epsilon: Fraction | None, accuracy: dict[str, float] | None, rho: Fraction | None
+    epsilon: Fraction | None, accuracy: dict[str, float | str] | None, rho: Fraction | None
 ) -> float | None:
     """ε for the Session, or None when accuracy targets or a ρ choose the cost."""
     if accuracy is not None or rho is not None or epsilon is None:
@@ -176,7 +176,7 @@ class DatasetRuntime:
         epsilon: Fraction | None,
         delta: Fraction,
         *,
-        accuracy: dict[str, float] | None = None,
+        accuracy: dict[str, float | str] | None = None,
         noise: NoiseRequest | None = None,
     ) -> tuple[Cost, dict[str, Any], PrivacyEvent]:
         """Cost, expected accuracy and the event a release would charge, from public metadata
@@ -205,7 +205,7 @@ class DatasetRuntime:
         delta: Fraction,
         budget_filter: BudgetFilter,
         *,
-        accuracy: dict[str, float] | None = None,
+        accuracy: dict[str, float | str] | None = None,
         noise: NoiseRequest | None = None,
     ) -> dict[str, Any]:
         """Plan, reserve through ``budget_filter``, compute and release; the release as JSON.

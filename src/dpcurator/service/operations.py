@@ -75,7 +75,7 @@ def fingerprint(
     sql: str,
     epsilon: Fraction,
     delta: Fraction,
-    accuracy: dict[str, float] | None = None,
+    accuracy: dict[str, float | str] | None = None,
     noise: NoiseRequest | None = None,
 ) -> str:
     """Identifies a question (normalised SQL, requested cost, accuracy targets and noise, if
@@ -258,7 +258,7 @@ class CuratorService:
         delta: Fraction,
         *,
         request_key: str | None = None,
-        accuracy: dict[str, float] | None = None,
+        accuracy: dict[str, float | str] | None = None,
         noise: NoiseRequest | None = None,
     ) -> Answer:
         """Answer a query: replay or reserve -> run -> commit. A refusal changes nothing.
@@ -382,7 +382,7 @@ class CuratorService:
         epsilon: Fraction | None,
         delta: Fraction,
         *,
-        accuracy: dict[str, float] | None = None,
+        accuracy: dict[str, float | str] | None = None,
         noise: NoiseRequest | None = None,
     ) -> Estimate:
         """Cost and expected accuracy of a query from public metadata; nothing is run. With

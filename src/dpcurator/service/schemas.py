@@ -41,9 +41,13 @@ Sql = Annotated[str, Field(min_length=1, max_length=20_000)]
 Accuracy = Annotated[
     dict[
         Annotated[str, Field(min_length=1, max_length=200)],
-        Annotated[float, Field(ge=0, allow_inf_nan=False)],
+        Annotated[float, Field(ge=0, allow_inf_nan=False)] | Annotated[str, Field(max_length=64)],
     ],
-    Field(min_length=1, max_length=64, description="CI half-width per output column"),
+    Field(
+        min_length=1,
+        max_length=64,
+        description="CI half-width per output column, or relative: '5%', '5% of 2000'",
+    ),
 ]
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[\w .@-]+$")]
 DatasetId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
