@@ -309,7 +309,7 @@ class Session:
         epsilon: float | None = None,
         delta: float = 0.0,
         selection_weight: float = 1.0,
-        accuracy: Mapping[str, float] | None = None,
+        accuracy: Mapping[str, float | str] | None = None,
         alpha: float | None = None,
         noise: str | None = None,
         rho: float | None = None,
@@ -373,7 +373,7 @@ class Session:
         delta: float = 0.0,
         alpha: float | None = None,
         selection_weight: float = 1.0,
-        accuracy: Mapping[str, float] | None = None,
+        accuracy: Mapping[str, float | str] | None = None,
         noise: str | None = None,
         rho: float | None = None,
     ) -> CostEstimate:
@@ -409,7 +409,7 @@ class Session:
         delta: float = 0.0,
         alpha: float | None = None,
         selection_weight: float = 1.0,
-        accuracy: Mapping[str, float] | None = None,
+        accuracy: Mapping[str, float | str] | None = None,
         noise: str | None = None,
         rho: float | None = None,
     ) -> Release:
@@ -457,7 +457,7 @@ class Session:
         delta: float = 0.0,
         alpha: float | None = None,
         selection_weight: float = 1.0,
-        accuracy: Mapping[str, float] | None = None,
+        accuracy: Mapping[str, float | str] | None = None,
         noise: str | None = None,
         rho: float | None = None,
     ) -> Release:
