@@ -8,6 +8,7 @@ import re
 from dataclasses import replace
 
 import duckdb
+import pyarrow as pa
 import pytest
 
 from dpcurator import Metadata, Session
@@ -64,13 +65,15 @@ def test_opening_logs_each_step_with_its_time(
     assert "fixed-point" in lines[0]
 
 
+@pytest.mark.parametrize("given", [False, True])
 def test_bounding_columns_are_computed_by_their_first_plan(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, given: bool
 ) -> None:
     """Opening a user-level table sorts nothing for its bounding columns: a filtered plan (which
     cannot read them) leaves them absent, the first unfiltered plan of the column's shape adds
     it (logged once), later ones reuse it, and every result equals query-time bounding (on data
-    within the bound; beyond it the conformance tests compare the engines)."""
+    within the bound; beyond it the conformance tests compare the engines). The same on a
+    caller's connection (``given``), whose private copy is a temporary table."""
     bound = PRECOMPUTED.bounding[0].bound
     source = {  # one row per person (within the bound): equal to query-time bounding
         "x": [float(i % 7) for i in range(60)],
@@ -85,23 +88,30 @@ def test_bounding_columns_are_computed_by_their_first_plan(
         bound=bound,
     )
     filtered = replace(plan, where=Compare(">", Col("x"), Lit(1.0)))
-    lazy = DuckDBBackend.from_source(source, table="t", precomputed=PRECOMPUTED)
+    connection = duckdb.connect()
+    if given:
+        connection.register("rows", pa.table(source))
+        connection.execute("CREATE TABLE t AS SELECT * FROM rows")
+    opened = connection if given else source
+    lazy = DuckDBBackend.from_source(opened, table="t", precomputed=PRECOMPUTED)
+    copy = lazy._relations.get("t", "t")
     windows = DuckDBBackend.from_source(
         source, table="t", precomputed=PrecomputedColumns(key_codes=(KEYS,))
     )
-    stored = lazy._connection.table("t").columns
+    stored = lazy._connection.table(copy).columns
     assert not [name for name in stored if "bk" in name], stored
     assert lazy.compute(filtered) == windows.compute(filtered)
-    assert not [name for name in lazy._connection.table("t").columns if "bk" in name]
+    assert not [name for name in lazy._connection.table(copy).columns if "bk" in name]
     with caplog.at_level(logging.INFO, logger="dpcurator.engine"):
         first, again = lazy.compute(plan), lazy.compute(plan)
     assert first == again == windows.compute(plan)
-    flags = [name for name in lazy._connection.table("t").columns if "bk" in name]
+    flags = [name for name in lazy._connection.table(copy).columns if "bk" in name]
     assert len(flags) == 1, flags
     computed = [r.getMessage() for r in caplog.records if "bounding column" in r.getMessage()]
     assert len(computed) == 2, computed  # its start and "done in"
     lazy.close()
     windows.close()
+    connection.close()
 
 
 def test_a_session_that_cannot_start_closes_the_engine_it_opened(
