@@ -1,5 +1,6 @@
 """Pan-private incidence streams in the service (issue 16 §3): the fraction of users seen at least
-k times, charged ε + outputs · output_epsilon at creation, only the ε-DP counters on disk."""
+k times, charged ε + outputs · output_epsilon at creation, only the ε-DP counters on disk; and a
+count stream's per-event releases of a batch."""
 
 from __future__ import annotations
 
@@ -61,3 +62,19 @@ def test_incidence_parameters_are_refused_free(kit: Kit) -> None:
     density = {"kind": "density", "epsilon": 1, "universe": 10, "output_epsilon": 1, "modulus": 4}
     assert kit.owner.post("/v1/datasets/people/streams", json=density).status_code == 422
     assert kit.service.ledger.charged_total("people") == ApproxDP(0, 0)
+
+
+def test_count_stream_releases_after_every_event_of_a_batch(kit: Kit) -> None:
+    """per_event=true returns the running count after each event of the batch (all part of the
+    one ε-DP tree release), the last one equal to the stream's latest value."""
+    created = kit.owner.post(
+        "/v1/datasets/people/streams", json={"kind": "count", "epsilon": 1, "horizon": 64}
+    ).json()
+    events = f"/v1/streams/{created['id']}/events"
+    kit.alice.post(events, json={"values": [1, 0, 1]})
+    posted = kit.alice.post(f"{events}?per_event=true", json={"values": [1, 1, 0, 1]}).json()
+    assert len(posted["releases"]) == 4
+    assert posted["releases"][-1] == posted["latest"]["value"]
+    assert posted["latest"]["time"] == 7
+    assert "releases" not in kit.alice.post(events, json={"values": [1]}).json()
+    assert kit.service.ledger.charged_total("people") == ApproxDP(1, 0)

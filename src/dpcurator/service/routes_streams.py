@@ -155,11 +155,21 @@ def get_stream(service: Service, who: Caller, stream_id: str) -> dict[str, Any]:
 
 
 @router.post("/v1/streams/{stream_id}/events", tags=["streams"])
-def post_events(service: Service, who: Caller, stream_id: str, body: EventsIn) -> dict[str, Any]:
-    """Ingest a batch of events; count/sum streams release their running total after it."""
+def post_events(
+    service: Service,
+    who: Caller,
+    stream_id: str,
+    body: EventsIn,
+    per_event: Annotated[bool, Query()] = False,
+) -> dict[str, Any]:
+    """Ingest a batch of events; count/sum streams release their running total after every
+    event (``per_event=true``: all of the batch's releases; always: the last, with its CI)."""
     _visible_stream(service, who, stream_id)
-    stream = StreamStore(service.ledger).ingest(stream_id, body.values, body.persons)
-    return {**_stream_out(stream), "accepted": len(body.values)}
+    stream, releases = StreamStore(service.ledger).ingest(stream_id, body.values, body.persons)
+    out = {**_stream_out(stream), "accepted": len(body.values)}
+    if per_event:
+        out["releases"] = releases
+    return out
 
 
 @router.post("/v1/streams/{stream_id}/estimates", tags=["streams"])

@@ -205,9 +205,10 @@ class StreamStore:
         stream_id: str,
         values: list[float] | list[int],
         persons: list[int | str] | None = None,
-    ) -> Stream:
+    ) -> tuple[Stream, list[float]]:
         """Ingest one batch (its length is public: the clock); a tree stream releases its
-        running total after it, a density stream releases nothing. A user-level stream needs
+        running total after every event of it (returned, one per event; the last is kept as
+        ``latest``), a pan-private stream releases nothing. A user-level stream needs
         ``persons`` (one id per event); other streams refuse them."""
         with self.ledger._transaction(write=True) as s:
             stream = s.scalar(select(Stream).where(Stream.id == stream_id).with_for_update())
@@ -221,7 +222,7 @@ class StreamStore:
                 state = _pan_private(stream)
                 state.observe(values)
                 stream.state = state.to_bytes()
-                return stream
+                return stream, []
             tree = _decode_tree(stream.kind, stream.params, stream.state)
             released = tree.update(values, persons=persons)
             stream.state = _encode_tree(tree)
@@ -229,7 +230,7 @@ class StreamStore:
                 half = tree.ci_halfwidth(alpha=_ALPHA)
                 value = float(released[-1])
                 stream.latest = _interval(tree.time, value, value - half, value + half)
-            return stream
+            return stream, [float(v) for v in released]
 
     def estimate(self, stream_id: str, at_least: int | None = None) -> Stream:
         """Release a new estimate of a density stream, or of an incidence stream's fraction seen
