@@ -6,10 +6,14 @@ import itertools
 from fractions import Fraction
 
 import numpy as np
+import pandas as pd
+import polars as pl
 import pytest
 from scipy import stats
 
+from dpcurator.core.measures import PureDP
 from dpcurator.errors import ParameterError
+from dpcurator.estimators import Covers, median
 from dpcurator.estimators.quantile_refine import (
     RefinedQuantile,
     dp_quantile,
@@ -175,6 +179,31 @@ def test_interval_shells_continue_outside_the_last_window() -> None:
         assert high is not None
         assert low <= np.median(x) <= high
         assert high - low < 3
+
+
+def test_median_takes_numpy_pandas_and_polars_and_releases_an_estimate() -> None:
+    x = np.random.default_rng(2).normal(3, 1, 5_000)
+    releases = [
+        median(data, epsilon=1.0, bounds=(-4, 10), rng=SeededRng(3))
+        for data in (x, pd.Series(x), pl.Series(x))
+    ]
+    triples = set()
+    for r in releases:
+        assert r.value is not None
+        assert r.ci_low is not None
+        assert r.ci_high is not None
+        triples.add((float(r.value), float(r.ci_low), float(r.ci_high)))
+    assert len(triples) == 1
+    ((value, low, high),) = triples
+    assert low <= value <= high
+    assert abs(value - np.median(x)) < 0.05
+    release = releases[0]
+    assert release.cost == PureDP(1)
+    assert release.covers is Covers.NOISE
+    with pytest.raises(ParameterError, match="'bounds'"):
+        median(x, epsilon=1.0, bounds=(1, 2, 3))  # type: ignore[arg-type]
+    with pytest.raises(ParameterError, match="'upper'"):
+        median(x, epsilon=1.0, bounds=(2, 1))
 
 
 def test_bounds_too_narrow_for_float_edges_keep_one_level() -> None:

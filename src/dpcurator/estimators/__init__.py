@@ -15,7 +15,12 @@ from dpcurator.estimators.hypothesis_tests import (
 from dpcurator.estimators.logistic import logistic_regression
 from dpcurator.estimators.mle import MODELS, Model, dp_mle, dp_mle_sufficient
 from dpcurator.estimators.ptr import ptr_iqr, ptr_median
-from dpcurator.estimators.quantile_refine import RefinedQuantile, dp_quantile, refined_quantile
+from dpcurator.estimators.quantile_refine import (
+    RefinedQuantile,
+    dp_quantile,
+    median,
+    refined_quantile,
+)
 from dpcurator.estimators.quantiles import (
     QuantileBins,
     quantile_mechanism,
@@ -48,6 +53,7 @@ __all__ = [
     "independence_test",
     "linear_regression",
     "logistic_regression",
+    "median",
     "ptr_iqr",
     "ptr_median",
     "quantile_mechanism",

@@ -69,6 +69,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcurator._validation import check_int, check_probability, check_real, fail
+from dpcurator.core.measures import PureDP
 from dpcurator.core.numbers import to_fraction
 from dpcurator.estimators.quantiles import (
     DEFAULT_MAX_BINS,
@@ -76,6 +77,13 @@ from dpcurator.estimators.quantiles import (
     quantile_scores,
     rational_level,
     select_quantile_bin,
+)
+from dpcurator.estimators.release import (
+    Covers,
+    Estimate,
+    as_float_array,
+    check_bounds,
+    clamp_fill,
 )
 from dpcurator.mechanisms import Laplace, PermuteAndFlip
 from dpcurator.random import Rng
@@ -435,6 +443,43 @@ def refined_quantile(
     plan = RefinedQuantile.plan(p, epsilon, lower, upper, alpha=alpha)
     array = np.asarray(values, dtype=np.float64)
     return plan.run(lambda bins: bins.counts(array), rng)
+
+
+def median(
+    values: object,
+    *,
+    epsilon: float,
+    bounds: tuple[float, float],
+    alpha: float = 0.05,
+    rng: Rng | None = None,
+) -> Estimate:
+    """The ε-DP median of ``values`` (numpy, pandas or Polars; one value per person, clamped to
+    the public ``bounds`` = (lower, upper), NaN -> their midpoint) with its (1-α) noise-only
+    interval: :func:`refined_quantile` at p = 1/2 (permute-and-flip over refined public edges,
+    Smith 2011; McKenna & Sheldon 2020), ε-DP by basic composition of its levels and interval.
+
+    >>> from dpcurator.random import SeededRng
+    >>> release = median([1.0, 2.0, 3.0, 4.0, 5.0], epsilon=1e6, bounds=(0, 10), rng=SeededRng(1))
+    >>> 3 <= float(release.value) <= 4  # an edge with the 3 smallest values below it
+    True
+    """
+    owner = "median"
+    if not isinstance(bounds, tuple | list) or len(bounds) != 2:
+        raise fail(owner, "bounds", "a pair (lower, upper)", bounds)
+    low, high = check_bounds(owner, *bounds)
+    data = clamp_fill(as_float_array(owner, "values", values, ndim=1), low, high, (low + high) / 2)
+    value, ci_low, ci_high = refined_quantile(
+        data, 0.5, epsilon, lower=low, upper=high, alpha=alpha, rng=rng
+    )
+    return Estimate(
+        np.array(value),
+        np.array(ci_low),
+        np.array(ci_high),
+        Covers.NOISE,
+        alpha,
+        PureDP(to_fraction(epsilon)),
+        "refined quantile (permute-and-flip; Smith 2011)",
+    )
 
 
 def dp_quantile(
