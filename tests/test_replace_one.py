@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from fractions import Fraction
 
 import pandas as pd
 import pytest
 
 import dpcurator as dpc
+from dpcurator.accounting import ZCDPEvent
 from dpcurator.errors import ParameterError, UnsupportedQueryError
 from dpcurator.query.metadata_check import check_metadata
 from dpcurator.random import SeededRng
@@ -76,3 +78,28 @@ def test_the_metadata_check_reports_a_public_size_the_data_disagree_with() -> No
     assert "public_size" not in check_metadata(PEOPLE, META).format()
     report = check_metadata(PEOPLE.head(10), META).format()
     assert f"public_size = {N:,} but the data have 10 persons" in report
+
+
+def _concentrated() -> dpc.Session:
+    return dpc.Session.from_data(
+        PEOPLE, metadata=META, budget=dpc.Budget(1, 1e-6), accounting="concentrated"
+    )
+
+
+def test_public_counts_cost_nothing_with_gaussian_noise_or_rho() -> None:
+    """A whole-table count is the public n (no noise): ρ, Gaussian or automatic noise charge it
+    nothing, alone or beside noisy outputs (it takes no ρ or ε share from them)."""
+    session = _concentrated()
+    count = "SELECT COUNT(*) AS n FROM people"
+    for kwargs in ({"rho": 0.01}, {"epsilon": 0.5, "delta": 1e-7, "noise": "gaussian"}):
+        released = session.sql(count, **kwargs)
+        assert released.rows[0][1] == (dpc.query.release.Estimate(N, N, N),)
+    assert session.spent() == dpc.ApproxDP(0, 0)
+    noisy = "SUM(income) AS s, MEDIAN(age) AS m FROM people"
+    with_count = session.plan(f"SELECT COUNT(*) AS n, {noisy}", rho=0.01)
+    alone = session.plan(f"SELECT {noisy}", rho=0.01)
+    assert with_count.event == alone.event == ZCDPEvent(Fraction(0.01))
+    assert [o.epsilon for o in with_count.outputs] == [0, *(o.epsilon for o in alone.outputs)]
+    assert [p.mechanism for o in with_count.outputs for p in o.parts] == [
+        p.mechanism for o in alone.outputs for p in o.parts
+    ]

@@ -128,6 +128,8 @@ def plan_with_noise(
         )
     if family == "gaussian":
         gaussian = _approx_plan(query, metadata, epsilon, delta_fraction, selection_weight)
+        if not _noised(gaussian):  # only public counts: nothing to noise, free
+            return gaussian
         return replace(gaussian, noise="discrete Gaussian (requested)")
     laplace = plan_query(
         query, metadata, epsilon=epsilon, delta=delta, selection_weight=selection_weight
@@ -161,6 +163,18 @@ def _choose(laplace: Plan, gaussian: Plan) -> Plan:
     return replace(laplace, noise=text)
 
 
+def _noised(plan: Plan) -> bool:
+    """Whether any output of ``plan`` is released with noise (else the plan is free: only
+    replace-one public counts, see :mod:`dpcurator.query.neighbouring`)."""
+    return any(o.parts or o.quantile is not None for o in plan.outputs)
+
+
+def _quantile_rho(outputs: tuple[OutputPlan, ...]) -> Fraction:
+    """Σ ε_q²/2 over the quantile outputs: permute-and-flip is ε_q-DP, hence ε_q²/2-zCDP.
+    Outputs with noisy statistics are counted by their ρ shares, free outputs not at all."""
+    return sum((o.epsilon**2 / 2 for o in outputs if o.quantile is not None), Fraction(0))
+
+
 def _score(plan: Plan) -> float:
     """Σ over the plan's statistics of (CI half-width / L1 sensitivity)², in grid units."""
     return sum(
@@ -183,8 +197,10 @@ def _approx_plan(
             query, metadata, epsilon=epsilon, delta=delta / 2, selection_weight=selection_weight
         )
         aggregate_delta = delta - delta / 2
+    if not _noised(plan):
+        return plan  # the planner's free plan (cost 0)
     noisy_share = sum((o.epsilon for o in plan.outputs if o.parts), Fraction(0))
-    pure_rho = sum((o.epsilon**2 / 2 for o in plan.outputs if not o.parts), Fraction(0))
+    pure_rho = _quantile_rho(plan.outputs)
     eps = to_fraction(epsilon)
     if noisy_share == 0:
         outputs = plan.outputs
@@ -244,16 +260,18 @@ def _gaussian_selection(plan: Plan) -> tuple[GaussianPartitionSelection | None, 
 def _rho_plan(query: Query, metadata: Metadata, rho: Fraction) -> Plan:
     """The Gaussian plan at ρ (module docstring)."""
     plan = plan_query(query, metadata, epsilon=1)
-    weights = [_power(o.epsilon) for o in plan.outputs]
+    if not _noised(plan):  # only public counts: free, charged ρ = 0
+        return replace(plan, cost=ZCDP(Fraction(0)), event=ZCDPEvent(Fraction(0)))
+    weights = [_power(o.epsilon) for o in plan.outputs]  # a free output's ε share is 0
     total = sum(weights, Fraction(0))
     shares = [rho * w / total for w in weights]
-    if any(not o.parts for o in plan.outputs):
+    if any(o.quantile is not None for o in plan.outputs):
         epsilons = [
-            o.epsilon if o.parts else _epsilon_within(share)
+            _epsilon_within(share) if o.quantile is not None else o.epsilon
             for o, share in zip(plan.outputs, shares, strict=True)
         ]
         plan = plan_query(query, metadata, epsilon=sum(epsilons, Fraction(0)), shares=epsilons)
-    pure_rho = sum((o.epsilon**2 / 2 for o in plan.outputs if not o.parts), Fraction(0))
+    pure_rho = _quantile_rho(plan.outputs)
     outputs = plan.outputs
     if any(o.parts for o in outputs):
         outputs = _gaussian_outputs(outputs, rho - pure_rho, plan.exact.bound.max_groups)

@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from dpcurator._validation import check_positive, check_probability, fail
+from dpcurator._validation import check_nonnegative, check_positive, check_probability, fail
 from dpcurator.accounting import ApproxEvent, PureEvent
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
@@ -196,7 +196,7 @@ def plan_query(
         ]
         chosen = split(eps - selection_share, weights) if any(weights) else [eps] * len(planned)
     else:
-        chosen = _check_shares(shares, eps - selection_share, len(planned))
+        chosen = _check_shares(shares, eps - selection_share, planned)
     outputs = [_with_share(o, share) for o, share in zip(planned, chosen, strict=True)]
     selection, selection_exact = None, "__persons"
     if needs_selection:
@@ -299,11 +299,23 @@ def _reference_ratio(output: OutputPlan) -> float:
     return reference_ratio(output.lower, output.upper, output.centre)
 
 
-def _check_shares(shares: Sequence[Fraction], total: Fraction, count: int) -> list[Fraction]:
-    exact = [to_fraction(check_positive("plan_query", "shares", s)) for s in shares]
-    if len(exact) != count or sum(exact, Fraction(0)) != total:
+def _check_shares(
+    shares: Sequence[Fraction], total: Fraction, planned: Sequence[OutputPlan]
+) -> list[Fraction]:
+    """The given shares: one per output, > 0 for an output with noise, 0 allowed for one with
+    nothing to noise (a replace-one public count), summing to ``total``."""
+    exact = [to_fraction(check_nonnegative("plan_query", "shares", s)) for s in shares]
+    noised = [bool(o.parts) or o.quantile is not None for o in planned]
+    if (
+        len(exact) != len(planned)
+        or sum(exact, Fraction(0)) != total
+        or any(s == 0 and n for s, n in zip(exact, noised, strict=True))
+    ):
         raise fail(
-            "plan_query", "shares", f"{count} positive values summing to {total}", list(shares)
+            "plan_query",
+            "shares",
+            f"{len(planned)} values summing to {total}, > 0 for every noisy output",
+            list(shares),
         )
     return exact
 
