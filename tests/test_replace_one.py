@@ -103,3 +103,18 @@ def test_public_counts_cost_nothing_with_gaussian_noise_or_rho() -> None:
     assert [p.mechanism for o in with_count.outputs for p in o.parts] == [
         p.mechanism for o in alone.outputs for p in o.parts
     ]
+
+
+def test_accuracy_first_gives_a_public_count_no_share() -> None:
+    """Accuracy-first: the public n meets any target exactly and needs no budget, alone (free)
+    or beside a noisy sum (the query costs what the sum alone costs)."""
+    session = _session(PEOPLE)
+    released = session.sql("SELECT COUNT(*) AS n FROM people", accuracy={"n": 0})
+    assert released.rows[0][1] == (dpc.query.release.Estimate(N, N, N),)
+    assert session.spent() == dpc.PureDP(0)
+    both = session.plan(
+        "SELECT COUNT(*) AS n, SUM(income) AS s FROM people", accuracy={"n": 1, "s": 1e5}
+    )
+    alone = session.plan("SELECT SUM(income) AS s FROM people", accuracy={"s": 1e5})
+    assert both.cost == alone.cost
+    assert [o.epsilon for o in both.outputs] == [0, alone.outputs[0].epsilon]

@@ -24,7 +24,9 @@ Every target a value can be given is met by some finite ε (even 0: discrete noi
 with probability >= 1-α once ε_i >= Δ·ln((2-α)/α)); the targets no budget can meet are those of
 means, variances, standard deviations and quantiles, whose interval widths depend on the data
 (the count), and they are refused here, free. A cost above the remaining budget is refused by
-the budget filter before any charge, with that cost in the message.
+the budget filter before any charge, with that cost in the message. Under replace-one, a
+whole-table count is the public n (:mod:`dpcurator.query.neighbouring`): exact, it meets any
+target and takes no share (a query of only such counts costs 0).
 """
 
 from __future__ import annotations
@@ -156,10 +158,15 @@ def plan_for_accuracy(
                 f"Give an accuracy target for every aggregate: {output.name!r} has none "
                 f"(targets given: {sorted(targets)})."
             )
-        (part,) = output.parts
         target = resolve_target(output, targets[output.name])
+        if not output.parts:  # a replace-one public count: exact, meets any target, free
+            shares.append(Fraction(0))
+            continue
+        (part,) = output.parts
         shares.append(Fraction(smallest_epsilon(part, target, alpha)))
     total = sum(shares, Fraction(0))
+    if total == 0:
+        return provisional  # only public counts: the planner's free plan (cost 0)
     if total < MIN_EPSILON:  # more accurate than asked: scale up to the documented minimum
         shares = [share * Fraction(MIN_EPSILON) / total for share in shares]
         total = sum(shares, Fraction(0))
