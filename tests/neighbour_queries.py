@@ -227,8 +227,8 @@ def ci_signature(
     """Per column: (name, public half-width, every interval has it), or for columns without a
     public width (name, whether intervals are present in every row or absent in every row).
 
-    Counts, sums and histograms have a half-width fixed by the plan; means and variances have
-    none (their intervals follow the noisy values) and quantiles no interval. Nothing here
+    Counts, sums and histograms have a half-width fixed by the plan; means, variances and
+    quantiles have none (their intervals follow the noisy values). Nothing here
     depends on how many rows are released (partition selection releases a noisy number).
     """
     signature: list[tuple[object, ...]] = []
