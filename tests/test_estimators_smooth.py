@@ -1,14 +1,21 @@
-"""Smooth sensitivity (NRS07): the median bound, the heavy-tailed noise, releases and CIs."""
+"""Smooth sensitivity (NRS07): the median and trimmed-mean bounds, the heavy-tailed noise,
+releases and CIs."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from dpcurator.estimators.smooth import median_smooth_sensitivity, smooth_median
+from dpcurator.estimators.smooth import (
+    median_smooth_sensitivity,
+    smooth_median,
+    trimmed_mean,
+    trimmed_mean_smooth_sensitivity,
+)
 from dpcurator.mechanisms.heavy_tailed import heavy_tailed_halfwidth, heavy_tailed_integers
 from dpcurator.random import SeededRng
 from tests.stat_tools import ALPHA, chi_square_pvalue
@@ -129,3 +136,60 @@ def test_noise_ci_covers(delta: float) -> None:
     assert stats.binomtest(ok, reps, 0.92, alternative="less").pvalue > ALPHA
     narrow = coverage(delta, 0.05, reps)
     assert stats.binomtest(narrow, reps, 0.92, alternative="less").pvalue < ALPHA
+
+
+def brute_trimmed_smooth(x: np.ndarray, beta: float, trim: float) -> float:
+    """max_k e^{-kβ} A_k by enumeration: every data set with k of the n values replaced by LOW or
+    HIGH, and the local sensitivity of each by every single replacement (extremes suffice: moving
+    a replaced value outwards only widens a gap of order statistics)."""
+    n = x.size
+    t = math.floor(trim * n)
+
+    def f(y: np.ndarray) -> float:
+        return float(sum(sorted(y.tolist())[t : n - t])) / (n - 2 * t)
+
+    def local(y: np.ndarray) -> float:
+        here = f(y)
+        return max(
+            abs(f(np.concatenate((y[:p], [z], y[p + 1 :]))) - here)
+            for p in range(n)
+            for z in (LOW, HIGH)
+        )
+
+    reach = [0.0] * (n + 1)  # reach[k]: the largest local sensitivity at distance exactly k
+    for choice in itertools.product((None, LOW, HIGH), repeat=n):
+        y = np.array([x[p] if c is None else c for p, c in enumerate(choice)])
+        k = sum(c is not None for c in choice)
+        reach[k] = max(reach[k], local(y))
+    return max(math.exp(-beta * k) * max(reach[: k + 1]) for k in range(n + 1))
+
+
+def test_trimmed_mean_bound_equals_brute_force() -> None:
+    """The O(n log n) bound equals the enumerated smooth sensitivity (every neighbour within k)."""
+    gen = np.random.default_rng(11)
+    for _ in range(40):
+        x = np.round(gen.uniform(LOW, HIGH, int(gen.integers(1, 7))), 1)
+        beta = float(gen.choice([0.05, 0.5, 3.0]))
+        trim = float(gen.choice([0.0, 0.2, 0.34, 0.49]))
+        fast = trimmed_mean_smooth_sensitivity(np.sort(x), beta, LOW, HIGH, trim)
+        assert fast == pytest.approx(brute_trimmed_smooth(x, beta, trim), rel=1e-12), (x, trim)
+
+
+@pytest.mark.parametrize("delta", [0.0, 1e-6])
+def test_large_epsilon_gives_the_trimmed_mean(delta: float) -> None:
+    x = np.array([3.0, 1.5, 8.25, 4.0, 9.5, 2.0, 7.0, -40.0, np.nan, 60.0])  # clamped, NaN -> 5
+    clean = np.clip(np.nan_to_num(x, nan=5.0), LOW, HIGH)
+    out = trimmed_mean(x, epsilon=1e6, bounds=(LOW, HIGH), trim=0.2, delta=delta, rng=SeededRng(12))
+    assert out.value is not None
+    assert out.ci_low is not None
+    assert out.ci_high is not None
+    assert float(out.value) == pytest.approx(stats.trim_mean(clean, 0.2), abs=1e-3)
+    assert float(out.ci_low) <= float(out.value) <= float(out.ci_high)
+
+
+@pytest.mark.parametrize(
+    ("bounds", "trim"), [((0.0, 10.0), 0.5), ((0.0, 10.0), -0.1), ((10.0, 0.0), 0.1), (3.0, 0.1)]
+)
+def test_trimmed_mean_refuses_bad_public_parameters(bounds: object, trim: float) -> None:
+    with pytest.raises(ValueError, match="trimmed_mean"):
+        trimmed_mean([1.0], epsilon=1.0, bounds=bounds, trim=trim)  # type: ignore[arg-type]

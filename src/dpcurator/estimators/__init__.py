@@ -31,7 +31,7 @@ from dpcurator.estimators.quantiles import (
 from dpcurator.estimators.regression import linear_regression
 from dpcurator.estimators.release import Covers, Estimate
 from dpcurator.estimators.sample_aggregate import sample_and_aggregate
-from dpcurator.estimators.smooth import smooth_median, smooth_sensitivity_release
+from dpcurator.estimators.smooth import smooth_median, smooth_sensitivity_release, trimmed_mean
 
 __all__ = [
     "MODELS",
@@ -64,4 +64,5 @@ __all__ = [
     "select_quantile_bin",
     "smooth_median",
     "smooth_sensitivity_release",
+    "trimmed_mean",
 ]

@@ -27,7 +27,9 @@ sets the noise half-width at level α/2 — a (1-α) interval for the clamped f(
 :func:`smooth_median` instantiates it for the median, with the O(n log n) smooth sensitivity of
 NRS07 Section 3.1 for replace-one neighbours (n public) and, for add/remove neighbours, the bound
 A'_k = x_(m+k+1) - x_(m-k-1) (the median of any data set within k+1 add/removes lies between
-those order statistics).
+those order statistics). :func:`trimmed_mean` instantiates it for the mean of the values
+between the floor(trim·n)-th smallest and largest (NRS07; replace-one neighbours, n public), with
+the same O(n log n) search (:func:`trimmed_mean_smooth_sensitivity`).
 """
 
 from __future__ import annotations
@@ -148,6 +150,37 @@ def smooth_sensitivity_release(
     )
 
 
+def _max_decayed_gap(padded: FloatArray, beta: float, last_i: int, first_j: int, gap: int) -> float:
+    """max e^{-β(j-i-gap)} (p_j - p_i) over 0 <= i <= last_i, max(first_j, i + gap) <= j <= n+1
+    (``padded`` = p_0..p_{n+1} sorted), in O(n log n); needs last_i + gap <= n + 1.
+
+    The best j for each i is monotone in i (NRS07, Section 3.1), so a divide and conquer scans
+    j for the middle i of a node and splits the j range at its best j; one recursion level is
+    done at a time for all nodes (vectorised), the first maximiser breaking ties.
+    """
+    last = padded.size - 1
+    nodes = np.array([[0, last_i, first_j, last]], dtype=np.int64)
+    best = 0.0
+    while nodes.size:
+        i = (nodes[:, 0] + nodes[:, 1]) // 2
+        start = np.maximum(nodes[:, 2], i + gap)
+        lengths = nodes[:, 3] - start + 1
+        owner = np.repeat(np.arange(len(nodes)), lengths)
+        first = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        js = np.arange(int(lengths.sum())) - first[owner] + start[owner]
+        scores = np.exp(-beta * (js - i[owner] - gap)) * (padded[js] - padded[i[owner]])
+        top = np.maximum.reduceat(scores, first)
+        best = max(best, float(top.max()))
+        hits = np.flatnonzero(scores == top[owner])
+        _, where = np.unique(owner[hits], return_index=True)
+        j_star = js[hits[where]]
+        left = np.stack([nodes[:, 0], i - 1, nodes[:, 2], j_star], axis=1)
+        right = np.stack([i + 1, nodes[:, 1], j_star, nodes[:, 3]], axis=1)
+        nodes = np.concatenate([left, right])
+        nodes = nodes[nodes[:, 0] <= nodes[:, 1]]
+    return best
+
+
 def median_smooth_sensitivity(
     sorted_values: FloatArray,
     beta: float,
@@ -172,28 +205,7 @@ def median_smooth_sensitivity(
         return float(np.max(np.exp(-beta * k) * gaps))
     if n == 0:
         return upper - lower
-    # Divide and conquer, one recursion level at a time for all nodes (vectorised): a node
-    # (i_lo, i_hi, j_lo, j_hi) scans j for i = its midpoint and splits at the best j.
-    nodes = np.array([[0, m, m, n + 1]], dtype=np.int64)
-    best = 0.0
-    while nodes.size:
-        i = (nodes[:, 0] + nodes[:, 1]) // 2
-        start = np.maximum(nodes[:, 2], i + 1)
-        lengths = nodes[:, 3] - start + 1
-        owner = np.repeat(np.arange(len(nodes)), lengths)
-        first = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-        js = np.arange(int(lengths.sum())) - first[owner] + start[owner]
-        scores = np.exp(-beta * (js - i[owner] - 1)) * (padded[js] - padded[i[owner]])
-        top = np.maximum.reduceat(scores, first)
-        best = max(best, float(top.max()))
-        hits = np.flatnonzero(scores == top[owner])
-        _, where = np.unique(owner[hits], return_index=True)
-        j_star = js[hits[where]]
-        left = np.stack([nodes[:, 0], i - 1, nodes[:, 2], j_star], axis=1)
-        right = np.stack([i + 1, nodes[:, 1], j_star, nodes[:, 3]], axis=1)
-        nodes = np.concatenate([left, right])
-        nodes = nodes[nodes[:, 0] <= nodes[:, 1]]
-    return best
+    return _max_decayed_gap(padded, beta, m, m, 1)
 
 
 def smooth_median(
@@ -238,5 +250,83 @@ def smooth_median(
         alpha=alpha,
         ci_share=ci_share,
         method=f"smooth-sensitivity median ({neighbours}; NRS07)",
+        rng=rng,
+    )
+
+
+def trimmed_count(n: int, trim: float) -> int:
+    """The number t = floor(trim·n) of values trimmed from each side (n and trim public)."""
+    return math.floor(trim * n)
+
+
+def trimmed_mean_smooth_sensitivity(
+    sorted_values: FloatArray, beta: float, lower: float, upper: float, trim: float
+) -> float:
+    """NRS07's β-smooth sensitivity of the trimmed mean for replace-one neighbours (n public).
+
+    With t = floor(trim·n) values trimmed from each side, m = n - 2t, and x_(i) = ``lower`` for
+    i < 1 and ``upper`` for i > n: one replacement moves the kept sum by at most
+    max(x_(n-t+1) - x_(t+1), x_(n-t) - x_(t)), and k replacements move an order statistic by at
+    most k ranks, so A_k = max_{t-k <= i <= t+1} (x_(i+m+k) - x_(i)) / m and
+    S* = max_k e^{-kβ} A_k = max_{i <= t+1, j >= max(n-t, i+m)} e^{-β(j-i-m)} (x_(j) - x_(i)) / m,
+    found in O(n log n) by the median's divide and conquer.
+    """
+    n = sorted_values.size
+    if n == 0:
+        return upper - lower
+    t = trimmed_count(n, trim)
+    kept = n - 2 * t
+    padded = np.concatenate(([lower], sorted_values, [upper]))
+    return _max_decayed_gap(padded, beta, t + 1, n - t, kept) / kept
+
+
+def trimmed_mean(
+    values: object,
+    *,
+    epsilon: float,
+    bounds: tuple[float, float],
+    trim: float,
+    delta: float = 0.0,
+    floor: float | None = None,
+    alpha: float = 0.05,
+    ci_share: float = 0.25,
+    rng: Rng | None = None,
+) -> Estimate:
+    """The mean of ``values`` (one per person, clamped to the public ``bounds`` = (lower, upper),
+    NaN -> their midpoint) after dropping floor(trim·n) values from each side, released with
+    smooth-sensitivity noise (:func:`trimmed_mean_smooth_sensitivity`; NRS07): ε-DP with
+    heavy-tailed noise when ``delta`` is 0, else (ε, δ)-DP (Laplace), with a (1-α) noise-only
+    interval paid by ``ci_share`` of ε. Neighbours replace one person's value: n is public.
+
+    >>> from dpcurator.random import SeededRng
+    >>> data = [0.0, 2.0, 3.0, 4.0, 100.0]
+    >>> release = trimmed_mean(data, epsilon=1e6, bounds=(0, 10), trim=0.2, rng=SeededRng(1))
+    >>> round(float(release.value), 3)
+    3.0
+    """
+    owner = "trimmed_mean"
+    if not isinstance(bounds, tuple) or len(bounds) != 2:
+        raise fail(owner, "bounds", "a (lower, upper) pair", bounds)
+    low, high = check_bounds(owner, *bounds)
+    share = float(check_probability(owner, "trim", trim, open_high=True))
+    if share >= 0.5:
+        raise fail(owner, "trim", "in [0, 0.5)", trim)
+    check_nonnegative(owner, "epsilon", epsilon)
+    raw = as_float_array(owner, "values", values, ndim=1)
+    data = np.sort(clamp_fill(raw, low, high, (low + high) / 2))
+    t = trimmed_count(data.size, share)
+    kept = data[t : data.size - t]
+    centre = float(np.mean(kept)) if kept.size else (low + high) / 2
+    return smooth_sensitivity_release(
+        centre,
+        lambda beta: trimmed_mean_smooth_sensitivity(data, beta, low, high, share),
+        epsilon=epsilon,
+        lower=low,
+        upper=high,
+        delta=delta,
+        floor=floor,
+        alpha=alpha,
+        ci_share=ci_share,
+        method=f"smooth-sensitivity {share:g}-trimmed mean (replace; NRS07)",
         rng=rng,
     )
