@@ -1,4 +1,5 @@
-"""Propose-test-release (Dwork & Lei 2009): the IQR cell, NR on unstable data, the median."""
+"""Propose-test-release (Dwork & Lei 2009): the IQR cell, NR on unstable data, the median, the
+L1 regression and the parallel composition rule."""
 
 from __future__ import annotations
 
@@ -6,7 +7,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpcurator.estimators.ptr import ptr_iqr, ptr_median, ptr_test, ptr_threshold
+from dpcurator.core.measures import ApproxDP, PureDP
+from dpcurator.estimators.ptr import (
+    parallel_cost,
+    ptr_iqr,
+    ptr_median,
+    ptr_parallel,
+    ptr_test,
+    ptr_threshold,
+)
+from dpcurator.estimators.ptr_regression import ptr_l1_regression
 from dpcurator.random import SeededRng
 from tests.stat_tools import ALPHA
 
@@ -74,3 +84,60 @@ def test_median_noise_ci_covers() -> None:
     """Binomial test (ALPHA) of coverage >= 0.95 - 0.03; a 10x narrower CI is caught."""
     assert stats.binomtest(median_coverage(1.0), 300, 0.92, alternative="less").pvalue > ALPHA
     assert stats.binomtest(median_coverage(0.1), 300, 0.92, alternative="less").pvalue < ALPHA
+
+
+def line_with_outliers(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """y = 1 + 2x + Laplace(1) noise; 5% of y set to 100."""
+    g = np.random.default_rng(seed)
+    x = g.uniform(0, 10, 8000)
+    y = 1 + 2 * x + g.laplace(0, 1, x.size)
+    y[:400] = 100.0
+    return x, y
+
+
+def test_l1_regression_is_near_the_truth_and_not_pulled_by_outliers() -> None:
+    """Large ε: within 0.15 of (1, 2) (declared tolerance; a block fit's sd is ~0.3 and the
+    median of 400 of them ~0.02), while least squares is pulled over 0.5 away."""
+    x, y = line_with_outliers(8)
+    out = ptr_l1_regression(
+        x, y, epsilon=1e3, delta=1e-6, lower=-10, upper=10, blocks=400, rng=SeededRng(8)
+    )
+    assert out.replied
+    assert out.cost == ApproxDP(1000, 1e-6)
+    assert out.value is not None
+    assert np.abs(out.value - [1.0, 2.0]).max() < 0.15
+    least_squares = np.polyfit(x, y, 1)[::-1]
+    assert np.abs(least_squares - [1.0, 2.0]).max() > 0.5
+
+
+def test_l1_regression_no_reply_on_unstable_data() -> None:
+    """Half the rows have slope 2, half slope -2: the block fits split between the two lines and
+    their median sits near the gap, at a distance to instability far below the threshold of
+    ε = 1 (T ≈ 70): NR, at the full cost."""
+    g = np.random.default_rng(9)
+    x = g.uniform(0, 10, 8000)
+    y = np.where(np.arange(x.size) % 2 == 0, 2.0, -2.0) * x + g.normal(0, 0.1, x.size)
+    out = ptr_l1_regression(
+        x, y, epsilon=1.0, delta=1e-6, lower=-10, upper=10, blocks=400, rng=SeededRng(9)
+    )
+    assert not out.replied
+    assert out.cost == ApproxDP(1, 1e-6)
+
+
+def test_parallel_composition_costs_the_max() -> None:
+    """By hand: (1000, 1e-6) and twice (0.5, 1e-5) on disjoint subsets cost (1000, 1e-5), not
+    the sum; every public key gets a release, an empty subset (NR) included."""
+    assert parallel_cost([PureDP(1), ApproxDP(0.5, 1e-5)]) == ApproxDP(1, 1e-5)
+    x = np.random.default_rng(10).normal(0, 1, 3000)
+    labels = np.where(np.arange(x.size) % 2 == 0, "a", "b")
+    plan = {"a": (1e3, 1e-6), "b": (0.5, 1e-5), "c": (0.5, 1e-5)}
+    rng = SeededRng(10)
+    out, cost = ptr_parallel(
+        labels, list(plan), lambda key, rows: ptr_median(
+            x[rows], epsilon=plan[str(key)][0], delta=plan[str(key)][1], lower=-5, upper=5, rng=rng
+        ),
+    )  # fmt: skip
+    assert list(out) == ["a", "b", "c"]
+    assert cost == ApproxDP(1000, 1e-5)
+    assert out["a"].replied
+    assert not out["c"].replied

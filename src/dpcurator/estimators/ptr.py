@@ -20,7 +20,8 @@ passing has probability <= δ):
 
 Composition (DL09): *cascading* (retry with a shifted cell grid on NR) and *subroutine calls*
 (the scale from :func:`ptr_iqr` proposes the bound of :func:`ptr_median`) add their costs; the
-release's cost is the sum of everything run.
+release's cost is the sum of everything run. *Parallel* runs on the disjoint subsets of a public
+partition cost the largest of their costs, not the sum (:func:`ptr_parallel`).
 
 The ranges used by the instances rest on one fact: the order statistic of rank floor(p·n) + 1
 of a data set within k add/removes of x lies between x_(r-k) and x_(r+k) (x_(i) padded with the
@@ -30,14 +31,17 @@ public bounds), and range_k(x') ⊆ range_{k+1}(x) for neighbours, which makes D
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable, Sequence
 from fractions import Fraction
 
 import numpy as np
+import numpy.typing as npt
 
 from dpcurator._validation import check_positive, check_probability, fail
-from dpcurator.core.measures import ApproxDP
+from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.core.numbers import float_down, to_fraction
 from dpcurator.estimators.release import (
+    Cost,
     Covers,
     Estimate,
     FloatArray,
@@ -221,3 +225,44 @@ def ptr_median(
     return Estimate(
         released.value, released.ci_low, released.ci_high, released.covers, level, total, method
     )
+
+
+def parallel_cost(costs: Sequence[Cost]) -> ApproxDP:
+    """The cost of releases on disjoint subsets: (max ε, max δ) (parallel composition; McSherry
+    2009, DL09). Pure ε counts as (ε, 0); zCDP costs are refused (give (ε, δ) ones)."""
+    approx = []
+    for cost in costs:
+        if not isinstance(cost, PureDP | ApproxDP):
+            raise fail("parallel_cost", "costs", "PureDP or ApproxDP costs", cost)
+        approx.append(cost.to_approx())
+    return ApproxDP(
+        max((c.epsilon for c in approx), default=0), max((c.delta for c in approx), default=0)
+    )
+
+
+def ptr_parallel(
+    labels: object,
+    keys: Sequence[Hashable],
+    release: Callable[[Hashable, npt.NDArray[np.bool_]], Estimate],
+) -> tuple[dict[Hashable, Estimate], ApproxDP]:
+    """Run ``release`` on the rows of each public key (``release(key, mask)``, mask: the rows
+    whose label equals the key)
+    and return each key's release (NR included) with the parallel cost (:func:`parallel_cost`).
+
+    **Guarantee**: if each release is (ε_g, δ_g)-DP in its subset, the whole is (max ε_g,
+    max δ_g)-DP, because adding or removing one person changes one subset only. This holds when
+    the partition is public: the ``keys`` are given by the analyst (every key gets a release,
+    an empty subset included, so the released keys do not depend on the data; rows with another
+    label are dropped) and all rows of one person carry the same label.
+    """
+    owner = "ptr_parallel"
+    groups = list(keys)
+    if len(set(groups)) != len(groups):
+        raise fail(owner, "keys", "distinct public keys", keys)
+    raw = labels.to_numpy() if hasattr(labels, "to_numpy") else labels
+    column = np.asarray(raw, dtype=object)
+    if column.ndim != 1:
+        raise fail(owner, "labels", "one label per row (1-dimensional)", column.shape)
+    masks = {key: np.fromiter((v == key for v in column), np.bool_, column.size) for key in groups}
+    out = {key: release(key, mask) for key, mask in masks.items()}
+    return out, parallel_cost([estimate.cost for estimate in out.values()])
