@@ -109,3 +109,57 @@ def test_ci_covers_the_parameter(name: str, route: str, n: int, epsilon: float) 
     ok, narrow = coverage(name, route, n, epsilon, reps)
     assert stats.binomtest(ok, reps, 0.90, alternative="less").pvalue > ALPHA
     assert stats.binomtest(narrow, reps, 0.90, alternative="less").pvalue < ALPHA
+
+
+MIXTURE_BOX = ([0, -10, -10, 0.05, 0.05], [1, 10, 10, 10, 10])
+
+
+def test_gaussian_mixture_recovers_well_separated_components() -> None:
+    """0.3·N(-3, 1) + 0.7·N(4, 1.5), n = 10⁴, ε = 10⁴ (noise negligible). Declared tolerance:
+    0.02 on p and 0.15 on each mean and sd (blocks of ~40 rows keep a small O(1/t²) bias)."""
+    gen = np.random.default_rng(21)
+    n = 10_000
+    x = np.where(gen.random(n) < 0.3, gen.normal(-3, 1, n), gen.normal(4, 1.5, n))
+    out = dp_mle(
+        "gaussian_mixture",
+        x,
+        epsilon=1e4,
+        lower=MIXTURE_BOX[0],
+        upper=MIXTURE_BOX[1],
+        rng=SeededRng(21),
+    )
+    assert out.value is not None
+    assert float(out.value[0]) == pytest.approx(0.3, abs=0.02)
+    assert out.value[1:] == pytest.approx([-3, 4, 1, 1.5], abs=0.15)
+
+
+def test_gaussian_mixture_fit_orders_the_means_and_fails_to_nan() -> None:
+    fit = MODELS["gaussian_mixture"].estimate
+    gen = np.random.default_rng(22)
+    x = np.concatenate([gen.normal(5, 1, 300), gen.normal(-5, 1, 100)])
+    theta = fit(x)
+    assert theta == pytest.approx([0.25, -5, 5, 1, 1], abs=0.2)  # p belongs to the lower mean
+    assert np.all(np.isnan(fit(np.ones(50))))
+    assert np.all(np.isnan(fit(np.array([1.0, 2.0]))))
+
+
+@pytest.mark.parametrize("data", [np.ones(50), np.array([1.0, 2.0]), np.full(30, np.nan), []])
+def test_gaussian_mixture_degenerate_data_gives_a_finite_release(data: object) -> None:
+    """Constant, tiny, all-NaN or empty data: a finite release at the public cost, never an
+    exception (failed blocks take the public fill)."""
+    out = dp_mle(
+        "gaussian_mixture",
+        data,
+        epsilon=1.0,
+        lower=MIXTURE_BOX[0],
+        upper=MIXTURE_BOX[1],
+        rng=SeededRng(23),
+    )
+    assert out.value is not None
+    assert np.all(np.isfinite(out.value))
+    assert out.cost.epsilon == 1
+
+
+def test_the_mixture_has_no_sufficient_statistics_route() -> None:
+    with pytest.raises(ValueError, match="model"):
+        dp_mle_sufficient("gaussian_mixture", [1.0, 2.0], epsilon=1.0, lower=0, upper=10)

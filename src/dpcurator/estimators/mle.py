@@ -10,7 +10,11 @@ Two routes:
   correction is the half-sample jackknife 2·θ̂(B) - (θ̂(B₁) + θ̂(B₂))/2, which removes the O(1/t)
   bias term of a block of t rows (the role of Lemma 8). A block whose fit fails or does not
   converge gets the public fill. Any model given by a log-likelihood works (numeric fit); the
-  built-in models also have closed-form fits and Fisher information.
+  built-in models also have closed-form fits and Fisher information. The built-in
+  ``"gaussian_mixture"`` (two components, parameters (p, μ₁, μ₂, σ₁, σ₂)) is fitted by a fixed
+  number of EM steps from a data-free-rule start (quartiles), its labels fixed by the public
+  rule μ₁ <= μ₂ (so block estimates average without label switching), its Fisher information by
+  quadrature.
 * :func:`dp_mle_sufficient` — the simpler route the seed mentions for exponential families: the
   sufficient statistics (n, Σx[, Σx²]) of values clamped to public [lower, upper] get Laplace
   noise (L1 sensitivity 1 + B [+ B²], B = max(|lower|, |upper|): ε-DP), and the MLE is computed
@@ -98,6 +102,63 @@ def _gauss_loglik(th: FloatArray, x: FloatArray) -> float:
     return float(-x.size * math.log(sigma) - np.sum((x - mu) ** 2) / (2 * sigma**2))
 
 
+#: EM steps of the 2-component Gaussian mixture fit (fixed: the fit is a function of the block).
+MIXTURE_EM_STEPS = 100
+
+
+def _mixture_log_parts(th: FloatArray, x: FloatArray) -> FloatArray:
+    """log(w_c N(x; μ_c, σ_c)) for each row and component c (w = (p, 1 - p)), shape (n, 2)."""
+    weights, mu, sigma = np.array([th[0], 1 - th[0]]), th[1:3], th[3:5]
+    z = (x[:, None] - mu) / sigma
+    return np.log(weights) - np.log(sigma) - z**2 / 2 - math.log(2 * math.pi) / 2  # type: ignore[no-any-return]
+
+
+def _mixture_loglik(th: FloatArray, x: FloatArray) -> float:
+    if not (0 < th[0] < 1 and th[3] > 0 and th[4] > 0):
+        return -math.inf
+    parts = _mixture_log_parts(th, x)
+    return float(np.logaddexp(parts[:, 0], parts[:, 1]).sum())
+
+
+def _mixture_fit(x: FloatArray) -> FloatArray:
+    """EM (Dempster, Laird & Rubin 1977) for MIXTURE_EM_STEPS steps from p = 1/2, μ = the
+    quartiles, σ = sd/2; σ floored at sd·10⁻³; labels ordered so μ₁ <= μ₂. NaN (the block gets
+    the public fill) for fewer than 4 rows, constant data or a non-finite result."""
+    spread = float(np.std(x)) if x.size >= 4 else 0.0
+    if not (math.isfinite(spread) and spread > 0):
+        return np.full(5, np.nan)
+    q1, q3 = np.quantile(x, [0.25, 0.75])
+    theta = np.array([0.5, q1, q3, spread / 2, spread / 2])
+    with np.errstate(all="ignore"):
+        for _ in range(MIXTURE_EM_STEPS):
+            parts = _mixture_log_parts(theta, x)
+            resp = np.exp(parts - np.logaddexp(parts[:, 0], parts[:, 1])[:, None])
+            mass = np.maximum(resp.sum(axis=0), 1e-300)
+            mu = resp.T @ x / mass
+            sigma = np.sqrt(np.sum(resp * (x[:, None] - mu) ** 2, axis=0) / mass)
+            p = min(max(mass[0] / x.size, 1e-12), 1 - 1e-12)
+            theta = np.array([p, mu[0], mu[1], *np.maximum(sigma, spread * 1e-3)])
+    if theta[1] > theta[2]:
+        theta = np.array([1 - theta[0], theta[2], theta[1], theta[4], theta[3]])
+    return theta if np.all(np.isfinite(theta)) else np.full(5, np.nan)
+
+
+def _mixture_fisher(th: FloatArray) -> FloatArray:
+    """The per-observation Fisher information E[score scoreᵀ], by the trapezoid rule on a grid
+    covering every component to ±12σ."""
+    mu, sigma = th[1:3], th[3:5]
+    grid = np.linspace(mu.min() - 12 * sigma.max(), mu.max() + 12 * sigma.max(), 20_001)
+    parts = _mixture_log_parts(th, grid)
+    total = np.logaddexp(parts[:, 0], parts[:, 1])
+    resp = np.exp(parts - total[:, None])
+    z = (grid[:, None] - mu) / sigma
+    score = np.column_stack(
+        [resp[:, 0] / th[0] - resp[:, 1] / (1 - th[0]), resp * z / sigma, resp * (z**2 - 1) / sigma]
+    )
+    weighted = score * np.exp(total)[:, None]
+    return np.trapezoid(weighted[:, :, None] * score[:, None, :], grid, axis=0)  # type: ignore[no-any-return]
+
+
 MODELS: dict[str, Model] = {
     "gaussian": Model(
         "gaussian", ("mu", "sigma"), _gauss_loglik, np.array([0.0, 1.0]), _gauss_fit,
@@ -120,7 +181,15 @@ MODELS: dict[str, Model] = {
         np.array([0.5]), lambda x: np.array([x.mean()]),
         lambda th: np.array([[1 / (th[0] * (1 - th[0]))]]),
     ),
+    "gaussian_mixture": Model(
+        "gaussian_mixture", ("p", "mu1", "mu2", "sigma1", "sigma2"), _mixture_loglik,
+        np.array([0.5, -1.0, 1.0, 1.0, 1.0]), _mixture_fit, _mixture_fisher,
+    ),
 }  # fmt: skip
+
+
+#: The built-in models with fixed-dimension sufficient statistics (:func:`dp_mle_sufficient`).
+EXPONENTIAL_FAMILIES = ("bernoulli", "exponential", "gaussian", "poisson")
 
 
 def _model(owner: str, model: str | Model) -> Model:
@@ -229,8 +298,8 @@ def dp_mle_sufficient(
     ``clipping_share`` of ε (default 0: none) pays for the clipping report.
     """
     owner = "dp_mle_sufficient"
-    if model not in MODELS:
-        raise fail(owner, "model", f"one of {sorted(MODELS)}", model)
+    if model not in EXPONENTIAL_FAMILIES:
+        raise fail(owner, "model", f"one of {list(EXPONENTIAL_FAMILIES)}", model)
     low, high = check_bounds(owner, lower, upper)
     eps = to_fraction(check_positive(owner, "epsilon", epsilon))
     level = float(check_probability(owner, "alpha", alpha, open_low=True, open_high=True))
