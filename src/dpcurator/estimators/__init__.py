@@ -14,7 +14,8 @@ from dpcurator.estimators.hypothesis_tests import (
 )
 from dpcurator.estimators.logistic import logistic_regression
 from dpcurator.estimators.mle import MODELS, Model, dp_mle, dp_mle_sufficient
-from dpcurator.estimators.ptr import ptr_iqr, ptr_median
+from dpcurator.estimators.ptr import ptr_iqr, ptr_median, ptr_parallel
+from dpcurator.estimators.ptr_regression import ptr_l1_regression
 from dpcurator.estimators.quantile_refine import (
     RefinedQuantile,
     dp_quantile,
@@ -55,7 +56,9 @@ __all__ = [
     "logistic_regression",
     "median",
     "ptr_iqr",
+    "ptr_l1_regression",
     "ptr_median",
+    "ptr_parallel",
     "quantile_mechanism",
     "quantile_scores",
     "rank_error",
