@@ -111,14 +111,18 @@ def test_nan_and_out_of_range_are_clamped_and_filled() -> None:
     assert float(out.value) == pytest.approx(6.0, abs=1e-3)
 
 
-def coverage(delta: float, shrink: float, reps: int = 300) -> int:
+def coverage(statistic: str, delta: float, shrink: float, reps: int = 300) -> int:
     gen = np.random.default_rng(6)
     x = gen.normal(5, 1, 201)
-    truth = median_of(np.clip(x, LOW, HIGH))
+    clean = np.clip(x, LOW, HIGH)
+    truth = median_of(clean) if statistic == "median" else float(stats.trim_mean(clean, 0.1))
     rng = SeededRng(7)
     hits = 0
     for _ in range(reps):
-        out = smooth_median(x, epsilon=1.0, lower=LOW, upper=HIGH, delta=delta, rng=rng)
+        if statistic == "median":
+            out = smooth_median(x, epsilon=1.0, lower=LOW, upper=HIGH, delta=delta, rng=rng)
+        else:
+            out = trimmed_mean(x, epsilon=1.0, bounds=(LOW, HIGH), trim=0.1, delta=delta, rng=rng)
         low, high = float(out.ci_low), float(out.ci_high)
         if shrink != 1:  # the power check: the same interval, narrowed around the value
             centre = float(out.value)
@@ -128,13 +132,14 @@ def coverage(delta: float, shrink: float, reps: int = 300) -> int:
 
 
 @pytest.mark.statistical
+@pytest.mark.parametrize("statistic", ["median", "trimmed_mean"])
 @pytest.mark.parametrize("delta", [0.0, 1e-6])
-def test_noise_ci_covers(delta: float) -> None:
+def test_noise_ci_covers(statistic: str, delta: float) -> None:
     """Binomial test (alpha ALPHA) that coverage >= 0.95 - 0.03; a CI 20x too narrow is caught."""
     reps = 300
-    ok = coverage(delta, 1.0, reps)
+    ok = coverage(statistic, delta, 1.0, reps)
     assert stats.binomtest(ok, reps, 0.92, alternative="less").pvalue > ALPHA
-    narrow = coverage(delta, 0.05, reps)
+    narrow = coverage(statistic, delta, 0.05, reps)
     assert stats.binomtest(narrow, reps, 0.92, alternative="less").pvalue < ALPHA
 
 
