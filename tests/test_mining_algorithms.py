@@ -107,12 +107,12 @@ def test_naive_bayes_at_small_epsilon_floors_noisy_variances() -> None:
 
 
 def test_kmeans_default_iteration_count_is_a_public_rule() -> None:
-    """Without ``iterations`` the count is Su et al.'s rule for the public ``rows``: the same on
-    300 and 30,000 rows (the noisy-count rule, opt-in, follows the data: 2 vs 7 iterations);
+    """Without ``iterations`` the count is the noise-target rule for the public ``rows``: the same
+    on 300 and 30,000 rows (the noisy-count rule, opt-in, follows the data: 2 vs 7 iterations);
     with no public row count the default is refused before anything is spent."""
     small, large = _blobs(300, 3)[0], _blobs(30_000, 4)[0]
     public = [KMeans(3, 1, BOUNDS, rows=3000).fit(X, SeededRng(5)) for X in (small, large)]
-    assert [m.n_iter_ for m in public] == [5, 5]
+    assert [m.n_iter_ for m in public] == [6, 6]
     assert all(1 - Fraction(1, 10**12) < m.epsilon_spent_ <= 1 for m in public)
     noisy = [KMeans(3, 1, BOUNDS, iterations="noisy_count").fit(X) for X in (small, large)]
     assert [m.n_iter_ for m in noisy] == [2, 7]
@@ -122,3 +122,26 @@ def test_kmeans_default_iteration_count_is_a_public_rule() -> None:
     assert refused.epsilon_spent_ == 0
     with pytest.raises(ParameterError, match="'rows'"):
         KMeans(3, 1, BOUNDS, rows=0)
+
+
+def test_kmeans_default_rule_is_accurate_at_epsilon_half() -> None:
+    """Benchmark-like data (5 blobs in 6 dimensions, 20,000 rows, bounds [-10, 10]) at eps = 0.5:
+    Su et al.'s rule allowed 2 iterations and Lloyd's algorithm had not converged (mean inertia
+    19.0 over these seeds, diffprivlib about 20.7); the noise-target rule runs 4 (16.6; the
+    non-private optimum is 13.4). Seeded, so deterministic: the threshold leaves a margin of
+    about 0.6 on each side."""
+    generator = np.random.default_rng(20260101)
+    centres = generator.uniform(-6, 6, size=(5, 6))
+    X = np.clip(
+        centres[generator.integers(0, 5, size=20_000)] + generator.normal(0, 1.5, size=(20_000, 6)),
+        -10,
+        10,
+    )
+    bounds = ([-10.0] * 6, [10.0] * 6)
+    inertias = []
+    for seed in range(10):
+        model = KMeans(5, 0.5, bounds, rows=20_000).fit(X, SeededRng(seed))
+        assert model.cluster_centers_ is not None
+        distances = ((X[:, None, :] - model.cluster_centers_[None, :, :]) ** 2).sum(axis=2)
+        inertias.append(float(distances.min(axis=1).mean()))
+    assert np.mean(inertias) < 17.8
