@@ -124,20 +124,23 @@ def _client(args: argparse.Namespace, *, anonymous: bool = False) -> Iterator[Cu
         raise CliError(f"--token: {exc}") from None
 
 
+def _cost_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The cost a query or estimate asks for: ε/δ, ρ or accuracy targets, and the noise family."""
+    accuracy = None if args.accuracy is None else dict(args.accuracy)
+    return {
+        "epsilon": args.epsilon,
+        "delta": args.delta,
+        "accuracy": accuracy,
+        "noise": args.noise,
+        "rho": args.rho,
+    }
+
+
 def _query(args: argparse.Namespace) -> Output:
     from dpcurator import cli_format as f  # noqa: PLC0415
 
     with _client(args) as client:
-        accuracy = None if args.accuracy is None else dict(args.accuracy)
-        answer = client.query(
-            args.dataset,
-            args.sql,
-            epsilon=args.epsilon,
-            delta=args.delta,
-            accuracy=accuracy,
-            noise=args.noise,
-            rho=args.rho,
-        )
+        answer = client.query(args.dataset, args.sql, **_cost_options(args))
     lines = [f.release_text(answer["release"]), f"cost: {f.cost_text(answer['cost'])}"]
     if answer.get("remaining"):
         lines.append(f"remaining: {f.cost_text(answer['remaining']['remaining'])}")
@@ -150,16 +153,7 @@ def _estimate(args: argparse.Namespace) -> Output:
     from dpcurator.query.release_view import level_text  # noqa: PLC0415
 
     with _client(args) as client:
-        accuracy = None if args.accuracy is None else dict(args.accuracy)
-        found = client.estimate(
-            args.dataset,
-            args.sql,
-            epsilon=args.epsilon,
-            delta=args.delta,
-            accuracy=accuracy,
-            noise=args.noise,
-            rho=args.rho,
-        )
+        found = client.estimate(args.dataset, args.sql, **_cost_options(args))
     details = found["estimate"]
     alpha = details.get("alpha", 0.05)
     cost = found["cost"]
