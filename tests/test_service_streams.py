@@ -96,7 +96,11 @@ def test_sparse_vector_neighbours_differ_only_in_noisy_flags(tmp_path: Path) -> 
 # -- streams ------------------------------------------------------------------------------------
 
 
-def test_count_stream_is_charged_at_creation_and_releases_with_ci(kit: Kit) -> None:
+def test_count_stream_is_charged_at_creation_and_releases_with_ci(
+    kit: Kit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Seeded: an unseeded 95% check fails ~5% of runs (coverage is test_streams_tree.py's job).
+    monkeypatch.setattr(tree_module, "default_rng", lambda: SeededRng(7))
     refused = kit.alice.post(
         "/v1/datasets/people/streams", json={"kind": "count", "epsilon": 1, "horizon": 1000}
     )
