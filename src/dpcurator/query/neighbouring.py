@@ -3,19 +3,39 @@
 Metadata declare ``neighbouring: add_remove`` (the default: neighbouring tables differ by adding
 or removing one person, unbounded DP) or ``replace_one`` with the public table size
 ``public_size`` = n (neighbouring tables have the same n and differ in one person's rows, bounded
-DP; Dwork & Roth 2014 §2.3, Vadhan 2017 §1.6). Decided from the metadata at plan time:
+DP; Dwork & Roth 2014 §2.3, Vadhan 2017 §1.6). Decided from the metadata at plan time.
 
-* Replacing one person is removing them and adding another, so every sensitivity under
-  replace-one is at most twice its add/remove value (:func:`sensitivity_factor`): a grouped count
-  has L1 sensitivity 2 (one row leaves a group, one joins another), a sum 2·max(|L|, |U|) per row.
-* The count of the whole table (no WHERE, no GROUP BY) is the public n: released exactly and free
-  (:func:`public_count`). It is ``COUNT(*)`` on a table where each person keeps one row (row-level
-  with ``max_rows_per_person`` 1, or user-level bounded to one row), ``COUNT(DISTINCT person)``
-  on a user-level table.
-* The mean of the whole table divides a noisy sum by the public n, so it spends all its share on
-  the sum; the sum is centred at the middle of the bounds, where replacing one value x by x'
-  changes it by x' − x: sensitivity (U − L) per row, not 2·max(|L|, |U|) (the planner's centred
-  sum at twice its add/remove sensitivity is exactly this, up to grid rounding).
+**Sensitivities under replace-one.** One person P, with at most m = ``max_rows_per_person`` rows
+(after contribution bounding, which acts on each person's rows alone), is replaced by a person P'
+with at most m rows; every other row is the same in both tables. Write each row's contribution to
+a statistic as a function of that row alone, and pair P's rows with P''s (padding the shorter
+list with absent rows, which contribute nothing).
+
+* *Ungrouped count* (COUNT(*), COUNT(x), with any WHERE): the change is (rows of P' that count)
+  − (rows of P that count), a difference of two integers in [0, m]: |c − c'| <= m. Attained by
+  m counted rows replaced by none counted (a row outside the WHERE, or a NULL x).
+  A distinct-person count likewise changes by at most 1 (:func:`count_factor` is 1).
+* *Ungrouped sum* of values clamped to [L, U] (in grid units: rounding is monotone, so a row's
+  value lies in [round(L), round(U)]): each pair contributes x' − x. When both rows count, the
+  difference is at most U − L; when one counts (the other is absent, outside the WHERE or NULL
+  without a fill) it is at most max(|L|, |U|); when neither counts, 0. So
+  |S − S'| <= m·max(U − L, |L|, |U|) (:func:`replace_one_row_change`), attained by m pairs of the
+  worst kind: L against U when 0 lies in [L, U] (then U − L >= max(|L|, |U|)), else the bound of
+  larger magnitude against an absent row. A centred sum (values x − c, c in [L, U], as means and
+  variances sum) is the same with [L − c, U − c]; the sum of squares of centred values with
+  [0, max((L − c)², (U − c)²)]. This is at most the 2m·max(|L|, |U|) of removing P and adding
+  P' (equal only when L = −U), and half of it for the centred sums (U − L against 2(U − L)).
+* *Grouped outputs and histograms* (vectors): P may leave groups (bins) and P' enter others, so
+  the L1 change over the groups is at most the removal's plus the addition's: twice the
+  add/remove sensitivity (:func:`sensitivity_factor`), and this is attained (disjoint groups).
+  Quantiles, which select from a histogram, keep the factor too.
+
+The count of the whole table (no WHERE, no GROUP BY) is the public n: released exactly and free
+(:func:`public_count`). It is ``COUNT(*)`` on a table where each person keeps one row (row-level
+with ``max_rows_per_person`` 1, or user-level bounded to one row), ``COUNT(DISTINCT person)`` on
+a user-level table. The mean of the whole table divides a noisy sum by the public n, so it spends
+all its share on the sum; the sum is centred at the middle of the bounds, where replacing one
+value x by x' changes it by x' − x: sensitivity m·(U − L) by the rule above.
 
 Partition selection is refused under replace-one (declare public keys): its guarantee is stated
 for adding or removing one person.
@@ -33,8 +53,27 @@ from dpcurator.query.schema import Metadata
 
 
 def sensitivity_factor(metadata: Metadata) -> int:
-    """2 under replace-one (remove one person, add one), else 1."""
+    """The factor of a grouped output's or a histogram's sensitivity: 2 under replace-one
+    (P leaves some groups, P' joins others), else 1."""
     return 2 if metadata.replace_one else 1
+
+
+def count_factor(metadata: Metadata, grouped: bool) -> int:
+    """The factor of a count's sensitivity: :func:`sensitivity_factor` for a grouped count, 1
+    for an ungrouped one (under replace-one its change is at most m: module docstring)."""
+    return sensitivity_factor(metadata) if grouped else 1
+
+
+def tight_sums(metadata: Metadata, grouped: bool) -> bool:
+    """Whether the sums of the query get :func:`replace_one_row_change` (ungrouped, replace-one)."""
+    return metadata.replace_one and not grouped
+
+
+def replace_one_row_change(low: int, high: int) -> int:
+    """The most one pair of rows (one of P, one of P') changes an ungrouped sum of values in
+    [``low``, ``high``] grid units under replace-one: max(U − L, |L|, |U|) (module docstring;
+    at least 1, like the add/remove rule)."""
+    return max(high - low, abs(low), abs(high), 1)
 
 
 def public_count(aggregate: Aggregate, metadata: Metadata, whole_table: bool) -> int | None:

@@ -18,7 +18,12 @@ from dpcurator.query import ir
 from dpcurator.query.builder import Aggregate
 from dpcurator.query.histogram import histogram_cuts
 from dpcurator.query.limits import MAX_BOUND_MAGNITUDE, exceeded
-from dpcurator.query.neighbouring import public_count
+from dpcurator.query.neighbouring import (
+    count_factor,
+    public_count,
+    replace_one_row_change,
+    tight_sums,
+)
 from dpcurator.query.plan_facts import (
     choose_grid_exponent,
     grid_units,
@@ -117,10 +122,27 @@ class PlanContext:
     counter: list[int]
     factor: int = 1  # 2 under replace-one (dpcurator.query.neighbouring)
     whole_table: bool = False  # no WHERE, no GROUP BY
+    grouped: bool = True  # the query has a GROUP BY (replace-one: dpcurator.query.neighbouring)
 
     @property
     def contributions(self) -> int:
+        """The L1 sensitivity of a vector of counts (groups, histogram bins)."""
         return self.rows * self.groups * self.factor
+
+    @property
+    def count_contributions(self) -> int:
+        """The L1 sensitivity of a count: r·g, doubled only for a grouped replace-one count."""
+        return self.rows * self.groups * count_factor(self.metadata, self.grouped)
+
+    def sum_sensitivity(self, lower: float, upper: float, exponent: int, offset: int = 0) -> int:
+        """The L1 sensitivity in grid units of a clamped sum of (grid value - ``offset``):
+        :func:`~dpcurator.query.plan_facts.sum_sensitivity`, or under replace-one without
+        GROUP BY r·max(U - L, |L|, |U|) (:mod:`dpcurator.query.neighbouring`).
+        """
+        if tight_sums(self.metadata, self.grouped):
+            low, high = grid_units(lower, exponent) - offset, grid_units(upper, exponent) - offset
+            return self.rows * replace_one_row_change(low, high)
+        return sum_sensitivity(lower, upper, exponent, self.contributions, offset)
 
     def name(self, label: str) -> str:
         self.counter[0] += 1
@@ -172,12 +194,12 @@ def plan_aggregate(
         return OutputPlan(name, kind, share, public_count=free), []
     if kind == "count" and aggregate.expr is None:
         exact = ir.ExactAggregate(context.name("count"), "count")
-        part = noisy(exact.name, "count", context.contributions, 0, share)
+        part = noisy(exact.name, "count", context.count_contributions, 0, share)
         return OutputPlan(name, "count", share, (part,)), [exact]
     if kind == "count":
         assert aggregate.expr is not None  # COUNT(x) has an expression
         exact = _non_null_count(aggregate.expr, context)
-        part = noisy(exact.name, "count", context.contributions, 0, share)
+        part = noisy(exact.name, "count", context.count_contributions, 0, share)
         return OutputPlan(name, "count", share, (part,)), [exact]
     if kind == "count_persons":
         if metadata.person_column is None:
@@ -186,7 +208,8 @@ def plan_aggregate(
                 "use COUNT(*))."
             )
         exact = ir.ExactAggregate(context.name("persons"), "count_persons")
-        part = noisy(exact.name, "count", context.groups * context.factor, 0, share)
+        persons = context.groups * count_factor(metadata, context.grouped)
+        part = noisy(exact.name, "count", persons, 0, share)
         return OutputPlan(name, "count_persons", share, (part,)), [exact]
     assert aggregate.expr is not None  # value aggregates have an expression
     expr = aggregate.expr
@@ -197,9 +220,7 @@ def plan_aggregate(
     if kind == "sum":
         k = choose_grid_exponent(lower, upper, integer=integer)
         exact = ir.ExactAggregate(context.name("sum"), "sum", expr, lower, upper, fill, k)
-        part = noisy(
-            exact.name, "sum", sum_sensitivity(lower, upper, k, context.contributions), k, share
-        )
+        part = noisy(exact.name, "sum", context.sum_sensitivity(lower, upper, k), k, share)
         return OutputPlan(name, "sum", share, (part,), lower, upper), [exact]
     if kind == "histogram":
         bins = aggregate.bins
@@ -272,7 +293,7 @@ def _plan_moments(
     )
     inner = moment_weights(aggregate.kind, reference_ratio(lower, upper, centre))
     part_eps = split(share, inner)  # count, sum[, sum of squares]: see the module docstring
-    c = context.contributions
+    c = context.count_contributions
     if fill is None:
         count = _non_null_count(expr, context)
     else:
@@ -281,7 +302,7 @@ def _plan_moments(
         context.name("sum"), "sum", summed, *sum_bounds, sum_fill, k, offset=offset
     )
     exact = [count, total]
-    sensitivity = sum_sensitivity(*sum_bounds, k, c, offset)
+    sensitivity = context.sum_sensitivity(*sum_bounds, k, offset)
     n = public_count(aggregate, context.metadata, context.whole_table)
     if n is not None and count.kind == "count":  # replace-one: every row counts, n is public
         part = noisy(total.name, "sum", sensitivity, k, share)
@@ -310,7 +331,7 @@ def _plan_moments(
             noisy(
                 squares.name,
                 "sum_squares",
-                sum_sensitivity(0.0, square_max, k2, c),
+                context.sum_sensitivity(0.0, square_max, k2),
                 k2,
                 part_eps[2],
             )

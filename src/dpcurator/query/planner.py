@@ -177,6 +177,7 @@ def plan_query(
         [0],
         sensitivity_factor(metadata),
         whole_table,
+        bool(groups),
     )
     exact: list[ir.ExactAggregate] = []
     planned = []
