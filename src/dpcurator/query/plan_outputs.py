@@ -106,6 +106,32 @@ class OutputPlan:
     public_count: int | None = None
 
 
+@dataclass(frozen=True)
+class ClippingCount:
+    """The opt-in clipping report of one clamped output (:mod:`dpcurator.query.clipping_plan`):
+    per group, the rows of its expression below ``lower``, within the bounds and above
+    ``upper``, three disjoint counts noised together.
+
+    Attributes:
+        outputs: the output columns it reports on (those clamping the same expression to the
+            same bounds share one report).
+        lower, upper: the bounds the outputs clamp to.
+        exact: the names of the exact counts (below, within, above).
+        mechanism: the discrete Laplace noise added to each of the three counts.
+        sensitivity: their joint L1 sensitivity (a row is in at most one of them, so r·g, twice
+            that under replace-one: a replaced row leaves one cell for another).
+        epsilon: the ε the three counts spend together.
+    """
+
+    outputs: tuple[str, ...]
+    lower: float
+    upper: float
+    exact: tuple[str, str, str]
+    mechanism: Laplace
+    sensitivity: int
+    epsilon: Fraction
+
+
 # ----------------------------------------------------------------------------------------------
 # Planning one output
 
@@ -161,7 +187,7 @@ def _check_magnitude(aggregate: Aggregate, lower: float, upper: float) -> None:
         )
 
 
-def _fill(expr: ir.Expr, metadata: Metadata, lower: float, upper: float) -> float | None:
+def clamped_fill(expr: ir.Expr, metadata: Metadata, lower: float, upper: float) -> float | None:
     """The declared public fill of a column clamped to the aggregate's bounds (which may be
     narrower than the column's), or None (NULL values are skipped)."""
     if isinstance(expr, ir.Col):
@@ -216,7 +242,7 @@ def plan_aggregate(
     lower, upper = value_bounds(aggregate, metadata)
     _check_magnitude(aggregate, lower, upper)
     integer = unit_grid(expr, metadata, lower, upper)
-    fill = _fill(expr, metadata, lower, upper)
+    fill = clamped_fill(expr, metadata, lower, upper)
     if kind == "sum":
         k = choose_grid_exponent(lower, upper, integer=integer)
         exact = ir.ExactAggregate(context.name("sum"), "sum", expr, lower, upper, fill, k)

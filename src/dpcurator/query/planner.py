@@ -65,7 +65,13 @@ from dpcurator.query.builder import Aggregate, Query
 from dpcurator.query.limits import MAX_PUBLIC_GROUPS, exceeded
 from dpcurator.query.neighbouring import check_selection, sensitivity_factor
 from dpcurator.query.plan_facts import groups_per_person
-from dpcurator.query.plan_outputs import OutputPlan, PlanContext, noisy, plan_aggregate
+from dpcurator.query.plan_outputs import (
+    ClippingCount,
+    OutputPlan,
+    PlanContext,
+    noisy,
+    plan_aggregate,
+)
 from dpcurator.query.schema import Metadata
 from dpcurator.query.split import output_weight, reference_ratio, split
 from dpcurator.query.validation import check_epsilon, check_query
@@ -93,6 +99,8 @@ class Plan:
         noise: why the noise family was chosen (readable; empty for a Laplace-only plan).
         neighbouring: the neighbouring relation of the guarantee (``add_remove`` or
             ``replace_one``, from the metadata).
+        clipping: the opt-in clipping report's counts, one per clamped expression (empty unless
+            asked for, :mod:`dpcurator.query.clipping_plan`).
     """
 
     exact: ir.AggregatePlan
@@ -107,6 +115,7 @@ class Plan:
     noise: str = ""
     neighbouring: str = "add_remove"
     selection_output: str = ""
+    clipping: tuple[ClippingCount, ...] = ()
 
 
 def plan_event(plan: Plan) -> PrivacyEvent:

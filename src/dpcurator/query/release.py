@@ -45,6 +45,12 @@ import pandas as pd
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
 from dpcurator.query import ir, release_view
+from dpcurator.query.clipping_release import (
+    ClippingReport,
+    clipping_columns,
+    clipping_lines,
+    clipping_reports,
+)
 from dpcurator.query.plan_outputs import NoisyStatistic, OutputPlan
 from dpcurator.query.planner import Plan, plan_event
 from dpcurator.query.quantile_plan import Compute, release_quantiles
@@ -95,6 +101,8 @@ class Release:
         noise: why the noise family was chosen (empty for a plain Laplace release).
         neighbouring: the neighbouring relation of the guarantee: ``add_remove`` (one person
             added or removed) or ``replace_one`` (one person replaced; the table size is public).
+        clipping: the opt-in clipping report, per clamped expression and released group (empty
+            unless asked for; :mod:`dpcurator.query.clipping_release`).
     """
 
     group_columns: tuple[str, ...]
@@ -107,6 +115,7 @@ class Release:
     events: tuple[PrivacyEvent, ...] = ()
     noise: str = ""
     neighbouring: str = "add_remove"
+    clipping: tuple[ClippingReport, ...] = ()
 
     @property
     def ci_level(self) -> float:
@@ -117,7 +126,9 @@ class Release:
         """The release as a DataFrame; ``attrs`` holds ``ci_level`` and ``cost``.
 
         Wide (the default): one row per group, the group columns, then each value column with
-        its interval as ``<name>``, ``<name>_ci_low``, ``<name>_ci_high``. Long
+        its interval as ``<name>``, ``<name>_ci_low``, ``<name>_ci_high``, and with a clipping
+        report ``<name>_clipped_below``, ``<name>_clipped_above`` (noisy counts) and
+        ``<name>_clamped_share_high`` for each clamped column. Long
         (``long=True``): one row per group and value column (so one per histogram bin), with
         the columns ``statistic``, ``bin``, ``bin_low``, ``bin_high`` (histograms only: the bin
         counts values in [bin_low, bin_high)), ``value``, ``ci_low``, ``ci_high``, ``ci_level``.
@@ -134,13 +145,18 @@ class Release:
                 record += [estimate.value, estimate.ci_low, estimate.ci_high]
             records.append(record)
         frame = pd.DataFrame.from_records(records, columns=columns)
+        extra = clipping_columns(self.clipping)
+        for name in dict.fromkeys(c for cells in extra.values() for c in cells):
+            frame[name] = [extra.get(key, {}).get(name) for key, _ in self.rows]
         frame.attrs.update(release_view.frame_attrs(self))
         return frame
 
     def summary(self, max_lines: int | None = None) -> str:
         """A text table: one line per group and value, with its CI, under a header giving the
-        number of rows, the cost and the CI level (``max_lines``: cut the table there)."""
-        return release_view.summary(self, max_lines)
+        number of rows, the cost and the CI level (``max_lines``: cut the table there), then
+        the clipping report if there is one."""
+        lines = clipping_lines(self.clipping, self.group_columns)
+        return "\n".join([release_view.summary(self, max_lines), *lines])
 
     def __str__(self) -> str:
         return self.summary()
@@ -196,6 +212,16 @@ class Release:
             "events": [event.to_dict() for event in self.events],
             "noise": self.noise,
             "neighbouring": self.neighbouring,
+            "clipping": [
+                {
+                    "group": {
+                        c: _json_value(k)
+                        for c, k in zip(self.group_columns, report.group, strict=True)
+                    },
+                    **report.to_dict(),
+                }
+                for report in self.clipping
+            ],
         }
 
 
@@ -304,6 +330,13 @@ def release_plan(
     columns = tuple(c for output in plan.outputs for c in output_columns(output))
     value_columns = tuple(c.name for c in columns)
     rows = _ordered(rows, plan, value_columns)
+    clipped = [
+        tuple(
+            count.mechanism.release_integers(_exact_values(exact, keys, name, 0), rng)
+            for name in count.exact
+        )
+        for count in plan.clipping
+    ]
     return Release(
         plan.group_columns,
         value_columns,
@@ -315,6 +348,7 @@ def release_plan(
         (plan_event(plan),),
         plan.noise,
         plan.neighbouring,
+        clipping_reports(plan.clipping, plan.outputs, keys, clipped, alpha),
     )
 
 

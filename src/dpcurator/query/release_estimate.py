@@ -192,6 +192,17 @@ def mechanism_uses(plan: Plan, alpha: float) -> tuple[MechanismUse, ...]:
                     rank_error=step.rank_error(alpha),
                 )
             )
+    for clip in plan.clipping:  # the opt-in clipping report (dpcurator.query.clipping_plan)
+        uses.append(
+            MechanismUse(
+                ",".join(clip.outputs),
+                "clipping counts (below, within, above)",
+                "discrete Laplace",
+                float(clip.mechanism.scale),
+                float(clip.sensitivity),
+                clip.epsilon,
+            )
+        )
     selection = plan.selection
     if isinstance(selection, PartitionSelection):
         uses.append(

@@ -79,10 +79,11 @@ from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.backends.plan_checks import check_plan
 from dpcurator.query.bounds_plan import plan_bounds
 from dpcurator.query.builder import Query
+from dpcurator.query.clipping_plan import plan_clipped, refuse_clipping
 from dpcurator.query.fit import plan_fit, run_fit
 from dpcurator.query.fit_release import estimate_fit_sql, plan_fit_sql, release_fit
 from dpcurator.query.ir import AggregatePlan, ExactResult
-from dpcurator.query.noise import check_noise, plan_with_noise
+from dpcurator.query.noise import check_noise
 from dpcurator.query.planner import Plan, plan_event
 from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.release import Release, release_plan
@@ -313,6 +314,7 @@ class Session:
         alpha: float | None = None,
         noise: str | None = None,
         rho: float | None = None,
+        clipping: float | None = None,
     ) -> Plan:
         """The private plan of a query (SQL text or builder Query), computed without data.
 
@@ -320,8 +322,10 @@ class Session:
         ``accuracy`` (``{output name: (1-α) CI half-width}``) for the cheapest plan meeting those
         targets at level 1-``alpha`` (see :mod:`dpcurator.query.accuracy`). ``noise``:
         ``"laplace"``, ``"gaussian"``, or None (automatic: the narrower at the same cost when
-        δ > 0; :mod:`dpcurator.query.noise`). Plans are cached per (query, budget, noise, δ,
-        selection weight, metadata): see the module docstring.
+        δ > 0; :mod:`dpcurator.query.noise`). ``clipping``: the share of ``epsilon`` spent on a
+        report of the rows outside the bounds of clamped outputs
+        (:mod:`dpcurator.query.clipping_plan`). Plans are cached per (query, budget, noise,
+        clipping, δ, selection weight, metadata): see the module docstring.
         """
         metadata = self._metadata
         if [epsilon, accuracy, rho].count(None) != 2:
@@ -330,8 +334,9 @@ class Session:
             )
         family = check_noise(noise)
         level = self._level(alpha)
-        budget: object = ("noise", epsilon, rho, family)
+        budget: object = ("noise", epsilon, rho, family, clipping)
         if accuracy is not None:
+            refuse_clipping(clipping, "accuracy targets")
             if family == "gaussian":
                 raise UnsupportedQueryError(
                     "Accuracy targets are met with discrete Laplace noise: drop noise='gaussian', "
@@ -344,7 +349,7 @@ class Session:
         if plan is None:
             parsed = parse_sql(query, metadata) if isinstance(query, str) else query
             if accuracy is None:
-                plan = plan_with_noise(
+                plan = plan_clipped(
                     parsed,
                     metadata,
                     epsilon=epsilon,
@@ -352,6 +357,7 @@ class Session:
                     rho=rho,
                     noise=family,
                     selection_weight=selection_weight,
+                    clipping=clipping,
                 )
             else:
                 plan = plan_for_accuracy(
@@ -376,14 +382,18 @@ class Session:
         accuracy: Mapping[str, float | str] | None = None,
         noise: str | None = None,
         rho: float | None = None,
+        clipping: float | None = None,
     ) -> CostEstimate:
         """The cost and expected CI half-widths of a query; touches no data, charges nothing.
 
         With ``accuracy`` instead of ``epsilon``: the smallest cost meeting those half-widths.
         ``noise``/``rho``: as in :meth:`plan`; ``CostEstimate.noise`` says which family and why.
+        ``clipping``: as in :meth:`plan`; the cost is still ``epsilon``, the report's share
+        included, and its mechanisms are listed.
         """
         fit = parse_fit_sql(query, self._metadata) if isinstance(query, str) else None
         if fit is not None:  # REGRESS / LOGISTIC: cost and terms (fit_release.estimate_fit_sql)
+            refuse_clipping(clipping, "a model fit")
             options = {"accuracy": accuracy, "noise": noise, "rho": rho}
             planned = plan_fit_sql(
                 self._metadata, fit, epsilon=epsilon, delta=delta, options=options
@@ -398,6 +408,7 @@ class Session:
             alpha=alpha,
             noise=noise,
             rho=rho,
+            clipping=clipping,
         )
         return estimate_plan(plan, self._level(alpha))
 
@@ -412,6 +423,7 @@ class Session:
         accuracy: Mapping[str, float | str] | None = None,
         noise: str | None = None,
         rho: float | None = None,
+        clipping: float | None = None,
     ) -> Release:
         """Release a query at (ε, δ), at a zCDP cost ``rho``, or at the smallest cost meeting
         ``accuracy`` (1-α CI half-widths per output): plan, reserve, compute, noise (see the
@@ -427,6 +439,7 @@ class Session:
             alpha=level,
             noise=noise,
             rho=rho,
+            clipping=clipping,
         )
         event = plan_event(plan)
         basic = isinstance(self._filter, PrivacyFilter) and not isinstance(
@@ -460,17 +473,21 @@ class Session:
         accuracy: Mapping[str, float | str] | None = None,
         noise: str | None = None,
         rho: float | None = None,
+        clipping: float | None = None,
     ) -> Release:
         """Release a SQL query (see :mod:`dpcurator.query.sql` for the supported subset), at
         ``epsilon`` (and ``delta``), at a zCDP cost ``rho``, or at the smallest cost meeting
         ``accuracy``, e.g. ``s.sql(q, accuracy={"n": 50}, alpha=0.05)``; ``noise="gaussian"``
         or ``"laplace"`` names the noise family (default: automatic, :meth:`plan`).
         ``SELECT REGRESS(y, x1, ...) FROM t`` (or ``LOGISTIC``) releases a model fit's
-        coefficients (:mod:`dpcurator.query.sql_fit`)."""
+        coefficients (:mod:`dpcurator.query.sql_fit`). ``clipping=0.1`` spends a tenth of
+        ``epsilon`` on a report of the rows outside the bounds of clamped outputs
+        (``Release.clipping``, :mod:`dpcurator.query.clipping_plan`)."""
         if not isinstance(query, str):
             raise fail("Session.sql", "query", "SQL text", query)
         fit = parse_fit_sql(query, self._metadata)
         if fit is not None:
+            refuse_clipping(clipping, "a model fit")
             options = {"accuracy": accuracy, "noise": noise, "rho": rho}
             planned = plan_fit_sql(
                 self._metadata, fit, epsilon=epsilon, delta=delta, options=options
@@ -485,6 +502,7 @@ class Session:
             accuracy=accuracy,
             noise=noise,
             rho=rho,
+            clipping=clipping,
         )
 
     def dp_bounds(self, column: str, *, epsilon: float, beta: float = 0.01) -> tuple[float, float]:
