@@ -1,12 +1,16 @@
-"""ConcentratedFilter: mixed pure / Gaussian / (ε, δ) events under one fully adaptive filter."""
+"""ConcentratedFilter: mixed pure / Gaussian / (ε, δ) events under one fully adaptive filter
+(a basic route or a Rényi filter at one order α*)."""
 
 from __future__ import annotations
 
 import math
+import random
+from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import pytest
 
+import dpcurator as dpc
 from dpcurator.accounting import (
     ApproxEvent,
     Budget,
@@ -16,42 +20,159 @@ from dpcurator.accounting import (
     PrivacyEvent,
     PrivacyFilter,
     PureEvent,
+    ZCDPEvent,
 )
-from dpcurator.accounting.concentrated import largest_rho, zcdp_epsilon
+from dpcurator.accounting.concentrated import conditioning_epsilon, largest_rho, zcdp_epsilon
 from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.errors import BudgetExceededError, ParameterError
 
+BUDGET = Budget(1, Fraction(1, 10**6))
+HALF_DELTA = Fraction(1, 2 * 10**6)
+
+
+def _cks_delta(order: Fraction, tau: Fraction, epsilon: Fraction) -> Decimal:
+    """δ of CKS20 Proposition 12 for (α, τ)-RDP at ε, to 50 digits:
+    exp((α-1)(τ-ε))/(α-1) · (1 - 1/α)^α."""
+    with localcontext() as ctx:
+        ctx.prec = 50
+        a = Decimal(order.numerator) / Decimal(order.denominator)
+        t = Decimal(tau.numerator) / Decimal(tau.denominator)
+        e = Decimal(epsilon.numerator) / Decimal(epsilon.denominator)
+        return ((a - 1) * (t - e)).exp() / (a - 1) * ((1 - 1 / a).ln() * a).exp()
+
+
+def _left() -> Fraction:
+    return 1 - conditioning_epsilon(HALF_DELTA)
+
+
+def test_conversion_by_hand() -> None:
+    """(1, 1e-6): δ_E = δ_conv = 5e-7, ε' = 1 - ln(1/(1 - 5e-7)); α* ≈ 23.26 and B ≈ 0.5334
+    with (α*, B)-RDP => (ε', 5e-7)-DP by CKS20 Prop. 12 (checked to 50 digits, and tight to
+    1e-9), and the Rényi route's ρ = B/α* is the optimal zCDP conversion's (≈ 0.02294)."""
+    flt = ConcentratedFilter(BUDGET)
+    assert flt.order is not None
+    assert flt.limits.delta == flt.conversion_delta == HALF_DELTA
+    assert flt.limits.xi == _left()
+    assert abs(float(flt.order) - 23.2565) < 1e-3
+    assert abs(float(flt.bound) - 0.53344) < 1e-4
+    delta = _cks_delta(flt.order, flt.bound, _left())
+    assert delta <= Decimal(5) / Decimal(10**7)
+    assert delta >= Decimal(5) / Decimal(10**7) * (1 - Decimal(10) ** -9)
+    assert flt.limits.rho == flt.bound / flt.order
+    assert flt.limits.rho >= largest_rho(_left(), HALF_DELTA) * (1 - Fraction(1, 10**6))
+    assert abs(float(flt.limits.rho) - 0.0229374) < 1e-6
+
+
+def test_single_pure_query_and_a_hundred_gaussian_ones() -> None:
+    """One pure query may spend all of ε' (the basic route; the former ε split allowed 0.25),
+    and 100 Gaussian queries share ρ ≈ 0.0229: their 95% CI half-widths are >= 3x narrower than
+    those of Laplace at ε = 1/100 (the former split's ρ ≈ 0.0134 gave 2.5x)."""
+    single = ConcentratedFilter(BUDGET)
+    single.reserve(PureEvent(Fraction(999, 1000))).commit()
+    assert single.spent() == ApproxDP(Fraction(999, 1000), 0)
+    with pytest.raises(BudgetExceededError):
+        ConcentratedFilter(BUDGET).reserve(PureEvent(1))
+    many = ConcentratedFilter(BUDGET)
+    share = Fraction(229, 10**6)  # 0.0229 / 100
+    for _ in range(100):
+        many.reserve(ZCDPEvent(share)).commit()
+    laplace = 100 * math.log(1 / 0.05)  # scale Δ/ε = 100, P(|noise| > w) = exp(-w/b)
+    gaussian = 1.959964 / math.sqrt(2 * float(share))  # σ = Δ/sqrt(2ρ)
+    assert laplace / gaussian >= 3
+
+
+def _views(event: PrivacyEvent, order: Fraction) -> list[tuple[Fraction | None, Fraction]]:
+    """(ε or None, Rényi divergence at α*) of each view of an event (the test's own costs)."""
+    views: list[tuple[Fraction | None, Fraction]] = []
+    approx = event.approx_cost()
+    if approx is not None:
+        eps = approx.epsilon
+        views.append((eps, min(eps, order * eps**2 / 2)))
+    zcdp = event.approx_zcdp_cost()
+    if zcdp is not None:
+        views.append((None, order * zcdp[0].rho))
+    return views
+
+
+def _random_event(rng: random.Random) -> PrivacyEvent:
+    eps = Fraction(rng.randint(1, 400), 1000)
+    delta = Fraction(rng.randint(0, 3), 10**8)  # the same δ in every view of an event
+    kind = rng.randrange(5)
+    if kind == 0:
+        return PureEvent(eps)
+    if kind == 1:
+        return ApproxEvent(eps, delta)
+    if kind == 2:
+        return ZCDPEvent(eps**2 / 8)
+    if kind == 3:
+        return GaussianEvent(rng.randint(1, 50), 1)
+    return ConcentratedEvent(eps**2 / 6, delta, eps, delta)
+
+
+def test_never_admits_a_sequence_outside_both_routes() -> None:
+    """Random mixed sequences (seeded; a refused event is skipped): after every admission the
+    events' δ fits δ_E and either they all have an (ε, δ) view with Σ ε <= ε', or the sum of
+    their smallest divergences at α* is <= B, B recomputed independently (CKS20 Prop. 12 to 50
+    digits); all exact."""
+    rng = random.Random(20231)
+    admitted_by_renyi_only = 0
+    for _ in range(60):
+        flt = ConcentratedFilter(BUDGET)
+        assert flt.order is not None
+        order = flt.order
+        assert _cks_delta(order, flt.bound, _left()) <= Decimal(5) / Decimal(10**7)
+        events: list[PrivacyEvent] = []
+        for _ in range(40):
+            event = _random_event(rng)
+            try:
+                flt.reserve(event).commit()
+            except BudgetExceededError:
+                continue
+            events.append(event)
+            views = [_views(e, order) for e in events]
+            assert sum(e.approx_zcdp_cost()[1] for e in events) <= HALF_DELTA  # type: ignore[index]
+            basic = all(v[0][0] is not None for v in views) and sum(
+                v[0][0] for v in views if v[0][0] is not None
+            ) <= _left()
+            renyi = sum(min(c for _, c in v) for v in views) <= flt.bound
+            assert basic or renyi
+            admitted_by_renyi_only += renyi and not basic
+    assert admitted_by_renyi_only > 0  # the Rényi route was exercised
+
 
 def test_mixed_sequence_total_by_hand() -> None:
-    """Budget (1, 1e-6), pure share 1/4, event δ share 1/2: parts ξ = 1/4, δ_events = 5e-7 and
-    ρ = largest ρ with ε(ρ, 5e-7) <= 3/4 - ln(1/(1 - 5e-7)) (about 0.0105). The sequence: a pure
-    0.2 (ξ side: its ρ, 0.02, does not fit), a Gaussian σ = 40 on Δ₂ = 1 (ρ side only), 20 pure
-    0.01 (ρ side: 5e-5 is a smaller fraction of ρ than 0.01 of ξ) and an (ε = 0.04, δ = 2e-7)
-    partition selection (ρ side: 0.0008/0.0105 < 0.04/0.25)."""
-    flt = ConcentratedFilter(Budget(1, Fraction(1, 10**6)))
-    delta_events = Fraction(1, 2 * 10**6)
-    left = Fraction(3, 4) - Fraction(-math.log1p(-5e-7))
-    assert flt.limits.xi == Fraction(1, 4)
-    assert flt.limits.delta == delta_events
-    assert abs(float(flt.limits.rho) - float(largest_rho(left, delta_events))) < 1e-12
+    """A pure 0.2, a Gaussian σ = 40 on Δ₂ = 1 (it closes the basic route), 20 pure 0.01 and an
+    (ε = 0.04, δ = 2e-7) partition selection: in ρ units min(ε/α*, ε²/2) per (ε, δ) event and ρ
+    per Gaussian; the spend is the zCDP conversion of the sum plus the conditioning."""
+    flt = ConcentratedFilter(BUDGET)
+    order = flt.order
+    assert order is not None
     events: list[PrivacyEvent] = [PureEvent(Fraction(1, 5)), GaussianEvent(40, 1)]
     events += [PureEvent(Fraction(1, 100))] * 20
     events.append(ApproxEvent(Fraction(1, 25), Fraction(1, 5 * 10**6)))
     for event in events:
         flt.reserve(event).commit()
+    rho = (
+        Fraction(1, 5) / order
+        + Fraction(1, 2 * 40**2)
+        + 20 * Fraction(1, 100) ** 2 / 2
+        + Fraction(1, 25) ** 2 / 2
+    )
     native = flt.spent_native()
-    rho = Fraction(1, 2 * 40**2) + 20 * Fraction(1, 100) ** 2 / 2 + Fraction(1, 25) ** 2 / 2
-    assert native.xi == Fraction(1, 5)
-    assert native.rho == rho
-    assert native.delta == Fraction(1, 5 * 10**6)
+    assert native == type(native)(flt.limits.xi, rho, Fraction(1, 5 * 10**6))  # basic closed
     spent = flt.spent()
-    assert isinstance(spent, ApproxDP)
-    by_hand = (
-        0.2 + -math.log1p(-2e-7) + ZCDP(rho).to_approx(delta_events).epsilon
-    )  # ξ + conditioning + conversion
-    assert float(spent.epsilon) == pytest.approx(float(by_hand), rel=1e-9)
-    assert spent.delta == Fraction(1, 5 * 10**6) + delta_events
+    by_hand = zcdp_epsilon(rho, HALF_DELTA) + conditioning_epsilon(Fraction(1, 5 * 10**6))
+    assert spent == ApproxDP(by_hand, Fraction(1, 5 * 10**6) + HALF_DELTA)
     assert spent.epsilon < 1
+
+
+def test_a_gaussian_event_closes_the_basic_route() -> None:
+    flt = ConcentratedFilter(BUDGET)
+    flt.reserve(PureEvent(Fraction(1, 2))).commit()  # basic route and Rényi route both fit
+    flt.reserve(ZCDPEvent(Fraction(1, 10**6))).commit()  # Rényi: 0.5 + α*·1e-6 <= B
+    with pytest.raises(BudgetExceededError):  # basic would fit, but it is closed
+        flt.reserve(PureEvent(Fraction(2, 5)))
+    assert flt.remaining_native().xi == 0
 
 
 def test_refuses_exactly_at_the_boundary() -> None:
@@ -69,29 +190,31 @@ def test_refuses_exactly_at_the_boundary() -> None:
     assert fresh.remaining() == ZCDP(0)
 
 
-def test_basic_side_is_exact_at_its_boundary() -> None:
-    flt = ConcentratedFilter(Budget(2, 1e-6), pure_share=Fraction(1, 2))
-    flt.reserve(PureEvent(1)).commit()  # 1 on ξ (ε²/2 = 1/2 is far beyond ρ)
-    assert flt.spent_native().xi == 1
+def test_basic_route_is_exact_at_its_boundary() -> None:
+    flt = ConcentratedFilter(Budget(2, 1e-6))
+    flt.reserve(PureEvent(flt.limits.xi)).commit()  # all of ε' (> B: only the basic route)
     with pytest.raises(BudgetExceededError):
-        flt.reserve(PureEvent(Fraction(1) + Fraction(1, 10**9)))
+        flt.reserve(PureEvent(Fraction(1, 10**9)))
 
 
 def test_cancel_frees_the_charge_and_replay_rebuilds_it() -> None:
-    flt = ConcentratedFilter(ZCDP(1))
-    reservation = flt.reserve(GaussianEvent(1, 1))
+    flt = ConcentratedFilter(BUDGET)
+    reservation = flt.reserve(GaussianEvent(10, 1))
     reservation.cancel()
-    assert flt.spent() == ZCDP(0)
-    history = [GaussianEvent(2, 1), PureEvent(Fraction(1, 2))]
+    assert flt.spent() == ApproxDP(0, 0)
+    assert flt.remaining_native().xi == flt.limits.xi  # the basic route is open again
+    history = [GaussianEvent(20, 1), PureEvent(Fraction(1, 20))]
     flt.replay(history)
-    assert flt.spent() == ZCDP(Fraction(1, 8) + Fraction(1, 8))
+    assert flt.spent_native().rho == Fraction(1, 800) + Fraction(1, 800)
     assert flt.events() == tuple(history)
+    twin = flt.copy()
+    twin.reserve(PureEvent(Fraction(1, 100))).commit()
+    assert flt.events() == tuple(history)  # the copy is independent
 
 
 def test_many_small_queries_fit_where_basic_composition_refuses() -> None:
-    budget = Budget(1, 1e-6)
-    concentrated = ConcentratedFilter(budget, pure_share=0)
-    basic = PrivacyFilter(budget)
+    concentrated = ConcentratedFilter(BUDGET)
+    basic = PrivacyFilter(BUDGET)
     for _ in range(200):
         concentrated.reserve(PureEvent(Fraction(1, 100))).commit()
     for _ in range(100):
@@ -104,7 +227,21 @@ def test_pure_budgets_and_bad_shares_are_refused() -> None:
     with pytest.raises(ParameterError, match="PrivacyFilter"):
         ConcentratedFilter(Budget(1))
     with pytest.raises(ParameterError):
-        ConcentratedFilter(Budget(1, 1e-6), pure_share=1)
+        ConcentratedFilter(BUDGET, event_delta_share=1)
+    with pytest.raises(ParameterError, match="Rényi bound"):
+        ConcentratedFilter(Budget(Fraction(1, 10), Fraction(1, 2)))  # ln(1/(1 - 1/4)) > 0.1
+
+
+def test_session_default_accounting_follows_the_budget() -> None:
+    """δ > 0: the concentrated filter by default; pure ε: basic composition."""
+    frame = dpc.demo_path("people.csv")
+    metadata = dpc.Metadata.from_yaml(dpc.demo_path("people.yaml"))
+    approx = dpc.Session.from_data(frame, metadata=metadata, budget=BUDGET)
+    assert isinstance(approx._filter, ConcentratedFilter)  # type: ignore[attr-defined]
+    pure = dpc.Session.from_data(frame, metadata=metadata, budget=Budget(1))
+    assert isinstance(pure._filter, PrivacyFilter)  # type: ignore[attr-defined]
+    basic = dpc.Session.from_data(frame, metadata=metadata, budget=BUDGET, accounting="basic")
+    assert isinstance(basic._filter, PrivacyFilter)  # type: ignore[attr-defined]
 
 
 def test_concentrated_event_round_trip_and_views() -> None:
