@@ -9,7 +9,7 @@ A query is released with one of (``noise=`` in :meth:`~dpcurator.query.session.S
   (:class:`~dpcurator.mechanisms.Gaussian`; Canonne, Kamath & Steinke 2020), which is
   ρ_j = Δ₂²/(2σ_j²)-zCDP (Bun & Steinke 2016);
 * neither, with δ > 0 (and no ``rho``): whichever gives the narrower intervals at the same cost
-  (see :func:`plan_with_noise`); with δ = 0 Laplace (a Gaussian has no pure ε cost).
+  (see "Automatic choice" below); with δ = 0 Laplace (a Gaussian has no pure ε cost).
 
 **L2 sensitivity.** A person adds at most r rows to each of at most g groups. A statistic whose
 per-group change is at most b grid units (r for a count, 1 for a distinct-person count, r·b_row
@@ -42,8 +42,21 @@ filter charges (ε, δ) and a :class:`~dpcurator.accounting.ConcentratedFilter` 
 
 Given ρ (``rho=``): the outputs share ρ in proportion to (ε share)^(3/2) of the planner's split;
 a quantile output's share ρ_q buys permute-and-flip at ε_q = sqrt(2ρ_q) (rounded down); the
-query is ρ-zCDP, charged as a :class:`~dpcurator.accounting.ZCDPEvent`. Partition selection is
-not available with ``rho`` (declare public keys, or give ε and δ).
+query is ρ-zCDP, charged as a :class:`~dpcurator.accounting.ZCDPEvent`. A GROUP BY without public
+keys takes ``rho`` with ``delta``, the δ of Gaussian thresholding (:func:`rho_selection`): the
+selection's person counts take a ρ share weighted like an output, (its ε share)^(3/2) (none when
+it thresholds a count output's own noise), and all of δ bounds the probability of releasing a
+group only one neighbour has, so the query is δ-approximately ρ-zCDP, charged as a
+:class:`~dpcurator.accounting.ConcentratedEvent` (ρ, δ) with no (ε, δ) view. The released keys are
+those whose noisy count clears the threshold, which depends on ρ, δ and the metadata only. With
+public keys ``delta`` is refused with ``rho`` (there is nothing for it to pay for).
+
+**Automatic choice.** Both plans are built at the same (ε, δ) and scored by the sum over their
+noisy statistics of ((1-α) half-width / L1 sensitivity)², α = :data:`CHOICE_ALPHA`. With partition
+selection the selection's count adds ((half-width + threshold) / g)², in place of the count
+output's own term when it is that count: a group is released with its interval only when its
+count is about the threshold or more, so a family with narrower intervals but a higher threshold
+drops more small groups. The family with the smaller score wins (public inputs only).
 
 The CI of a Gaussian statistic is the discrete Gaussian's exact (1-α) half-width
 (:meth:`~dpcurator.mechanisms.Gaussian.ci_halfwidth`), so intervals of counts and sums are exact.
@@ -61,7 +74,7 @@ from dpcurator.accounting import ConcentratedEvent, ZCDPEvent
 from dpcurator.accounting.concentrated import largest_rho
 from dpcurator.core.measures import ZCDP, ApproxDP, readable
 from dpcurator.core.numbers import to_fraction
-from dpcurator.errors import InternalInvariantError, ParameterError, UnsupportedQueryError
+from dpcurator.errors import InternalInvariantError, ParameterError
 from dpcurator.mechanisms import Gaussian
 from dpcurator.mechanisms.gaussian_threshold import GaussianPartitionSelection, gaussian_selection
 from dpcurator.query.builder import Query
@@ -96,10 +109,12 @@ def plan_with_noise(
 ) -> Plan:
     """Plan ``query`` at (ε, δ) or at ρ with the named noise family, or the automatic choice.
 
-    Automatic (``noise`` None, δ > 0, ε given): the Gaussian plan is chosen when the root mean
-    square over its statistics of (half-width / L1 sensitivity) is below the Laplace plan's,
-    both at the same (ε, δ), and Laplace when no Gaussian can be built (ε too small for its
-    sampler); ``Plan.noise`` says which won and why. Reads no data; every refusal is free.
+    Automatic (``noise`` None, δ > 0, ε given): the Gaussian plan is chosen when its score
+    (module docstring, "Automatic choice": half-widths, and partition selection's half-width
+    plus threshold) is below the Laplace plan's, both at the same (ε, δ), and Laplace when no
+    Gaussian can be built (ε too small for its sampler); ``Plan.noise`` says which won and why.
+    ``rho`` with ``delta``: Gaussian thresholding for a GROUP BY without public keys. Reads no
+    data; every refusal is free.
     """
     family = check_noise(noise)
     if rho is not None:
@@ -107,12 +122,8 @@ def plan_with_noise(
             raise fail("query", "rho", "given alone (not with epsilon)", rho)
         if family == "laplace":
             raise fail("query", "noise", "'gaussian' or None with rho (a zCDP cost)", noise)
-        if to_fraction(delta) != 0:
-            raise UnsupportedQueryError(
-                "A query given rho cannot use DP partition selection (delta): declare public "
-                "keys for its GROUP BY columns, or give epsilon and delta instead of rho."
-            )
-        return _rho_plan(query, metadata, to_fraction(check_positive("query", "rho", rho)))
+        rho_fraction = to_fraction(check_positive("query", "rho", rho))
+        return _rho_plan(query, metadata, rho_fraction, to_fraction(delta), selection_weight)
     delta_fraction = to_fraction(delta)
     if family == "laplace" or (family is None and delta_fraction == 0):
         return plan_query(
@@ -150,15 +161,18 @@ def _choose(laplace: Plan, gaussian: Plan) -> Plan:
         return laplace
     ratio = math.sqrt(gau / lap)
     level = f"{1 - CHOICE_ALPHA:.0%}"
+    what = f"{level} CI half-widths"
+    if laplace.selection is not None:
+        what += " (and partition selection's half-width plus threshold)"
     if ratio < 1:
         text = (
-            f"discrete Gaussian (automatic): its {level} CI half-widths are {ratio:.3g}x the "
-            "discrete Laplace ones at the same cost"
+            f"discrete Gaussian (automatic): its {what} are {ratio:.3g}x the discrete Laplace "
+            "ones at the same cost"
         )
         return replace(gaussian, noise=text)
     text = (
-        f"discrete Laplace (automatic): the discrete Gaussian's {level} CI half-widths would be "
-        f"{ratio:.3g}x these at the same cost"
+        f"discrete Laplace (automatic): the discrete Gaussian's {what} would be {ratio:.3g}x "
+        "these at the same cost"
     )
     return replace(laplace, noise=text)
 
@@ -176,12 +190,26 @@ def _quantile_rho(outputs: tuple[OutputPlan, ...]) -> Fraction:
 
 
 def _score(plan: Plan) -> float:
-    """Σ over the plan's statistics of (CI half-width / L1 sensitivity)², in grid units."""
-    return sum(
+    """Σ over the plan's statistics of (CI half-width / L1 sensitivity)², in grid units, and
+    with partition selection ((half-width + threshold) / g)² for the selection's count, in
+    place of that count's own term when the selection thresholds a count output (module
+    docstring, "Automatic choice")."""
+    shared = plan.selection_output
+    score = sum(
         (part.mechanism.ci_halfwidth(CHOICE_ALPHA) / part.sensitivity) ** 2
         for output in plan.outputs
+        if output.name != shared or plan.selection is None
         for part in output.parts
     )
+    if plan.selection is None:
+        return score
+    selection = plan.selection
+    if isinstance(selection, GaussianPartitionSelection):
+        width = selection.gaussian.ci_halfwidth(CHOICE_ALPHA)
+    else:
+        width = selection.laplace.ci_halfwidth(CHOICE_ALPHA)
+    reach = width + selection.threshold
+    return score + (reach / plan.exact.bound.max_groups) ** 2
 
 
 def _approx_plan(
@@ -229,16 +257,10 @@ def _gaussian_selection(plan: Plan) -> tuple[GaussianPartitionSelection | None, 
     """
     if plan.selection is None:
         return None, Fraction(0)
-    groups = plan.exact.bound.max_groups
     delta = plan.selection.delta
     if plan.selection_output:
-        (output,) = [o for o in plan.outputs if o.name == plan.selection_output]
-        mechanism = output.parts[0].mechanism
-        if not isinstance(mechanism, Gaussian):
-            raise InternalInvariantError(
-                f"The selection's count {output.name!r} has no Gaussian noise; please report this."
-            )
-        return gaussian_selection(mechanism, delta, groups), Fraction(0)
+        return _shared_selection(plan, delta), Fraction(0)
+    groups = plan.exact.bound.max_groups
     rho = _largest_rho(plan.selection.epsilon, delta / 2)
     if rho == 0:
         raise fail(
@@ -257,30 +279,97 @@ def _gaussian_selection(plan: Plan) -> tuple[GaussianPartitionSelection | None, 
     return selection, selection.rho
 
 
-def _rho_plan(query: Query, metadata: Metadata, rho: Fraction) -> Plan:
-    """The Gaussian plan at ρ (module docstring)."""
-    plan = plan_query(query, metadata, epsilon=1)
+def _shared_selection(plan: Plan, tail_delta: Fraction) -> GaussianPartitionSelection:
+    """The selection thresholding the Gaussian noisy count ``plan.selection_output`` (no ρ of
+    its own), its tail costing ``tail_delta``."""
+    (output,) = [o for o in plan.outputs if o.name == plan.selection_output]
+    mechanism = output.parts[0].mechanism
+    if not isinstance(mechanism, Gaussian):
+        raise InternalInvariantError(
+            f"The selection's count {output.name!r} has no Gaussian noise; please report this."
+        )
+    return gaussian_selection(mechanism, tail_delta, plan.exact.bound.max_groups)
+
+
+def rho_selection(
+    plan: Plan, rho: Fraction, tail_delta: Fraction
+) -> GaussianPartitionSelection | None:
+    """The Gaussian partition selection of a ρ-costed plan: the shared count's own noise, or
+    person counts at ``rho`` (its ρ is at most ``rho``: σ is rounded up); either way
+    ``tail_delta``-approximately zCDP (:mod:`dpcurator.mechanisms.gaussian_threshold`)."""
+    if plan.selection is None:
+        return None
+    if plan.selection_output:
+        return _shared_selection(plan, tail_delta)
+    groups = plan.exact.bound.max_groups
+    return gaussian_selection(Gaussian.for_rho_squared(rho, groups), tail_delta, groups)
+
+
+def rho_event(rho: Fraction, tail_delta: Fraction) -> ZCDPEvent | ConcentratedEvent:
+    """The event of a ρ-costed query: ρ-zCDP, or δ-approximately ρ-zCDP with partition
+    selection (Bun & Steinke 2016, Definition 8.1)."""
+    return ZCDPEvent(rho) if tail_delta == 0 else ConcentratedEvent(rho, tail_delta)
+
+
+def _rho_plan(
+    query: Query, metadata: Metadata, rho: Fraction, delta: Fraction, selection_weight: float
+) -> Plan:
+    """The Gaussian plan at ρ, with partition selection when ``delta`` > 0 (module docstring)."""
+    plan = plan_query(query, metadata, epsilon=1, delta=delta, selection_weight=selection_weight)
+    if delta != 0 and plan.selection is None:
+        raise fail(
+            "query",
+            "delta",
+            "0 with rho unless the GROUP BY needs DP partition selection (delta is its "
+            "threshold's δ; this query's groups are public)",
+            delta,
+        )
     if not _noised(plan):  # only public counts: free, charged ρ = 0
         return replace(plan, cost=ZCDP(Fraction(0)), event=ZCDPEvent(Fraction(0)))
+    separate = plan.selection is not None and not plan.selection_output
     weights = [_power(o.epsilon) for o in plan.outputs]  # a free output's ε share is 0
+    if separate:
+        assert plan.selection is not None  # separate implies a selection
+        weights.append(_power(plan.selection.epsilon))
     total = sum(weights, Fraction(0))
     shares = [rho * w / total for w in weights]
+    selection_rho = shares.pop() if separate else Fraction(0)
     if any(o.quantile is not None for o in plan.outputs):
         epsilons = [
             _epsilon_within(share) if o.quantile is not None else o.epsilon
             for o, share in zip(plan.outputs, shares, strict=True)
         ]
-        plan = plan_query(query, metadata, epsilon=sum(epsilons, Fraction(0)), shares=epsilons)
+        noisy_epsilon = sum(epsilons, Fraction(0))
+        if separate:  # the planner's selection share on top (replaced below)
+            noisy_epsilon *= (len(epsilons) + to_fraction(selection_weight)) / len(epsilons)
+        plan = plan_query(
+            query,
+            metadata,
+            epsilon=noisy_epsilon,
+            delta=delta,
+            selection_weight=selection_weight,
+            shares=epsilons,
+        )
     pure_rho = _quantile_rho(plan.outputs)
     outputs = plan.outputs
     if any(o.parts for o in outputs):
-        outputs = _gaussian_outputs(outputs, rho - pure_rho, plan.exact.bound.max_groups)
+        statistics_rho = rho - selection_rho - pure_rho
+        outputs = _gaussian_outputs(outputs, statistics_rho, plan.exact.bound.max_groups)
+    plan = replace(plan, outputs=outputs)
+    selection = rho_selection(plan, selection_rho, delta)
+    text = f"discrete Gaussian (a ρ = {readable(rho)} zCDP cost)"
+    if selection is not None:
+        text = (
+            f"discrete Gaussian (a ρ = {readable(rho)} zCDP cost; partition selection's "
+            f"threshold {selection.threshold} has δ = {readable(delta)})"
+        )
     return replace(
         plan,
         outputs=outputs,
+        selection=selection,
         cost=ZCDP(rho),
-        event=ZCDPEvent(rho),
-        noise=f"discrete Gaussian (a ρ = {readable(rho)} zCDP cost)",
+        event=rho_event(rho, delta),
+        noise=text,
     )
 
 
