@@ -163,3 +163,14 @@ def test_gaussian_mixture_degenerate_data_gives_a_finite_release(data: object) -
 def test_the_mixture_has_no_sufficient_statistics_route() -> None:
     with pytest.raises(ValueError, match="model"):
         dp_mle_sufficient("gaussian_mixture", [1.0, 2.0], epsilon=1.0, lower=0, upper=10)
+
+
+def test_intervals_stay_finite_inside_the_box_when_the_noisy_count_is_below_one() -> None:
+    """An empty sample: the noisy person count is often < 1, the sampling part unbounded; the
+    interval is cut to the public parameter box (which holds θ), so it stays finite."""
+    for seed in range(20):
+        fit = dp_mle("poisson", np.zeros(0), epsilon=1.0, lower=[0], upper=[10],
+                     rng=SeededRng(seed))  # fmt: skip
+        assert fit.ci_low is not None
+        assert fit.ci_high is not None
+        assert 0 <= fit.ci_low[0] <= fit.ci_high[0] <= 10, seed

@@ -10,11 +10,13 @@ import pandas as pd
 import pytest
 
 import dpcurator as dpc
-from dpcurator.accounting import Budget
+from dpcurator.accounting import Budget, PureEvent
 from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.errors import DPError
 from dpcurator.estimators import Estimate, dp_mle, linear_regression
-from dpcurator.query.fit import zcdp_for
+from dpcurator.estimators.sample_aggregate import EngineBlocks
+from dpcurator.query.fit import plan_fit, zcdp_for
+from dpcurator.query.fit_rows import seeded
 from dpcurator.query.session import Session
 from dpcurator.random import SeededRng
 
@@ -65,7 +67,6 @@ def test_linear_regression_matches_the_library_and_lstsq(engine: str) -> None:
 
 def test_the_gram_matrix_is_one_engine_aggregate_plan() -> None:
     """The sufficient statistics are SUMs the engine computes: no row leaves it."""
-    from dpcurator.query.fit import plan_fit  # noqa: PLC0415
 
     plan = plan_fit(_meta(), "linear_regression", y="income", x=["age", "hours"], epsilon=1.0,
                     delta=DELTA)  # fmt: skip
@@ -80,11 +81,17 @@ def test_sample_and_aggregate_fits_match_the_library() -> None:
     session = _session(frame)
     fit = session.fit("mle", y="age", model="gaussian", lower=[0, 0.1], upper=[100, 50],
                       epsilon=100.0, blocks=20)  # fmt: skip
-    # the library on the same bounded rows, in fit's order ((person, values) keys by repr)
-    rows = sorted(zip(frame["pid"].tolist(), frame["age"].tolist(), strict=True), key=repr)
-    library = dp_mle("gaussian", [a for _, a in rows], epsilon=100.0, lower=[0, 0.1],
-                     upper=[100, 50], blocks=20, person=[p for p, _ in rows],
-                     rng=SeededRng(1))  # fmt: skip
+    # the library on the same bounded rows and the engine's blocks (the fit's seed is the
+    # first 8 bytes of its rng), in fit's order ((block, person, values) keys by repr)
+    plan = plan_fit(_meta(), "mle", y="age", model="gaussian", lower=[0, 0.1], upper=[100, 50],
+                    epsilon=100.0, blocks=20)  # fmt: skip
+    rng = SeededRng(1)
+    exact = seeded(plan.exact, rng)
+    (result,) = _session(frame).compute_exact([exact], PureEvent(1), description="blocks")
+    keys = sorted(result.groups, key=repr)
+    person = EngineBlocks(tuple(k[1] for k in keys), np.array([k[0] for k in keys]), 20)
+    library = dp_mle("gaussian", [k[2] for k in keys], epsilon=100.0, lower=[0, 0.1],
+                     upper=[100, 50], blocks=20, person=person, rng=rng)  # fmt: skip
     assert fit.value is not None
     assert library.value is not None
     np.testing.assert_allclose(fit.value, library.value, rtol=1e-9)

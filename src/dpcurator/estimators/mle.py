@@ -24,7 +24,9 @@ Two routes:
 
 Intervals cover the population parameter (noise + sampling): for :func:`dp_mle` the noise
 interval at α/2 widened by z_{1-α/4}·sqrt(I(θ̂)⁻¹/ñ) at the released θ̂ and count (a union
-bound; both are functions of the release); for :func:`dp_mle_sufficient` a parametric bootstrap
+bound; both are functions of the release), cut to the public parameter box (which holds θ, so
+coverage is unchanged, and the interval stays finite when ñ < 1 leaves the sampling part
+unbounded); for :func:`dp_mle_sufficient` a parametric bootstrap
 over both the sampling of the statistics (normal approximation at θ̂) and the privacy noise
 (Ferrando, Wang & Sheldon 2022).
 """
@@ -251,9 +253,11 @@ def dp_mle(
     else:
         covers = Covers.NOISE_AND_SAMPLING
         half = noise_half + _sampling_halfwidth(chosen, theta, count, level / 2)
+    # θ lies in the public box, so the interval may be cut to it (finite, coverage unchanged)
+    low = np.clip(release.value - half, box_low, box_high)
+    high = np.clip(release.value + half, box_low, box_high)
     return Estimate(
-        release.value, release.value - half, release.value + half, covers, level,
-        release.cost, release.method,
+        release.value, low, high, covers, level, release.cost, release.method
     )  # fmt: skip
 
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 import hashlib
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -113,10 +113,37 @@ class Box:
         return np.clip(vector, self.lower, self.upper)
 
 
+@dataclass(frozen=True)
+class EngineBlocks:
+    """Person ids (one per row) whose blocks an engine has already formed: ``blocks[i]`` in
+    [0, ``count``) is row i's block by the engine's keyed hash of its person (the query layer's
+    :class:`~dpcurator.query.ir.BlockSample`, issue 14). Given as ``person``, it replaces the
+    keyed hash of :func:`block_ids` (one implementation of the blocks, the engine's):
+    the k blocks are the engine blocks merged as floor(b·k/count), so a person's rows still
+    fall in one block, and the blocks differ in size by at most one engine block."""
+
+    persons: tuple[object, ...]
+    blocks: npt.NDArray[np.int64]
+    count: int
+
+    def __len__(self) -> int:
+        return len(self.persons)
+
+    def __iter__(self) -> Iterator[object]:
+        return iter(self.persons)
+
+    def merged(self, blocks: int) -> npt.NDArray[np.int64]:
+        """Each row's block among ``blocks`` merged blocks (k > count leaves some empty)."""
+        return (self.blocks * blocks) // self.count
+
+
 def block_ids(rows: int, blocks: int, person: object, rng: Rng) -> npt.NDArray[np.int64]:
-    """The block of each row: a keyed BLAKE2b hash of its person id, else a uniform draw."""
+    """The block of each row: a keyed BLAKE2b hash of its person id, else a uniform draw (or
+    the engine's blocks, merged, for :class:`EngineBlocks`)."""
     if person is None:
         return rng.integers_below(blocks, rows)
+    if isinstance(person, EngineBlocks):
+        return person.merged(blocks)
     key = rng.random_bytes(32)
     ids = person.to_numpy() if hasattr(person, "to_numpy") else np.asarray(person)
     out = np.empty(rows, dtype=np.int64)
@@ -151,7 +178,8 @@ def default_blocks(noisy_count: int) -> int:
 
 def noisy_people(rows: int, person: object, epsilon: Fraction, rng: Rng) -> int:
     """The ε-DP (Laplace, sensitivity 1) number of persons (of rows when ``person`` is None)."""
-    people = rows if person is None else len(set(np.asarray(person).tolist()))
+    ids = person.persons if isinstance(person, EngineBlocks) else person
+    people = rows if ids is None else len(set(np.asarray(ids).tolist()))
     return int(Laplace.for_epsilon(epsilon, 1).release_integers([people], rng)[0])
 
 
@@ -276,4 +304,4 @@ def blocks_for(n: int) -> int:
     return default_blocks(check_int("blocks_for", "n", n, minimum=0))
 
 
-__all__ = ["BLOCK_EXPONENT", "Box", "blocks_for", "sample_and_aggregate"]
+__all__ = ["BLOCK_EXPONENT", "Box", "EngineBlocks", "blocks_for", "sample_and_aggregate"]

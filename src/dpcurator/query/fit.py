@@ -26,6 +26,8 @@ data gives NR or a ridge solution, never an error).
   ``method="sample_and_aggregate"``. Sample-and-aggregate fits (that method, ``mle`` and
   ``sample_and_aggregate``) form their blocks by a keyed hash of the person id (user-level
   privacy: one person moves one block estimate); they are ε-DP: δ must be 0 and ε is charged.
+  On a table with a person column the ENGINE forms those blocks and fetches at most
+  ``max_rows`` rows (:mod:`dpcurator.query.fit_rows`: a public cap, the same guarantee).
 
 Every parameter combination is decided by :func:`plan_fit` before the charge: the method and its
 options (``blocks`` only with sample-and-aggregate, at most
@@ -70,6 +72,7 @@ from dpcurator.query.fit_columns import (
     required_column,
     rows_per_person,
 )
+from dpcurator.query.fit_rows import Run, block_sample, rows_finish, rows_plan, seeded
 from dpcurator.query.limits import MAX_FIT_BLOCKS, MAX_FIT_FEATURES, check_at_most
 from dpcurator.query.schema import ColumnMeta, Metadata
 from dpcurator.query.validation import check_epsilon
@@ -200,6 +203,7 @@ def plan_fit(
     upper: object = None,
     blocks: int | None = None,
     method: str | None = None,
+    max_rows: int | None = None,
 ) -> FitPlan:
     """The plan of a fit, from the request and the metadata only (refusals charge nothing).
 
@@ -209,11 +213,16 @@ def plan_fit(
     output); they are public, like the columns' bounds in the metadata. ``method`` (logistic
     regression only): ``objective_perturbation`` (the default; ``lower``/``upper`` optional,
     they clamp the release) or ``sample_and_aggregate``; ``blocks`` fixes the number of blocks
-    of a sample-and-aggregate fit (default: chosen from a noisy count of persons).
+    of a sample-and-aggregate fit (default: chosen from a noisy count of persons) and
+    ``max_rows`` caps the rows it fetches from the engine (default
+    :data:`~dpcurator.query.fit_rows.DEFAULT_MAX_ROWS`; :mod:`dpcurator.query.fit_rows`).
     """
     eps = check_epsilon(OWNER, epsilon)
     features = column_names("x", x)
     chosen = _method(kind, method, blocks, len(features))
+    if max_rows is not None and (kind == "linear_regression" or chosen == METHODS[0]):
+        raise fail(OWNER, "max_rows", "None without sample-and-aggregate (the cap is its "
+                   "blocks')", max_rows)  # fmt: skip
     if kind == "linear_regression":
         response = required_column("y", y)
         return _plan_linear(
@@ -253,9 +262,10 @@ def plan_fit(
         run = _user(estimator, box, blocks)
         terms = tuple(f"theta_{i}" for i in range(box.dimension))
     width = _check_block_noise(eps, box)
-    finish = _rows_finish(metadata, metas, run, eps)
+    sample = block_sample(metadata, blocks, max_rows)
+    finish = rows_finish(metadata, metas, run, eps, sample)
     columns = tuple(m.name for m in metas)
-    exact = _rows_plan(metadata, metas)
+    exact = rows_plan(metadata, metas, sample)
     statistic = "the sum of the block estimates"
     return FitPlan(kind, columns, PureDP(eps), exact, finish, terms, statistic, width)
 
@@ -305,11 +315,11 @@ def _plan_perturbed(
         hessian_share=OP_SHARES[1]))  # fmt: skip
     run = _logistic(metas[:-1], box, rows=rows, method="objective_perturbation", delta=delta)
     cost: PureDP | ApproxDP = ApproxDP(epsilon, delta) if delta > 0 else PureDP(epsilon)
-    finish = _rows_finish(metadata, metas, run, epsilon)
+    finish = rows_finish(metadata, metas, run, epsilon)
     columns = tuple(m.name for m in metas)
     statistic = "the objective's gradient (objective perturbation)"
     return FitPlan(
-        "logistic_regression", columns, cost, _rows_plan(metadata, metas), finish,
+        "logistic_regression", columns, cost, rows_plan(metadata, metas), finish,
         ("intercept", *features), statistic, float(rows),
     )  # fmt: skip
 
@@ -451,46 +461,6 @@ def _scaled(meta: ColumnMeta, mid: float, half: float) -> ir.Expr:
 # ----------------------------------------------------------------------------------------------
 # Sample-and-aggregate estimators on the fetched bounded rows
 
-_Run = Callable[[FloatArray, Any, float, Fraction, Rng], Estimate]
-
-
-def _rows_plan(metadata: Metadata, metas: Sequence[ColumnMeta]) -> ir.AggregatePlan:
-    """Each person's bounded rows of ``metas``: groups (person, values...) with their counts."""
-    person = metadata.person_column
-    names = ([] if person is None else [metadata.column(person).name]) + [m.name for m in metas]
-    groups = tuple(ir.GroupColumn(f"c{i}", ir.Col(name)) for i, name in enumerate(names))
-    rows = metadata.max_rows_per_person
-    bound = replace(metadata.contribution_bound, max_groups=rows, max_rows_per_group=rows)
-    return ir.AggregatePlan(
-        metadata.table, (ir.ExactAggregate("n", "count"),), group_by=groups, bound=bound
-    )
-
-
-def _rows_finish(
-    metadata: Metadata, metas: Sequence[ColumnMeta], run: _Run, epsilon: Fraction
-) -> Callable[[ir.ExactResult, float, Rng], Estimate]:
-    has_person = metadata.person_column is not None
-    limit = metadata.max_rows_per_person
-    fills = [null_fill(m) for m in metas]
-
-    def finish(result: ir.ExactResult, alpha: float, rng: Rng) -> Estimate:
-        kept: dict[object, int] = {}
-        data: list[list[float]] = []
-        people: list[object] = []
-        for key in sorted(result.groups, key=repr):
-            count = int(result.groups[key]["n"])  # type: ignore[call-overload]
-            pid = key[0] if has_person else None
-            values = key[1:] if has_person else key
-            row = [f if v is None else float(v) for v, f in zip(values, fills, strict=True)]
-            take = min(count, limit - kept.get(pid, 0)) if has_person else count
-            kept[pid] = kept.get(pid, 0) + take
-            data.extend([row] * take)
-            people.extend([pid] * take)
-        table = np.asarray(data, np.float64).reshape(-1, len(metas))
-        return run(table, people if has_person else None, alpha, epsilon, rng)
-
-    return finish
-
 
 def _logistic(
     features: Sequence[ColumnMeta],
@@ -500,7 +470,7 @@ def _logistic(
     method: str,
     blocks: int | None = None,
     delta: float = 0.0,
-) -> _Run:
+) -> Run:
     """Objective perturbation (each person's ``rows`` bound the gradient and Hessian shifts;
     the shares of ε are :data:`OP_SHARES`, as planned) or sample-and-aggregate."""
     x_low = [m.lower for m in features]
@@ -518,7 +488,7 @@ def _logistic(
     return run
 
 
-def _mle(model: str, box: Box, blocks: int | None) -> _Run:
+def _mle(model: str, box: Box, blocks: int | None) -> Run:
     def run(table: FloatArray, person: Any, alpha: float, eps: Fraction, rng: Rng) -> Estimate:
         return dp_mle(
             model, table[:, 0], epsilon=float(eps), lower=box.lower, upper=box.upper,
@@ -528,7 +498,7 @@ def _mle(model: str, box: Box, blocks: int | None) -> _Run:
     return run
 
 
-def _user(estimator: BlockEstimator, box: Box, blocks: int | None) -> _Run:
+def _user(estimator: BlockEstimator, box: Box, blocks: int | None) -> Run:
     def run(table: FloatArray, person: Any, alpha: float, eps: Fraction, rng: Rng) -> Estimate:
         return sample_and_aggregate(
             estimator, table, epsilon=float(eps), lower=box.lower, upper=box.upper,
@@ -545,6 +515,7 @@ def run_fit(session: Session, plan: FitPlan, alpha: float) -> Estimate:
     engine plan (free), reserves and commits the event, and computes; the estimator then runs on
     the exact result under the same constant-error rule as every release.
     """
-    (result,) = session.compute_exact([plan.exact], plan.event, description=plan.describe())
     rng = session.rng or default_rng()
+    exact = seeded(plan.exact, rng)
+    (result,) = session.compute_exact([exact], plan.event, description=plan.describe())
     return after_charge(lambda: plan.finish(result, alpha, rng))

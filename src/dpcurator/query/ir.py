@@ -307,6 +307,27 @@ class PrecomputedColumns:
 
 
 @dataclass(frozen=True)
+class BlockSample:
+    """Sample-and-aggregate's engine-side cap (issue 14): persons in blocks, a few per block.
+
+    Applied to the table before anything else, and only with ``bound.person_column`` set (rows
+    without a person are dropped). Each person p gets the block ``H(seed, p) mod blocks``, which
+    the plan's expressions read as the int column ``column``; within each block the persons are
+    ordered by a second keyed hash H'(seed, p) (then by p) and only the first ``per_block`` keep
+    their rows. H is the engine's own hash (SHA-256 in memory, DuckDB ``hash``, Polars' struct
+    hash, Spark ``xxhash64``): engines may pick other persons, never more. A person's block is a
+    function of its id and the seed alone, and whether it is kept depends on its block's persons
+    only: removing a person changes the rows of its own block (another person may enter it) and
+    of no other block.
+    """
+
+    blocks: int
+    per_block: int
+    seed: int
+    column: str = "__block"
+
+
+@dataclass(frozen=True)
 class GroupColumn:
     """A grouping column: a name and the expression that computes it."""
 
@@ -324,6 +345,7 @@ class AggregatePlan:
     group_by: tuple[GroupColumn, ...] = ()
     group_keys: tuple[tuple[ScalarValue, ...], ...] | None = None
     bound: ContributionBound = field(default_factory=ContributionBound)
+    sample: BlockSample | None = None
 
 
 @dataclass(frozen=True)

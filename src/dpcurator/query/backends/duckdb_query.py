@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from dpcurator.query.backends.base import TOTAL_LIMIT
+from dpcurator.query.backends.block_sample import columns_with_block, duckdb_sample
 from dpcurator.query.backends.duckdb_sql import (
     CUBE_ROWS,
     SqlBuilder,
@@ -85,7 +86,7 @@ def build_query(
     of expressions: without them every column is of an unknown type). Groups listed by
     :func:`coded_groups` come back as codes (see :func:`decode_groups`).
     """
-    sql = SqlBuilder(columns)
+    sql = SqlBuilder(None if columns is None else columns_with_block(plan, columns))
     groups = [quote(f"__dp_g{i}") for i in range(len(plan.group_by))]
     values = {
         agg.name: quote(f"__dp_v{i}")
@@ -123,6 +124,8 @@ def build_query(
         conditions += [f"{code} IS NOT NULL" for code in codes.values()]  # the public keys
     where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
     table = quote(relation or plan.table)
+    if plan.sample is not None and person is not None:  # the sampled persons' rows
+        table = duckdb_sample(plan.sample, person, table, sql.literal)
     trivial = counts_whole_table(plan)  # read the table directly (DuckDB keeps its row count)
     ctes = [] if trivial else [f"__dp_base AS (SELECT {', '.join(select)} FROM {table}{where})"]
     source = table if trivial else "__dp_base"
@@ -273,6 +276,7 @@ def counts_whole_table(plan: AggregatePlan) -> bool:
         plan.where is None
         and not plan.group_by
         and plan.bound.person_column is None
+        and plan.sample is None
         and all(agg.kind in ("count", "count_persons") for agg in plan.aggregates)
     )
 

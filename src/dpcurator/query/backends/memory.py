@@ -30,6 +30,7 @@ from dpcurator.query.backends.base import (
     INT64_MIN,
     engine_failure,
 )
+from dpcurator.query.backends.block_sample import columns_with_block, sample_rows
 from dpcurator.query.backends.grid import bin_index, clamp_total, grid_value
 from dpcurator.query.backends.plan_checks import check_plan, expr_type
 from dpcurator.query.backends.results import empty_values
@@ -122,12 +123,15 @@ class MemoryBackend:
             raise engine_failure(self.name, plan) from None
 
     def _compute(self, plan: AggregatePlan) -> ExactResult:
-        types = self._columns[plan.table]
+        types = columns_with_block(plan, self._columns[plan.table])
         person = plan.bound.person_column
         key_set = None if plan.group_keys is None else set(plan.group_keys)
+        table = self._rows[plan.table]
+        if plan.sample is not None and person is not None:
+            table = sample_rows(table, plan.sample, person)
         # (group key, person or row number, aggregated values) of each selected row
         selected: list[tuple[Key, object, tuple[object, ...]]] = []
-        for index, row in enumerate(self._rows[plan.table]):
+        for index, row in enumerate(table):
             if plan.where is not None and evaluate(plan.where, row, types) is not True:
                 continue
             key = tuple(_canonical(evaluate(group.expr, row, types)) for group in plan.group_by)

@@ -21,6 +21,7 @@ from dpcurator.query.backends.base import (
     UNARY_FUNCTIONS,
     VALUE_KINDS,
 )
+from dpcurator.query.backends.block_sample import check_sample, columns_with_block
 from dpcurator.query.backends.grid import (
     max_grid_value,
 )
@@ -141,7 +142,8 @@ def check_plan(plan: AggregatePlan, columns: Mapping[str, str]) -> None:
         ParameterError: the plan is malformed (duplicate names, missing bounds, bad keys...).
         UnsupportedQueryError: a function is called with the wrong number of arguments.
     """
-    _check_expressions(plan, columns)
+    check_sample(plan, columns)
+    _check_expressions(plan, columns_with_block(plan, columns))
     _check_names(plan)
     for agg in plan.aggregates:
         _check_aggregate(agg)

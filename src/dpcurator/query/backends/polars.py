@@ -19,6 +19,7 @@ import polars as pl
 
 from dpcurator.errors import BackendError
 from dpcurator.query.backends.base import OPERATORS, engine_failure
+from dpcurator.query.backends.block_sample import SECOND_HASH, columns_with_block
 from dpcurator.query.backends.grid import grid_scales
 from dpcurator.query.backends.plan_checks import check_plan, expr_type
 from dpcurator.query.backends.results import (
@@ -40,6 +41,7 @@ from dpcurator.query.ir import (
     And,
     Between,
     BinOp,
+    BlockSample,
     Case,
     Col,
     Compare,
@@ -284,7 +286,7 @@ class PolarsBackend:
         columns = self.columns(plan.table)
         check_plan(plan, columns)
         try:
-            return self._compute(plan, columns)
+            return self._compute(plan, columns_with_block(plan, columns))
         except (Exception, pl.exceptions.PanicException):  # a Rust panic is a BaseException
             raise engine_failure(self.name, plan) from None
 
@@ -324,9 +326,11 @@ class PolarsBackend:
     ) -> pl.LazyFrame:
         """Filter, evaluate keys and values, apply public keys and contribution bounds."""
         frame = self._frames[plan.table]
+        person = plan.bound.person_column
+        if plan.sample is not None and person is not None:
+            frame = _sampled(frame, plan.sample, person)
         if plan.where is not None:
             frame = frame.filter(to_polars(plan.where, columns))
-        person = plan.bound.person_column
         selected = [
             to_polars(g.expr, columns).alias(name)
             for g, name in zip(plan.group_by, groups, strict=True)
@@ -374,3 +378,14 @@ class PolarsBackend:
                 f"The public group keys do not have the types of the group columns {dict(schema)}: "
                 f"{exc}"
             ) from exc
+
+
+def _sampled(frame: pl.LazyFrame, sample: BlockSample, person: str) -> pl.LazyFrame:
+    """The rows of the persons a :class:`~dpcurator.query.ir.BlockSample` keeps, with their
+    block: Polars' struct hash of the person, the first ``per_block`` by a second hash."""
+    seed = sample.seed % 2**64
+    block = (pl.struct(person).hash(seed) % sample.blocks).cast(pl.Int64).alias(sample.column)
+    second = pl.struct(person).hash(seed ^ SECOND_HASH).alias("__dp_sh")
+    order = pl.struct(second, pl.col(person))
+    kept = order.rank("dense").over(sample.column) <= sample.per_block
+    return frame.filter(pl.col(person).is_not_null()).with_columns(block).filter(kept)

@@ -43,6 +43,7 @@ from pyspark.sql import types as st
 
 from dpcurator.errors import BackendError, DPError
 from dpcurator.query.backends.base import COMPARISONS, engine_failure
+from dpcurator.query.backends.block_sample import SECOND_HASH
 from dpcurator.query.backends.grid import grid_scales
 from dpcurator.query.backends.plan_checks import check_plan
 from dpcurator.query.backends.results import (
@@ -70,6 +71,7 @@ from dpcurator.query.ir import (
     And,
     Between,
     BinOp,
+    BlockSample,
     Case,
     Col,
     Compare,
@@ -356,9 +358,11 @@ class SparkBackend:
     def _rows(self, plan: AggregatePlan, groups: list[str], values: dict[str, str]) -> DataFrame:
         """Filter, evaluate keys and values, apply public keys and contribution bounds."""
         frame = _widened(self._frames[plan.table])
+        person = plan.bound.person_column
+        if plan.sample is not None and person is not None:
+            frame = _sampled(frame, plan.sample, person)
         if plan.where is not None:
             frame = frame.where(to_spark(plan.where))
-        person = plan.bound.person_column
         selected = [to_spark(g.expr).alias(n) for g, n in zip(plan.group_by, groups, strict=True)]
         if person is not None:
             selected.append(column(person).alias(_PID))
@@ -414,3 +418,17 @@ class SparkBackend:
             (column(g).eqNullSafe(sf.col(f.name)) for g, f in zip(groups, fields, strict=True)),
         )
         return frame.join(sf.broadcast(keys), condition, "left_semi")
+
+
+def _sampled(frame: DataFrame, sample: BlockSample, person: str) -> DataFrame:
+    """The rows of the persons a :class:`~dpcurator.query.ir.BlockSample` keeps, with their
+    block: ``xxhash64`` of the person, the first ``per_block`` by a second hash."""
+    pid = column(person)
+    block = sf.pmod(sf.xxhash64(pid, sf.lit(sample.seed).cast("long")), sf.lit(sample.blocks))
+    order = sf.xxhash64(pid, sf.lit(sample.seed ^ SECOND_HASH).cast("long"))
+    frame = frame.where(pid.isNotNull()).withColumns(
+        {sample.column: block.cast("long"), "__dp_sh": order}
+    )
+    ranking = Window.partitionBy(column(sample.column)).orderBy("__dp_sh", pid)
+    frame = frame.withColumn("__dp_sr", sf.dense_rank().over(ranking))
+    return frame.where(sf.col("__dp_sr") <= sample.per_block).drop("__dp_sh", "__dp_sr")
