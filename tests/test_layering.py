@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, int]] = [
     ("dpcurator.query.session", 4),
     ("dpcurator.query.clipping_plan", 4),
     ("dpcurator.query.clipping_release", 4),
+    ("dpcurator.query.ratio_interval", 4),
     ("dpcurator.synth", 4),
     ("dpcurator.streams", 4),
     ("dpcurator.mining", 5),

@@ -15,10 +15,11 @@ Confidence intervals (level 1-α, ``alpha`` default 0.05) cover the exact value 
   threshold, so its interval covers with probability >= 1-α before the selection, not
   conditioned on the group being released: the counts of small released groups are biased
   upwards (every other output's noise is independent of the selection);
-* means = centre + noisy centred sum / noisy count (not unbiased; clamped to the bounds). Its
-  interval is conservative: each part gets a (1-α/2) interval and the ratio's range over both
-  intervals is reported (union bound), or the full bounds when the count interval reaches 0;
-* variances (sample variance, n-1) and standard deviations: the same with three parts at α/3;
+* means = centre + noisy centred sum / noisy count (not unbiased; clamped to the bounds),
+  variances (sample variance, n-1) from the noisy count, centred sum and sum of squares, and
+  standard deviations: the interval inverts the distribution of the ratio's error under the
+  public noise at the count's lower confidence bound (:mod:`dpcurator.query.ratio_interval`),
+  or is the whole range when that bound is below 1 (2 for a variance);
 * quantiles: the noise-only interval of :mod:`dpcurator.query.quantile_plan` (it covers the
   empirical quantile of the counted values; the mechanism record says so and gives the last
   level's rank error bound, :func:`dpcurator.estimators.quantiles.rank_error`).
@@ -44,6 +45,7 @@ import pandas as pd
 
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
+from dpcurator.mechanisms import Gaussian, Laplace
 from dpcurator.query import ir, release_view
 from dpcurator.query.clipping_release import (
     ClippingReport,
@@ -54,6 +56,7 @@ from dpcurator.query.clipping_release import (
 from dpcurator.query.plan_outputs import NoisyStatistic, OutputPlan
 from dpcurator.query.planner import Plan, plan_event
 from dpcurator.query.quantile_plan import Compute, release_quantiles
+from dpcurator.query.ratio_interval import MomentNoise, moment_intervals
 from dpcurator.query.release_estimate import (
     MechanismUse,
     ValueColumn,
@@ -412,73 +415,22 @@ def _release_moments(
     alpha: float,
     rng: Rng | None,
 ) -> list[list[Estimate]]:
+    """Means, variances, standard deviations: ratios of the noisy parts, with the intervals of
+    :mod:`dpcurator.query.ratio_interval`."""
     parts = output.parts
-    level = alpha / len(parts)
     noisy = [
         _noisy(p, exact, keys, 0, rng).astype(np.float64) * math.ldexp(1.0, p.grid_exponent)
         for p in parts
     ]
-    widths = [halfwidth(p, level) for p in parts]
+    mechanisms: list[Laplace | Gaussian | None] = [p.mechanism for p in parts]
+    units = [math.ldexp(1.0, p.grid_exponent) for p in parts]
     if output.public_count is not None:  # replace-one mean: noisy sum over the public n
         noisy.insert(0, np.full(len(keys), float(output.public_count)))
-        widths.insert(0, 0.0)
+        mechanisms.insert(0, None)
+        units.insert(0, 1.0)
     assert output.lower is not None  # planned bounds
     assert output.upper is not None
+    noise = MomentNoise(tuple(mechanisms), tuple(units))
     bounds = (output.lower, output.upper)
-    results = []
-    for i in range(len(keys)):
-        values = [float(column[i]) for column in noisy]
-        if output.kind == "mean":
-            results.append([_mean(values, widths, bounds, output.centre)])
-            continue
-        variance = _variance(values, widths, bounds)
-        if output.kind == "stddev":
-            variance = Estimate(
-                math.sqrt(variance.value),
-                math.sqrt(variance.ci_low or 0.0),
-                math.sqrt(variance.ci_high or 0.0),
-            )
-        results.append([variance])
-    return results
-
-
-def _mean(
-    values: Sequence[float], widths: Sequence[float], bounds: tuple[float, float], centre: float
-) -> Estimate:
-    """Centre + noisy centred sum / noisy count, with the conservative ratio interval."""
-    (count, total), (lower, upper) = values, bounds
-    value = min(max(centre + total / max(count, 1.0), lower), upper)
-    count_low, count_high = count - widths[0], count + widths[0]
-    if count_low < 1:
-        return Estimate(value, lower, upper)
-    ratios = [
-        s / c for s in (total - widths[1], total + widths[1]) for c in (count_low, count_high)
-    ]
-    low = min(max(centre + min(ratios), lower), upper)
-    high = min(max(centre + max(ratios), lower), upper)
-    return Estimate(value, low, high)
-
-
-def _variance(
-    values: Sequence[float], widths: Sequence[float], bounds: tuple[float, float]
-) -> Estimate:
-    """Sample variance from noisy count, centred sum and sum of squares (monotone bounds)."""
-    (count, total, squares), (lower, upper) = values, bounds
-    n = max(count, 2.0)
-    span_squared = (upper - lower) * (upper - lower)  # inf rather than ** 2's OverflowError
-    cap = span_squared / 4 * n / (n - 1)
-    value = min(max((squares - total * total / n) / (n - 1), 0.0), cap)
-    n_low, n_high = count - widths[0], count + widths[0]
-    if n_low < 2:
-        return Estimate(value, 0.0, span_squared / 2)
-    s_low, s_high = total - widths[1], total + widths[1]
-    max_square = max(s_low * s_low, s_high * s_high)
-    min_square = 0.0 if s_low <= 0 <= s_high else min(s_low * s_low, s_high * s_high)
-    numerator_low = max(squares - widths[2] - max_square / n_low, 0.0)
-    numerator_high = max(squares + widths[2] - min_square / n_high, 0.0)
-    high_cap = span_squared / 4 * n_low / (n_low - 1)
-    return Estimate(
-        value,
-        min(numerator_low / (n_high - 1), high_cap),
-        min(numerator_high / (n_low - 1), high_cap),
-    )
+    cells = moment_intervals(output.kind, noisy, noise, bounds, output.centre, alpha=alpha)
+    return [[Estimate(*cell)] for cell in cells]
