@@ -164,6 +164,8 @@ def test_refined_plan_is_public_and_validated() -> None:
     assert plan.interval.laplace.epsilon(2) == Fraction(1, 5)
     with pytest.raises(ParameterError, match="'upper'"):
         RefinedQuantile.plan(0.5, 1.0, 1.0, 1.0)
+    with pytest.raises(ParameterError, match="'lower'"):
+        RefinedQuantile.plan(0.5, 1.0, float("nan"), 1.0)
 
 
 def test_interval_shells_continue_outside_the_last_window() -> None:

@@ -72,11 +72,9 @@ from dpcurator._validation import check_int, check_probability, check_real, fail
 from dpcurator.core.measures import PureDP
 from dpcurator.core.numbers import to_fraction
 from dpcurator.estimators.quantiles import (
-    DEFAULT_MAX_BINS,
     QuantileBins,
     quantile_scores,
     rational_level,
-    select_quantile_bin,
 )
 from dpcurator.estimators.release import (
     Covers,
@@ -232,10 +230,12 @@ class RefinedQuantile:
     ) -> RefinedQuantile:
         """Split ``epsilon`` over the levels (and the interval when ``alpha`` is given); levels
         default to :func:`choose_levels`; ``integer`` data whose bounds fit
-        :data:`DEFAULT_MAX_BINS` unit bins gets one level over the integers."""
+        :data:`~dpcurator.estimators.quantiles.DEFAULT_MAX_BINS` unit bins gets one level over the
+        integers."""
         level = rational_level(p)
         eps = to_fraction(epsilon)
-        if not float(lower) < float(upper):
+        check_real("RefinedQuantile.plan", "lower", lower)
+        if not float(check_real("RefinedQuantile.plan", "upper", upper)) > float(lower):
             raise fail("RefinedQuantile.plan", "upper", f"> lower ({lower})", upper)
         check_int("RefinedQuantile.plan", "rows_per_person", rows_per_person, minimum=1)
         interval = None
@@ -436,11 +436,13 @@ def refined_quantile(
     lower: float,
     upper: float,
     alpha: float | None = None,
+    integer: bool = False,
     rng: Rng | None = None,
 ) -> tuple[float, float | None, float | None]:
     """An ε-DP p-quantile of ``values`` (one value per person) and, when ``alpha`` is given, its
-    (1-α) interval (noise only), by multi-resolution refinement (see the module docstring)."""
-    plan = RefinedQuantile.plan(p, epsilon, lower, upper, alpha=alpha)
+    (1-α) interval (noise only), by multi-resolution refinement (see the module docstring;
+    ``integer``: unit bins over the integers when the bounds fit, :meth:`RefinedQuantile.plan`)."""
+    plan = RefinedQuantile.plan(p, epsilon, lower, upper, alpha=alpha, integer=integer)
     array = np.asarray(values, dtype=np.float64)
     return plan.run(lambda bins: bins.counts(array), rng)
 
@@ -490,23 +492,19 @@ def dp_quantile(
     lower: float,
     upper: float,
     integer: bool = False,
-    max_bins: int = DEFAULT_MAX_BINS,
     rng: Rng | None = None,
 ) -> float:
-    """An ε-DP p-quantile of ``values`` (one value per person) with public bounds.
-
-    Integer data whose range fits ``max_bins`` unit bins: one selection among the integers (exact
-    at large ε). Otherwise the multi-resolution refinement of
-    :mod:`dpcurator.estimators.quantile_refine`, whose error shrinks with n and ε.
+    """An ε-DP p-quantile of ``values`` (one value per person) with public bounds: the
+    :class:`RefinedQuantile` plan of these public inputs, without an interval. Integer data
+    whose range fits :data:`~dpcurator.estimators.quantiles.DEFAULT_MAX_BINS` unit bins gets one
+    selection among the integers (exact at large ε); other data the multi-resolution
+    refinement, whose error shrinks with n and ε.
 
     >>> from dpcurator.random import SeededRng
     >>> dp_quantile([1, 2, 3, 4, 5], 0.5, 1e6, lower=0, upper=10, integer=True, rng=SeededRng(1))
     3.0
     """
-    check_real("dp_quantile", "lower", lower)
-    check_real("dp_quantile", "upper", upper)
-    bins = QuantileBins.for_bounds(lower, upper, integer=integer, max_bins=max_bins)
-    if bins.lower == lower:  # not unit bins
-        return refined_quantile(values, p, epsilon, lower=lower, upper=upper, rng=rng)[0]
-    index = select_quantile_bin(bins.counts(values), p, epsilon, rng=rng)
-    return float(bins.centres()[index])
+    value, _, _ = refined_quantile(
+        values, p, epsilon, lower=lower, upper=upper, integer=integer, rng=rng
+    )
+    return value
