@@ -22,7 +22,12 @@ from dpcurator.accounting import (
     PureEvent,
     ZCDPEvent,
 )
-from dpcurator.accounting.concentrated import conditioning_epsilon, largest_rho, zcdp_epsilon
+from dpcurator.accounting.concentrated import (
+    conditioning_epsilon,
+    conversion_cost,
+    largest_rho,
+    zcdp_epsilon,
+)
 from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.errors import BudgetExceededError, ParameterError
 
@@ -52,7 +57,7 @@ def test_conversion_by_hand() -> None:
     flt = ConcentratedFilter(BUDGET)
     assert flt.order is not None
     assert flt.limits.delta == flt.conversion_delta == HALF_DELTA
-    assert flt.limits.xi == _left()
+    assert flt.limits.xi == 1  # the basic route: all of ε
     assert abs(float(flt.order) - 23.2565) < 1e-3
     assert abs(float(flt.bound) - 0.53344) < 1e-4
     delta = _cks_delta(flt.order, flt.bound, _left())
@@ -64,14 +69,14 @@ def test_conversion_by_hand() -> None:
 
 
 def test_single_pure_query_and_a_hundred_gaussian_ones() -> None:
-    """One pure query may spend all of ε' (the basic route; the former ε split allowed 0.25),
+    """One pure query may spend all of ε (the basic route; the former ε split allowed 0.25),
     and 100 Gaussian queries share ρ ≈ 0.0229: their 95% CI half-widths are >= 3x narrower than
     those of Laplace at ε = 1/100 (the former split's ρ ≈ 0.0134 gave 2.5x)."""
     single = ConcentratedFilter(BUDGET)
-    single.reserve(PureEvent(Fraction(999, 1000))).commit()
-    assert single.spent() == ApproxDP(Fraction(999, 1000), 0)
+    single.reserve(PureEvent(1)).commit()
+    assert single.spent() == ApproxDP(1, 0)
     with pytest.raises(BudgetExceededError):
-        ConcentratedFilter(BUDGET).reserve(PureEvent(1))
+        ConcentratedFilter(BUDGET).reserve(PureEvent(1 + Fraction(1, 10**9)))
     many = ConcentratedFilter(BUDGET)
     share = Fraction(229, 10**6)  # 0.0229 / 100
     for _ in range(100):
@@ -94,6 +99,13 @@ def _views(event: PrivacyEvent, order: Fraction) -> list[tuple[Fraction | None, 
     return views
 
 
+def _delta(event: PrivacyEvent) -> Fraction:
+    """The δ of an event's views (the random events here have the same δ in each)."""
+    zcdp = event.approx_zcdp_cost()
+    assert zcdp is not None
+    return zcdp[1]
+
+
 def _random_event(rng: random.Random) -> PrivacyEvent:
     eps = Fraction(rng.randint(1, 400), 1000)
     delta = Fraction(rng.randint(0, 3), 10**8)  # the same δ in every view of an event
@@ -111,7 +123,7 @@ def _random_event(rng: random.Random) -> PrivacyEvent:
 
 def test_never_admits_a_sequence_outside_both_routes() -> None:
     """Random mixed sequences (seeded; a refused event is skipped): after every admission the
-    events' δ fits δ_E and either they all have an (ε, δ) view with Σ ε <= ε', or the sum of
+    events' δ fits δ_E and either they all have an (ε, δ) view with Σ ε <= ε, or the sum of
     their smallest divergences at α* is <= B, B recomputed independently (CKS20 Prop. 12 to 50
     digits); all exact."""
     rng = random.Random(20231)
@@ -130,10 +142,11 @@ def test_never_admits_a_sequence_outside_both_routes() -> None:
                 continue
             events.append(event)
             views = [_views(e, order) for e in events]
-            assert sum(e.approx_zcdp_cost()[1] for e in events) <= HALF_DELTA  # type: ignore[index]
-            basic = all(v[0][0] is not None for v in views) and sum(
-                v[0][0] for v in views if v[0][0] is not None
-            ) <= _left()
+            assert sum(_delta(e) for e in events) <= HALF_DELTA
+            basic = (
+                all(v[0][0] is not None for v in views)
+                and sum(v[0][0] for v in views if v[0][0] is not None) <= BUDGET.epsilon
+            )
             renyi = sum(min(c for _, c in v) for v in views) <= flt.bound
             assert basic or renyi
             admitted_by_renyi_only += renyi and not basic
@@ -143,7 +156,8 @@ def test_never_admits_a_sequence_outside_both_routes() -> None:
 def test_mixed_sequence_total_by_hand() -> None:
     """A pure 0.2, a Gaussian σ = 40 on Δ₂ = 1 (it closes the basic route), 20 pure 0.01 and an
     (ε = 0.04, δ = 2e-7) partition selection: in ρ units min(ε/α*, ε²/2) per (ε, δ) event and ρ
-    per Gaussian; the spend is the zCDP conversion of the sum plus the conditioning."""
+    per Gaussian; the spend is the smaller of the sequence's zCDP conversion (pure ε as ε²/2) and
+    its conversion at α*, plus the conditioning."""
     flt = ConcentratedFilter(BUDGET)
     order = flt.order
     assert order is not None
@@ -161,13 +175,22 @@ def test_mixed_sequence_total_by_hand() -> None:
     native = flt.spent_native()
     assert native == type(native)(flt.limits.xi, rho, Fraction(1, 5 * 10**6))  # basic closed
     spent = flt.spent()
-    by_hand = zcdp_epsilon(rho, HALF_DELTA) + conditioning_epsilon(Fraction(1, 5 * 10**6))
+    zcdp = Fraction(1, 50) + Fraction(1, 3200) + 20 * Fraction(1, 20000) + Fraction(1, 1250)
+    renyi = order * rho + conversion_cost(order, HALF_DELTA)
+    by_hand = min(zcdp_epsilon(zcdp, HALF_DELTA), renyi)
+    by_hand += conditioning_epsilon(Fraction(1, 5 * 10**6))
     assert spent == ApproxDP(by_hand, Fraction(1, 5 * 10**6) + HALF_DELTA)
     assert spent.epsilon < 1
 
 
 def test_a_gaussian_event_closes_the_basic_route() -> None:
+    """A ρ > 0 view closes the basic route (a ρ = 0 release does not); δ for approximate events
+    is δ_E, which ``remaining`` shows and a refusal names."""
     flt = ConcentratedFilter(BUDGET)
+    flt.reserve(ZCDPEvent(0)).commit()
+    assert flt.remaining() == ApproxDP(1, HALF_DELTA)
+    with pytest.raises(BudgetExceededError, match="δ = 5e-07\\) remains"):
+        flt.reserve(ApproxEvent(Fraction(1, 10), Fraction(1, 10**6)))
     flt.reserve(PureEvent(Fraction(1, 2))).commit()  # basic route and Rényi route both fit
     flt.reserve(ZCDPEvent(Fraction(1, 10**6))).commit()  # Rényi: 0.5 + α*·1e-6 <= B
     with pytest.raises(BudgetExceededError):  # basic would fit, but it is closed
@@ -192,7 +215,7 @@ def test_refuses_exactly_at_the_boundary() -> None:
 
 def test_basic_route_is_exact_at_its_boundary() -> None:
     flt = ConcentratedFilter(Budget(2, 1e-6))
-    flt.reserve(PureEvent(flt.limits.xi)).commit()  # all of ε' (> B: only the basic route)
+    flt.reserve(PureEvent(2)).commit()  # all of ε (> B: only the basic route)
     with pytest.raises(BudgetExceededError):
         flt.reserve(PureEvent(Fraction(1, 10**9)))
 
@@ -237,11 +260,11 @@ def test_session_default_accounting_follows_the_budget() -> None:
     frame = dpc.demo_path("people.csv")
     metadata = dpc.Metadata.from_yaml(dpc.demo_path("people.yaml"))
     approx = dpc.Session.from_data(frame, metadata=metadata, budget=BUDGET)
-    assert isinstance(approx._filter, ConcentratedFilter)  # type: ignore[attr-defined]
+    assert isinstance(approx._filter, ConcentratedFilter)
     pure = dpc.Session.from_data(frame, metadata=metadata, budget=Budget(1))
-    assert isinstance(pure._filter, PrivacyFilter)  # type: ignore[attr-defined]
+    assert isinstance(pure._filter, PrivacyFilter)
     basic = dpc.Session.from_data(frame, metadata=metadata, budget=BUDGET, accounting="basic")
-    assert isinstance(basic._filter, PrivacyFilter)  # type: ignore[attr-defined]
+    assert isinstance(basic._filter, PrivacyFilter)
 
 
 def test_concentrated_event_round_trip_and_views() -> None:

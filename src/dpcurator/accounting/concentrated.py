@@ -3,46 +3,52 @@
 :class:`ConcentratedFilter` grants an (ε, δ) budget with δ > 0 (or a ρ budget). At construction,
 from the public budget only, it fixes
 
-* ``delta``: a δ_E (half of δ by default) for events that are only approximately DP (partition
+* ``limits.delta`` = δ_E (half of δ by default) for the δ of approximate events (partition
   selection); the rest, ``conversion_delta`` = δ - δ_E, converts Rényi DP to (ε, δ) at the end;
-* ``epsilon_left`` = ε - ln(1/(1 - δ_E)) (rounded down): the logarithm pays for conditioning on
-  the approximate events' good case (probability >= 1 - δ_E);
+* ε' = ε - ln(1/(1 - δ_E)) (rounded down): the logarithm pays for conditioning on the good case
+  of approximate zCDP events (probability >= 1 - δ_E) on the Rényi route;
 * an order ``order`` = α* > 1 (a rational) and ``bound`` = B, the largest Rényi divergence at α*
-  that converts to (epsilon_left, conversion_delta): B = epsilon_left - c(α*) with
+  that converts to (ε', conversion_delta): B = ε' - c(α*) with
   c(α) = [ln(1/δ) + α ln(1 - 1/α) - ln(α - 1)]/(α - 1) (Canonne, Kamath & Steinke 2020,
-  Proposition 12), each logarithm rounded outwards, the sum exact. α* maximises B/α*, so a
+  Proposition 12), each logarithm rounded outwards, the rest exact. α* maximises B/α*, so a
   workload of Gaussian queries gets the ρ of the optimal zCDP conversion (:func:`largest_rho`).
 
 Each event is charged by ONE of its views, chosen when it is reserved from public inputs (the
 event and the charges so far): its ``approx_cost()`` (ε_i, δ_i), or its ``approx_zcdp_cost()``
-(ρ_i, δ_i). Conditioned on its good case (mass >= 1 - δ_i) event i's privacy loss L_i satisfies
+(ρ_i, δ_i). On its good part (mass >= 1 - δ_i) event i's privacy loss L_i satisfies
 
-* the (ε_i, δ_i) view: |L_i| <= ε_i pointwise, and D_α* <= c_i = min(ε_i, α*·ε_i²/2) (an (ε, δ)
-  pair is a mixture, weight 1 - δ, of an ε-DP pair: Kairouz, Oh & Viswanath 2015, Murtagh &
-  Vadhan 2016 Lemma 3.2; ε-DP gives D_α <= ε and (ε²/2)-zCDP, Bun & Steinke 2016 Prop. 1.4);
-* the (ρ_i, δ_i) view: D_α* <= c_i = α*·ρ_i (no pointwise bound).
+* the (ε_i, δ_i) view: |L_i| <= ε_i pointwise, and D_α* <= c_i = min(ε_i, α*·ε_i²/2). An (ε, δ)
+  pair is a post-processing of (ε, δ) randomized response (Kairouz, Oh & Viswanath 2015), so
+  both distributions are mixtures, with the same weight 1 - δ, of an ε-DP pair (Murtagh & Vadhan
+  2016, Lemma 3.2); ε-DP gives D_α <= ε and (ε²/2)-zCDP (Bun & Steinke 2016, Prop. 1.4);
+* the (ρ_i, δ_i) view: D_α* <= c_i = α*·ρ_i, conditioned on a good event of mass >= 1 - δ_i
+  (approximate zCDP; no pointwise bound).
 
 The filter admits an event iff afterwards Σ δ_i <= δ_E and one of two routes holds:
 
-* **basic**: every event so far was charged by its (ε, δ) view and Σ ε_i <= epsilon_left;
+* **basic**: every event so far was charged by its (ε, δ) view and Σ ε_i <= ε;
 * **Rényi**: Σ c_i <= B.
 
 Guarantee (fully adaptive: events, parameters and views may depend on every earlier release):
-the whole interaction is (ε, δ)-DP. Proof sketch, conditioned on every good case: with
-L = Σ L_i and C = Σ c_i (predictable), exp((α*-1)(L - C)) is a nonnegative supermartingale, so
-E[exp((α*-1)(L_T - C_T))] <= 1 at the filter's stopping time T (the argument of Feldman & Zrnic
-2021, Theorem 3.1; with approximate events, Whitehouse, Ramdas, Rogers & Wu 2023). The hockey-stick
-divergence at ε' = epsilon_left is E[(1 - e^(ε'-L_T))+]. On paths where the basic route holds
-L_T <= Σ ε_i <= ε', so the integrand is 0; on the others C_T <= B, and CKS20's pointwise bound
-(1 - e^(ε'-l))+ <= κ(α*, ε')·e^((α*-1)l) gives E[...] <= κ·e^((α*-1)B) = conversion_delta. Removing
-the conditioning adds ln(1/(1 - δ_E)) to ε and δ_E to δ.
+the whole interaction is (ε, δ)-DP. Proof sketch. Which route holds at the end is a function of
+the transcript, so a set S of transcripts splits into S_b (basic) and S_r (Rényi), and the good
+parts of all events carry all but at most δ_E of the mass. On S_b every factor is a same-weight
+mixture of ε_i-DP pairs, so the good part of P on S_b is at most e^(Σ ε_i) <= e^ε times Q's. On
+S_r, conditioned on the good parts, with L = Σ L_i and C = Σ c_i (predictable),
+exp((α*-1)(L - C)) is a nonnegative supermartingale, so E[exp((α*-1)(L_T - C_T))] <= 1 at the
+filter's stopping time T (the argument of Feldman & Zrnic 2021, Theorem 3.1; with approximate
+events, Whitehouse, Ramdas, Rogers & Wu 2023), and CKS20's pointwise bound
+(1 - e^(ε'-l))+ <= κ(α*, ε')·e^((α*-1)l) with C_T <= B bounds the hockey-stick divergence at
+ε' on S_r by κ·e^((α*-1)B) = conversion_delta; removing the conditioning costs
+ln(1/(1 - δ_E)) in ε. Together: P(S) <= e^ε Q(S) + conversion_delta + δ_E.
 
-Why this design (measured at (1, 1e-6), δ_E = δ/2): it admits every sequence basic composition
-admits with ε_left (one pure query up to ε ≈ 1, ten of 0.1), and Gaussian workloads get
-ρ ≈ 0.0229 (100 queries: CI half-widths 3.3x narrower than Laplace at ε/100). The former split of
-ε (a quarter by basic composition, the rest by zCDP) allowed one pure query of 0.25, ten of 0.0625,
-a hundred of 0.0176 (here 0.0214) and ρ ≈ 0.0134 (2.5x): this filter is at least as good in each
-case (``benchmarks/accounting.py``). A ρ budget has no basic route: events are charged by their ρ
+Why this design (at (1, 1e-6), δ_E = δ/2): it admits every sequence basic composition admits
+(approximate events' δ up to δ_E): one pure query up to ε = 1, ten of 0.1; and Gaussian
+workloads get ρ ≈ 0.0229 (100 queries: CI half-widths 3.3x narrower than Laplace at ε/100),
+pure ones ρ-like costs (100 pure queries of 0.0214 each). The former fixed split of ε (a quarter
+by basic composition, the rest by zCDP) allowed one pure query of 0.25, ten of 0.0625, a hundred
+of 0.0176 and ρ ≈ 0.0134 (2.5x): this filter is at least as good in each case
+(``benchmarks/accounting.py``). A ρ budget has no basic route: events are charged by their ρ
 (pure ones by ε²/2) and the total is ρ-zCDP (delta-approximately, with ``delta``).
 """
 
@@ -150,11 +156,12 @@ class Concentrated:
 
 @dataclass(frozen=True)
 class _Charge:
-    """One view of an event: what it adds to each part, and whether it closes the basic route
-    (a view without a pointwise ε bound)."""
+    """One view of an event: what it adds to each part, whether it closes the basic route (a
+    view without a pointwise ε bound), and its ρ-zCDP cost at every order (for reports)."""
 
     parts: Concentrated
     closes: bool
+    zcdp: Fraction
 
 
 class ConcentratedFilter:
@@ -184,7 +191,7 @@ class ConcentratedFilter:
         check_probability(owner, "event_delta_share", event_delta_share, open_high=True)
         check_probability(owner, "delta", delta, open_high=True)
         self.order: Fraction | None = None
-        self.bound = Fraction(0)
+        self.bound = self._conversion = Fraction(0)
         if isinstance(measure, ZCDP):
             self.budget: Measure = measure
             self.conversion_delta = Fraction(0)
@@ -195,10 +202,11 @@ class ConcentratedFilter:
             self.conversion_delta = measure.delta - event_delta
             left = measure.epsilon - conditioning_epsilon(event_delta)
             self.order = renyi_order(left, self.conversion_delta)
-            self.bound = left - conversion_cost(self.order, self.conversion_delta)
+            self._conversion = conversion_cost(self.order, self.conversion_delta)
+            self.bound = left - self._conversion
             if self.bound <= 0:
                 raise fail(owner, "budget", "a budget leaving a Rényi bound > 0", measure)
-            self.limits = Concentrated(left, self.bound / self.order, event_delta)
+            self.limits = Concentrated(measure.epsilon, self.bound / self.order, event_delta)
         else:
             raise fail(
                 owner,
@@ -210,6 +218,7 @@ class ConcentratedFilter:
         self._lock = threading.Lock()
         self._live: list[tuple[Reservation, _Charge]] = []
         self._used = Concentrated(Fraction(0), Fraction(0), Fraction(0))  # sums of the live
+        self._zcdp = Fraction(0)  # Σ of the live charges' ρ-zCDP costs (for reports)
         self._closed = self.order is None  # the basic route (never open for a ρ budget)
         self._numbers = 0
 
@@ -230,10 +239,13 @@ class ConcentratedFilter:
         if approx is not None:
             eps = approx.epsilon
             rho = eps**2 / 2 if self.order is None else min(eps / self.order, eps**2 / 2)
-            options.append(_Charge(Concentrated(eps, rho, approx.delta), closes=False))
+            parts = Concentrated(eps, rho, approx.delta)
+            options.append(_Charge(parts, closes=False, zcdp=eps**2 / 2))
         zcdp = event.approx_zcdp_cost()
         if zcdp is not None:
-            options.append(_Charge(Concentrated(Fraction(0), zcdp[0].rho, zcdp[1]), closes=True))
+            rho, delta = zcdp[0].rho, zcdp[1]
+            closes = rho > 0 or delta > 0  # a ρ = 0 release does not depend on the data
+            options.append(_Charge(Concentrated(Fraction(0), rho, delta), closes, zcdp=rho))
         if not options:
             raise fail("ConcentratedFilter.reserve", "event", "an event with a cost", event)
         return options
@@ -267,6 +279,7 @@ class ConcentratedFilter:
             reservation = Reservation(event, description, self._numbers, self)
             self._live.append((reservation, best))
             self._used = _plus(self._used, best.parts, 1)
+            self._zcdp += best.zcdp
             self._closed = self._closed or best.closes
             return reservation
 
@@ -274,6 +287,7 @@ class ConcentratedFilter:
         with self._lock:
             for charge in [c for r, c in self._live if r is reservation]:
                 self._used = _plus(self._used, charge.parts, -1)
+                self._zcdp -= charge.zcdp
             self._live = [(r, c) for r, c in self._live if r is not reservation]
             self._closed = self.order is None or any(c.closes for _, c in self._live)
 
@@ -313,18 +327,24 @@ class ConcentratedFilter:
         used = self._used
         if isinstance(self.budget, ZCDP):
             return ZCDP(used.rho)
+        if used.rho == 0 and used.delta == 0:
+            return ApproxDP(0, 0)
+        # Each candidate is a valid accounting of the charged sequence taken as fixed.
         conditioning = conditioning_epsilon(used.delta)
-        if not self._closed and used.xi <= zcdp_epsilon(used.rho, self.conversion_delta):
-            return ApproxDP(used.xi + conditioning, used.delta)
-        rho = min(used.rho, self.limits.rho)
-        epsilon = min(zcdp_epsilon(rho, self.conversion_delta), self.limits.xi)
-        return ApproxDP(epsilon + conditioning, used.delta + self.conversion_delta)
+        rho = zcdp_epsilon(self._zcdp, self.conversion_delta)
+        assert self.order is not None  # an (ε, δ) budget
+        renyi = self.order * used.rho + self._conversion
+        epsilon = min(rho, renyi) + conditioning
+        if not self._closed and used.xi <= epsilon:
+            return ApproxDP(used.xi, used.delta)
+        return ApproxDP(epsilon, used.delta + self.conversion_delta)
 
     def spent(self) -> Measure:
-        """The spend in the budget's measure (indicative: the guarantee is the budget's, for the
-        whole interaction): the basic route's (Σ ε_i, Σ δ_i) while it is open and smaller, else
-        the zCDP conversion of the Rényi route's ρ (or ρ for a ZCDP budget), plus the
-        conditioning. ``spent_native`` gives the parts."""
+        """The spend in the budget's measure, indicative (the guarantee is the budget's, for
+        the whole interaction): the smallest ε that the charged sequence, taken as fixed, has
+        by basic composition (while the basic route is open: (Σ ε_i, Σ δ_i)), by zCDP (the
+        conversion of Σ ρ_i, pure events as ε²/2) or by its divergence at α*, the last two
+        plus the conditioning; ρ for a ZCDP budget. ``spent_native`` gives the parts."""
         with self._lock:
             return self._spent_locked()
 
@@ -337,12 +357,13 @@ class ConcentratedFilter:
         assert isinstance(self.budget, ApproxDP)
         return ApproxDP(
             max(self.budget.epsilon - spent.epsilon, Fraction(0)),
-            max(self.budget.delta - spent.delta, Fraction(0)),
+            min(self.budget.delta - spent.delta, self.limits.delta - self._used.delta),
         )
 
     def remaining(self) -> Measure:
-        """Budget minus spent in the budget's measure, floored at 0 (indicative: an event fits
-        when its charge fits a route; ``remaining_native`` gives the parts)."""
+        """Budget minus spent in the budget's measure, floored at 0, with the δ approximate
+        events may still use (indicative: an event fits when its charge fits a route and δ;
+        ``remaining_native`` gives the parts)."""
         with self._lock:
             return self._remaining_locked()
 

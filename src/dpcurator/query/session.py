@@ -170,9 +170,12 @@ class Session:
         budget: a total budget (a new in-memory filter: see ``accounting``): ε, (ε, δ), or a
             :class:`~dpcurator.core.measures.ZCDP` ρ (composed in zCDP).
         budget_filter: any :class:`~dpcurator.accounting.BudgetFilter` instead (e.g. a ledger).
-        accounting: ``"basic"`` (default: a :class:`~dpcurator.accounting.PrivacyFilter`, basic
+        accounting: ``"basic"`` (a :class:`~dpcurator.accounting.PrivacyFilter`, basic
             composition) or ``"concentrated"`` (a :class:`~dpcurator.accounting.ConcentratedFilter`
-            on a budget with δ > 0 or a ρ: many queries, and Gaussian ones, cost far less).
+            on a budget with δ > 0 or a ρ: many queries, and Gaussian ones, cost far less; it
+            admits every sequence basic composition admits). Default (None): concentrated for
+            an (ε, δ) budget with δ > 0, basic otherwise (a pure ε budget; a ρ budget composes
+            in zCDP).
         alpha: default level of the released (1-α) confidence intervals.
         rng: the randomness source (default: the process-wide SecureRng; tests pass SeededRng).
         plan_cache: a plan cache to share between sessions (default: a new one for this session).
@@ -187,7 +190,7 @@ class Session:
         *,
         budget: Budget | ZCDP | None = None,
         budget_filter: BudgetFilter | None = None,
-        accounting: str = "basic",
+        accounting: str | None = None,
         alpha: float = 0.05,
         rng: Rng | None = None,
         plan_cache: PlanCache | None = None,
@@ -200,12 +203,12 @@ class Session:
         check_probability("Session", "alpha", alpha, open_low=True, open_high=True)
         self._backend = backend
         self._metadata = metadata
-        if accounting not in ACCOUNTINGS:
+        if accounting is not None and accounting not in ACCOUNTINGS:
             raise fail("Session", "accounting", f"one of {ACCOUNTINGS}", accounting)
         if budget_filter is None:
             assert budget is not None  # exactly one of the two, checked above
             budget_filter = _new_filter(budget, accounting)
-        elif accounting != "basic":
+        elif accounting not in (None, "basic"):
             raise fail("Session", "accounting", "'basic' with a budget_filter", accounting)
         self._filter: BudgetFilter = budget_filter
         self._alpha = float(alpha)
@@ -222,7 +225,7 @@ class Session:
         metadata: Metadata,
         budget: Budget | ZCDP | None = None,
         budget_filter: BudgetFilter | None = None,
-        accounting: str = "basic",
+        accounting: str | None = None,
         engine: str = "duckdb",
         alpha: float = 0.05,
         rng: Rng | None = None,
@@ -608,9 +611,12 @@ class Session:
         return float(check_probability("Session", "alpha", alpha, open_low=True, open_high=True))
 
 
-def _new_filter(budget: Budget | ZCDP, accounting: str) -> BudgetFilter:
+def _new_filter(budget: Budget | ZCDP, accounting: str | None) -> BudgetFilter:
     """The session's own filter: a PrivacyFilter (basic composition of an (ε, δ) budget, zCDP
-    composition of a ρ budget) or the ConcentratedFilter."""
+    composition of a ρ budget) or the ConcentratedFilter (by default for δ > 0)."""
+    if accounting is None:
+        approx = isinstance(budget, Budget) and budget.delta > 0
+        accounting = "concentrated" if approx else "basic"
     if accounting == "concentrated":
         return ConcentratedFilter(budget)
     return PrivacyFilter(budget)
