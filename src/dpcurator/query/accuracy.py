@@ -31,17 +31,24 @@ target and takes no share (a query of only such counts costs 0).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from fractions import Fraction
+from statistics import NormalDist
 
 from dpcurator._validation import check_real, fail
+from dpcurator.accounting import ConcentratedEvent, ZCDPEvent
+from dpcurator.core.measures import ZCDP, ApproxDP, readable
 from dpcurator.core.numbers import to_fraction
 from dpcurator.errors import ParameterError, UnsupportedQueryError
 from dpcurator.mechanisms import Laplace
 from dpcurator.query.builder import Query
 from dpcurator.query.limits import MIN_EPSILON
+from dpcurator.query.noise import check_noise, gaussian_statistic, rho_event, rho_selection
 from dpcurator.query.plan_outputs import NoisyStatistic, OutputPlan
 from dpcurator.query.planner import Plan, plan_query
 from dpcurator.query.schema import Metadata
@@ -128,9 +135,12 @@ def plan_for_accuracy(
     accuracy: object,
     alpha: float,
     delta: object = 0,
+    noise: str | None = None,
     selection_weight: float = 1.0,
 ) -> Plan:
-    """The cheapest plan whose (1-α) CI half-widths meet ``accuracy`` (reads no data).
+    """The cheapest plan whose (1-α) CI half-widths meet ``accuracy`` (reads no data), with
+    ``noise`` ``"laplace"``, ``"gaussian"`` or None (automatic: with δ > 0 the family meeting
+    the targets at the smaller ε, else Laplace; module docstring).
 
     Raises:
         ParameterError: malformed targets, or a name that is not an output column.
@@ -138,14 +148,53 @@ def plan_for_accuracy(
             depends on the data (mean, variance, stddev, quantile).
     """
     targets = check_targets(accuracy)
+    family = check_noise(noise)
     provisional = plan_query(
         query, metadata, epsilon=1, delta=delta, selection_weight=selection_weight
     )
+    wanted = _output_targets(provisional, targets)
+    if all(target is None for target in wanted):
+        return provisional  # only public counts: the planner's free plan (cost 0)
+    dlt = to_fraction(delta)
+    laplace_plan = functools.partial(
+        _laplace_plan,
+        query,
+        metadata,
+        provisional,
+        wanted,
+        alpha=alpha,
+        delta=delta,
+        selection_weight=selection_weight,
+    )
+    if family == "laplace" or (family is None and dlt == 0):
+        return laplace_plan()
+    if family == "gaussian":
+        gaussian = _gaussian_plan(provisional, wanted, alpha, dlt, selection_weight)
+        return replace(gaussian, noise=f"discrete Gaussian (requested): {_cost_text(gaussian)}")
+    laplace = laplace_plan()
+    gaussian = _gaussian_plan(provisional, wanted, alpha, dlt, selection_weight)
+    lap, gau = _epsilon(laplace), _epsilon(gaussian)
+    if gau < lap:
+        text = (
+            f"discrete Gaussian (automatic): meets the targets at {_cost_text(gaussian)}; "
+            f"discrete Laplace would need ε = {readable(lap)}"
+        )
+        return replace(gaussian, noise=text)
+    text = (
+        f"discrete Laplace (automatic): meets the targets at ε = {readable(lap)}; discrete "
+        f"Gaussian would need {_cost_text(gaussian)}"
+    )
+    return replace(laplace, noise=text)
+
+
+def _output_targets(provisional: Plan, targets: Mapping[str, Target]) -> list[float | None]:
+    """The absolute target of each output, None for a replace-one public count (exact, free);
+    refuses unknown names, missing targets and outputs whose width depends on the data."""
     names = [output.name for output in provisional.outputs]
     unknown = sorted(set(targets) - set(names))
     if unknown:
         raise fail("accuracy", "accuracy", f"keyed by the query's outputs {names}", unknown[0])
-    shares = []
+    wanted: list[float | None] = []
     for output in provisional.outputs:
         if output.kind not in TARGETABLE:
             raise UnsupportedQueryError(
@@ -159,14 +208,26 @@ def plan_for_accuracy(
                 f"(targets given: {sorted(targets)})."
             )
         target = resolve_target(output, targets[output.name])
-        if not output.parts:  # a replace-one public count: exact, meets any target, free
-            shares.append(Fraction(0))
-            continue
-        (part,) = output.parts
-        shares.append(Fraction(smallest_epsilon(part, target, alpha)))
+        wanted.append(target if output.parts else None)
+    return wanted
+
+
+def _laplace_plan(
+    query: Query,
+    metadata: Metadata,
+    provisional: Plan,
+    wanted: list[float | None],
+    *,
+    alpha: float,
+    delta: object,
+    selection_weight: float,
+) -> Plan:
+    """The discrete Laplace plan: each output at its smallest ε share (module docstring)."""
+    shares = [
+        Fraction(0) if target is None else Fraction(smallest_epsilon(o.parts[0], target, alpha))
+        for o, target in zip(provisional.outputs, wanted, strict=True)
+    ]
     total = sum(shares, Fraction(0))
-    if total == 0:
-        return provisional  # only public counts: the planner's free plan (cost 0)
     if total < MIN_EPSILON:  # more accurate than asked: scale up to the documented minimum
         shares = [share * Fraction(MIN_EPSILON) / total for share in shares]
         total = sum(shares, Fraction(0))
@@ -183,6 +244,57 @@ def plan_for_accuracy(
     )
 
 
+def _gaussian_plan(
+    provisional: Plan,
+    wanted: list[float | None],
+    alpha: float,
+    delta: Fraction,
+    selection_weight: float,
+) -> Plan:
+    """The discrete Gaussian plan: each output at its smallest ρ_i, partition selection at
+    ``selection_weight`` / (number of outputs) of Σρ_i with tail δ/2, the query δ/2-approximately
+    ρ-zCDP and (ε, δ)-DP with ε its zCDP conversion at δ/2 (at δ without selection; ρ-zCDP
+    alone when δ = 0). Module docstring."""
+    groups = provisional.exact.bound.max_groups
+    rhos = [
+        Fraction(0) if target is None else Fraction(smallest_rho(o.parts[0], target, alpha, groups))
+        for o, target in zip(provisional.outputs, wanted, strict=True)
+    ]
+    statistics_rho = sum(rhos, Fraction(0))
+    outputs = tuple(
+        replace(o, parts=(gaussian_statistic(o.parts[0], rho, groups),)) if o.parts else o
+        for o, rho in zip(provisional.outputs, rhos, strict=True)
+    )
+    plan = replace(provisional, outputs=outputs)
+    selection_rho = Fraction(0)
+    tail = Fraction(0)
+    if plan.selection is not None:
+        tail = delta / 2
+        if not plan.selection_output:
+            selection_rho = statistics_rho * to_fraction(selection_weight) / len(rhos)
+    selection = rho_selection(plan, selection_rho, tail)
+    rho = statistics_rho + selection_rho
+    if delta == 0:
+        return replace(plan, selection=selection, cost=ZCDP(rho), event=rho_event(rho, tail))
+    epsilon = ZCDP(rho).to_approx(delta - tail).epsilon
+    event = ConcentratedEvent(rho, tail, epsilon, delta)
+    return replace(plan, selection=selection, cost=ApproxDP(epsilon, delta), event=event)
+
+
+def _epsilon(plan: Plan) -> Fraction:
+    """The ε of a plan's (ε, δ) cost (0 for a free plan)."""
+    cost = plan.cost
+    return Fraction(0) if isinstance(cost, ZCDP) else cost.epsilon
+
+
+def _cost_text(plan: Plan) -> str:
+    event = plan.event
+    rho = event.rho if isinstance(event, ConcentratedEvent | ZCDPEvent) else Fraction(0)
+    if isinstance(plan.cost, ZCDP):
+        return f"ρ = {readable(rho)}"
+    return f"ε = {readable(_epsilon(plan))} (ρ = {readable(rho)})"
+
+
 def halfwidth(part: NoisyStatistic, epsilon: float, alpha: float) -> float:
     """The (1-α) half-width of ``part`` released with ``epsilon`` (inf beyond the sampler)."""
     try:
@@ -194,20 +306,51 @@ def halfwidth(part: NoisyStatistic, epsilon: float, alpha: float) -> float:
 
 def smallest_epsilon(part: NoisyStatistic, target: float, alpha: float) -> float:
     """The smallest ε (to a relative 2^-40) whose half-width for ``part`` is <= ``target``."""
-    steps = math.floor(target / math.ldexp(1.0, part.grid_exponent))
+    steps = _grid_steps(target, part)
     guess = part.sensitivity * math.log(2 / alpha) / (steps + 1)
+    return _smallest(lambda epsilon: halfwidth(part, epsilon, alpha), guess, target)
+
+
+def gaussian_halfwidth(part: NoisyStatistic, rho: float, alpha: float, groups: int) -> float:
+    """The (1-α) half-width of ``part`` with discrete Gaussian noise spending ``rho`` (inf
+    beyond the sampler's σ <= 2^31)."""
+    try:
+        gaussian = gaussian_statistic(part, Fraction(rho), groups).mechanism
+    except (ParameterError, OverflowError):  # σ beyond 2^31 (or beyond the float range)
+        return math.inf
+    return gaussian.ci_halfwidth(alpha) * math.ldexp(1.0, part.grid_exponent)
+
+
+def smallest_rho(part: NoisyStatistic, target: float, alpha: float, groups: int) -> float:
+    """The smallest ρ (to a relative 2^-40) whose discrete Gaussian half-width for ``part`` is
+    <= ``target``; the guess is the continuous Gaussian's, σ = (t + 1) / z_(1-α/2)."""
+    steps = _grid_steps(target, part)
+    l2_squared = (part.sensitivity // groups) ** 2 * groups
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    guess = max((z / (steps + 1)) ** 2 * l2_squared / 2, sys.float_info.min)
+    return _smallest(lambda rho: gaussian_halfwidth(part, rho, alpha, groups), guess, target)
+
+
+def _grid_steps(target: float, part: NoisyStatistic) -> float:
+    """The whole grid steps of ``part`` within ``target`` (capped at 1e300: a float guess)."""
+    return float(math.floor(min(target / math.ldexp(1.0, part.grid_exponent), 1e300)))
+
+
+def _smallest(width: Callable[[float], float], guess: float, target: float) -> float:
+    """The smallest cost x > 0 (to a relative 2^-40) with ``width(x)`` <= ``target``, for a
+    non-increasing ``width``: bracketed from ``guess`` by doubling, then bisected."""
     low, high = guess / 2, guess * 2
     for _ in range(MAX_BRACKET_STEPS):
-        if halfwidth(part, high, alpha) <= target:
+        if width(high) <= target:
             break
         low, high = high, high * 2
     for _ in range(MAX_BRACKET_STEPS):
-        if low == 0 or halfwidth(part, low, alpha) > target:
+        if low == 0 or width(low) > target:
             break
         low, high = low / 2, low
     while high - low > high * RELATIVE_TOLERANCE:
         middle = (low + high) / 2
-        if halfwidth(part, middle, alpha) <= target:
+        if width(middle) <= target:
             high = middle
         else:
             low = middle

@@ -384,14 +384,16 @@ def _gaussian_outputs(
         replace(
             output,
             parts=tuple(
-                _gaussian(p, rho * _power(p.epsilon) / total, groups) for p in output.parts
+                gaussian_statistic(p, rho * _power(p.epsilon) / total, groups) for p in output.parts
             ),
         )
         for output in outputs
     )
 
 
-def _gaussian(part: NoisyStatistic, rho: Fraction, groups: int) -> NoisyStatistic:
+def gaussian_statistic(part: NoisyStatistic, rho: Fraction, groups: int) -> NoisyStatistic:
+    """``part`` with discrete Gaussian noise spending ``rho``: its squared L2 sensitivity is
+    g·(Δ₁/g)² over ``groups`` = g groups per person (module docstring)."""
     per_group, rest = divmod(part.sensitivity, groups)
     if rest:
         raise InternalInvariantError(

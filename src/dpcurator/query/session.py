@@ -340,13 +340,8 @@ class Session:
         budget: object = ("noise", epsilon, rho, family, clipping)
         if accuracy is not None:
             refuse_clipping(clipping, "accuracy targets")
-            if family == "gaussian":
-                raise UnsupportedQueryError(
-                    "Accuracy targets are met with discrete Laplace noise: drop noise='gaussian', "
-                    "or pass epsilon and delta (or rho) for Gaussian noise."
-                )
             targets = check_targets(accuracy)
-            budget = ("accuracy", tuple(sorted(targets.items())), level)
+            budget = ("accuracy", tuple(sorted(targets.items())), level, family)
         key: PlanKey = (query, budget, delta, selection_weight, metadata)
         plan = self._plans.get(key)
         if plan is None:
@@ -369,6 +364,7 @@ class Session:
                     accuracy=accuracy,
                     alpha=level,
                     delta=delta,
+                    noise=family,
                     selection_weight=selection_weight,
                 )
             self._plans.put(key, plan)
