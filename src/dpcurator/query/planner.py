@@ -35,8 +35,9 @@ histogram r·g. Sums are computed on an integer grid (the defence against float-
 Casacuberta et al. 2022): k = 0 for integer-valued expressions, otherwise k is chosen so that the
 largest bound spans about 2^20 grid steps. Means and variances centre values at the middle of
 their bounds first, which halves the sensitivity for ranges like [0, U]. Under the replace-one
-relation (bounded DP) every sensitivity doubles, the whole table's count is the public n and its
-mean a noisy sum over n (:mod:`dpcurator.query.neighbouring`).
+relation (bounded DP) grouped sensitivities double, ungrouped counts keep r and ungrouped sums
+take r·max(U − L, |L|, |U|), the whole table's count is the public n and its mean a noisy sum
+over n (:mod:`dpcurator.query.neighbouring`).
 """
 
 from __future__ import annotations
