@@ -141,10 +141,12 @@ class NoiseRequest:
 
     family: str | None = None
     rho: Fraction | None = None
+    clipping: float | None = None  # the clipping report's share of ε (query.clipping_plan)
 
     def options(self) -> dict[str, Any]:
         """The Session's keyword arguments."""
-        return {"noise": self.family, "rho": None if self.rho is None else _exact(self.rho)}
+        rho = None if self.rho is None else _exact(self.rho)
+        return {"noise": self.family, "rho": rho, "clipping": self.clipping}
 
 
 @dataclass

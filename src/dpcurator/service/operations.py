@@ -83,6 +83,8 @@ def fingerprint(
     targets = "" if accuracy is None else f"\x00{sorted(accuracy.items())}"
     if noise is not None and noise != NoiseRequest():
         targets += f"\x00noise={noise.family}\x00rho={noise.rho}"
+        if noise.clipping is not None:
+            targets += f"\x00clipping={noise.clipping}"
     text = f"{normalise_sql(sql)}\x00{epsilon}\x00{delta}{targets}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -208,7 +208,8 @@ async def run_query(
     work runs in the thread pool in ONE hop (a sync endpoint would add hops for serialisation).
     """
     delta = s.exact(body.delta)
-    noise = NoiseRequest(body.noise, None if body.rho is None else s.exact(body.rho))
+    rho = None if body.rho is None else s.exact(body.rho)
+    noise = NoiseRequest(body.noise, rho, body.clipping)
     if body.accuracy is None:
         epsilon = s.exact(body.epsilon or 0)
     else:  # the cost the targets need, from public inputs (refusals are free)
@@ -250,7 +251,8 @@ def estimate_query(
 ) -> s.EstimateOut:
     """The cost and expected accuracy of a query; nothing runs and nothing is charged."""
     epsilon = None if body.epsilon is None else s.exact(body.epsilon)
-    noise = NoiseRequest(body.noise, None if body.rho is None else s.exact(body.rho))
+    rho = None if body.rho is None else s.exact(body.rho)
+    noise = NoiseRequest(body.noise, rho, body.clipping)
     estimate = service.estimate(
         who, dataset_id, body.sql, epsilon, s.exact(body.delta), accuracy=body.accuracy, noise=noise
     )

@@ -26,6 +26,16 @@ Delta = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False, description="δ 
 BudgetEpsilon = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
 Rho = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False, description="ρ > 0 (zCDP)")]
 BudgetRho = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False, description="ρ (zCDP)")]
+Clipping = Annotated[
+    float,
+    Field(
+        gt=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="the share of epsilon spent on a report of the rows outside the bounds of "
+        "clamped outputs (dpcurator.query.clipping_plan)",
+    ),
+]
 Noise = Annotated[
     Literal["laplace", "gaussian"] | None,
     Field(description="the noise family (default: the planner's choice, Gaussian where narrower)"),
@@ -181,7 +191,8 @@ class QueryIn(_Strict):
     ``delta``), ``rho`` (a zCDP cost: discrete Gaussian noise), or ``accuracy`` (95% CI
     half-width per output column, e.g. ``{"n": 50}``) for the smallest cost meeting those
     targets (exactly one of the three). ``noise`` names the family (``laplace`` |
-    ``gaussian``); by default the planner picks Gaussian when δ > 0 makes it narrower."""
+    ``gaussian``); by default the planner picks Gaussian when δ > 0 makes it narrower.
+    ``clipping``: the share of ``epsilon`` spent on a clipping report (``release.clipping``)."""
 
     sql: Sql
     epsilon: Epsilon | None = None
@@ -189,6 +200,7 @@ class QueryIn(_Strict):
     accuracy: Accuracy | None = None
     rho: Rho | None = None
     noise: Noise = None
+    clipping: Clipping | None = None
 
     @model_validator(mode="after")
     def _one_budget(self) -> QueryIn:
