@@ -14,7 +14,7 @@ from dpcurator.accounting import ConcentratedEvent, ZCDPEvent
 from dpcurator.errors import BudgetExceededError, UnsupportedQueryError
 from dpcurator.mechanisms import Gaussian, Laplace
 from dpcurator.mechanisms.gaussian_threshold import GaussianPartitionSelection
-from dpcurator.query.accuracy import gaussian_halfwidth, smallest_rho
+from dpcurator.query.accuracy import Want, gaussian_halfwidth, smallest_rho, statistic_width
 from dpcurator.query.plan_outputs import NoisyStatistic
 from dpcurator.query.planner import Plan
 from dpcurator.random import SeededRng
@@ -54,7 +54,7 @@ def test_the_rho_is_the_smallest_meeting_the_target(
     assert plan.cost == dpc.ZCDP(part.rho)
     rho = float(part.rho)
     assert part.mechanism.ci_halfwidth(0.05) <= target
-    assert gaussian_halfwidth(part, rho * (1 - 1e-6), 0.05, 1) > target
+    assert gaussian_halfwidth(part, rho * (1 - 1e-6), 1, statistic_width(part, 0.05)) > target
 
 
 def test_extreme_targets_take_bounded_work() -> None:
@@ -63,9 +63,10 @@ def test_extreme_targets_take_bounded_work() -> None:
         ENGINES["memory"].open(demo_frame()), demo_metadata(), budget=dpc.ZCDP(1)
     ).plan("SELECT SUM(income) AS s FROM people", accuracy={"s": 1e300}, noise="gaussian")
     part = _part(plan)
-    rho = smallest_rho(part, 1e300, 0.05, 1)
+    width = statistic_width(part, 0.05)
+    rho = smallest_rho(part, Want(1e300, 0.05, width), 1)
     assert 0 < rho < 1e-6
-    assert math.isinf(gaussian_halfwidth(part, rho / 2, 0.05, 1))
+    assert math.isinf(gaussian_halfwidth(part, rho / 2, 1, width))
 
 
 def test_estimate_shows_the_cost_and_the_release_charges_it(session: dpc.Session) -> None:

@@ -1,4 +1,4 @@
-"""Accuracy-first planning: the smallest ε whose (1-α) intervals meet the analyst's targets.
+"""Accuracy-first planning: the smallest ε (or ρ) whose (1-α) intervals meet the analyst's targets.
 
 The analyst names a target half-width for each aggregate (``{"n": 50}``: the (1-α) interval of
 ``n`` is at most ±50, in the units of the value) instead of ε, or a target relative to a public
@@ -26,7 +26,24 @@ means, variances, standard deviations and quantiles, whose interval widths depen
 (the count), and they are refused here, free. A cost above the remaining budget is refused by
 the budget filter before any charge, with that cost in the message. Under replace-one, a
 whole-table count is the public n (:mod:`dpcurator.query.neighbouring`): exact, it meets any
-target and takes no share (a query of only such counts costs 0).
+target and takes no share (a query of only such counts costs 0). The whole-table mean is then
+c + S/n with n public: its released interval (:mod:`dpcurator.query.ratio_interval` with an
+exact count) is the value minus quantiles of the sum's noise over n, a function of the noise
+alone (:func:`public_mean_width`), so a target t for it is a target n·t for that width of S.
+
+**Discrete Gaussian noise** (``noise="gaussian"``). Each aggregate gets instead the smallest ρ_i
+whose exact discrete Gaussian half-width (:meth:`~dpcurator.mechanisms.Gaussian.ci_halfwidth`,
+non-increasing in ρ_i: σ = Δ₂/sqrt(2ρ_i) shrinks) meets its target, by the same bracketing and
+bisection from the continuous guess σ = (t + 1)/z_(1-α/2); the query is ρ-zCDP with ρ = Σρ_i
+(Bun & Steinke 2016, Lemma 2.3), charged as a :class:`~dpcurator.accounting.ZCDPEvent`. Given
+δ > 0 it is also (ε, δ)-DP with ε the zCDP conversion of ρ (CKS20, Proposition 12) and charged as
+a :class:`~dpcurator.accounting.ConcentratedEvent` carrying both views. With partition selection
+(δ > 0 needed) the selection's person counts take ``selection_weight`` / (number of aggregates)
+of Σρ_i (none when it thresholds a count output's own noise) and δ/2 bounds its tail
+(:mod:`dpcurator.mechanisms.gaussian_threshold`); ε is then the conversion at the other δ/2.
+With δ > 0 and no ``noise`` both families are planned and the one meeting every target at the
+smaller ε is kept, and ``Plan.noise`` says why (many aggregates favour the Gaussian, whose ρ adds
+up linearly and whose ε grows about like its square root). Every choice reads public inputs only.
 """
 
 from __future__ import annotations
@@ -36,21 +53,24 @@ import math
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from statistics import NormalDist
+
+import numpy as np
 
 from dpcurator._validation import check_real, fail
 from dpcurator.accounting import ConcentratedEvent, ZCDPEvent
 from dpcurator.core.measures import ZCDP, ApproxDP, readable
 from dpcurator.core.numbers import to_fraction
 from dpcurator.errors import ParameterError, UnsupportedQueryError
-from dpcurator.mechanisms import Laplace
+from dpcurator.mechanisms import Gaussian, Laplace
 from dpcurator.query.builder import Query
 from dpcurator.query.limits import MIN_EPSILON
 from dpcurator.query.noise import check_noise, gaussian_statistic, rho_event, rho_selection
 from dpcurator.query.plan_outputs import NoisyStatistic, OutputPlan
 from dpcurator.query.planner import Plan, plan_query
+from dpcurator.query.ratio_interval import NUISANCE_FRACTION, MomentNoise, moment_intervals
 from dpcurator.query.schema import Metadata
 
 #: Output kinds whose (1-α) half-width is public (a function of the noise scale alone).
@@ -67,6 +87,18 @@ MAX_BRACKET_STEPS = 2_100
 _RELATIVE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*(?:of\s+(\S+)\s*)?", re.IGNORECASE)
 
 Target = float | str
+#: The half-width an analyst sees of a statistic released with a given mechanism.
+Width = Callable[[Laplace | Gaussian], float]
+
+
+@dataclass(frozen=True)
+class Want:
+    """What one noisy statistic must meet: ``width`` <= ``target``, where ``alpha`` is the
+    level the width is computed at (for the initial guess)."""
+
+    target: float
+    alpha: float
+    width: Width
 
 
 def check_targets(accuracy: object) -> dict[str, Target]:
@@ -152,8 +184,8 @@ def plan_for_accuracy(
     provisional = plan_query(
         query, metadata, epsilon=1, delta=delta, selection_weight=selection_weight
     )
-    wanted = _output_targets(provisional, targets)
-    if all(target is None for target in wanted):
+    wanted = _output_targets(provisional, targets, alpha)
+    if all(want is None for want in wanted):
         return provisional  # only public counts: the planner's free plan (cost 0)
     dlt = to_fraction(delta)
     laplace_plan = functools.partial(
@@ -162,17 +194,16 @@ def plan_for_accuracy(
         metadata,
         provisional,
         wanted,
-        alpha=alpha,
         delta=delta,
         selection_weight=selection_weight,
     )
     if family == "laplace" or (family is None and dlt == 0):
         return laplace_plan()
     if family == "gaussian":
-        gaussian = _gaussian_plan(provisional, wanted, alpha, dlt, selection_weight)
+        gaussian = _gaussian_plan(provisional, wanted, dlt, selection_weight)
         return replace(gaussian, noise=f"discrete Gaussian (requested): {_cost_text(gaussian)}")
     laplace = laplace_plan()
-    gaussian = _gaussian_plan(provisional, wanted, alpha, dlt, selection_weight)
+    gaussian = _gaussian_plan(provisional, wanted, dlt, selection_weight)
     lap, gau = _epsilon(laplace), _epsilon(gaussian)
     if gau < lap:
         text = (
@@ -187,20 +218,26 @@ def plan_for_accuracy(
     return replace(laplace, noise=text)
 
 
-def _output_targets(provisional: Plan, targets: Mapping[str, Target]) -> list[float | None]:
-    """The absolute target of each output, None for a replace-one public count (exact, free);
-    refuses unknown names, missing targets and outputs whose width depends on the data."""
+def _output_targets(
+    provisional: Plan, targets: Mapping[str, Target], alpha: float
+) -> list[Want | None]:
+    """The (half-width, level α) each output's noisy statistic must meet, None for a
+    replace-one public count (exact, free): a replace-one whole-table mean's sum must meet n
+    times the mean's target at the level its interval inverts (module docstring). Refuses
+    unknown names, missing targets and outputs whose width depends on the data."""
     names = [output.name for output in provisional.outputs]
     unknown = sorted(set(targets) - set(names))
     if unknown:
         raise fail("accuracy", "accuracy", f"keyed by the query's outputs {names}", unknown[0])
-    wanted: list[float | None] = []
+    wanted: list[Want | None] = []
     for output in provisional.outputs:
-        if output.kind not in TARGETABLE:
+        public_mean = output.kind == "mean" and output.public_count is not None
+        if output.kind not in TARGETABLE and not public_mean:
             raise UnsupportedQueryError(
                 f"No budget can meet an accuracy target for {output.kind.upper()}({output.name}): "
                 "its interval width depends on the data. Accuracy targets apply to COUNT, SUM "
-                "and HISTOGRAM outputs; pass epsilon for this query instead."
+                "and HISTOGRAM outputs (and under replace-one to the whole table's AVG); pass "
+                "epsilon for this query instead."
             )
         if output.name not in targets:
             raise UnsupportedQueryError(
@@ -208,7 +245,15 @@ def _output_targets(provisional: Plan, targets: Mapping[str, Target]) -> list[fl
                 f"(targets given: {sorted(targets)})."
             )
         target = resolve_target(output, targets[output.name])
-        wanted.append(target if output.parts else None)
+        if not output.parts:
+            wanted.append(None)
+        elif output.public_count is not None:  # the mean c + S/n: S within n times the target
+            n = output.public_count
+            level = alpha * (1 - NUISANCE_FRACTION)  # its interval's level for the noise
+            width = public_mean_width(output.parts[0], n, alpha)
+            wanted.append(Want(target * n, level, width))
+        else:
+            wanted.append(Want(target, alpha, statistic_width(output.parts[0], alpha)))
     return wanted
 
 
@@ -216,16 +261,15 @@ def _laplace_plan(
     query: Query,
     metadata: Metadata,
     provisional: Plan,
-    wanted: list[float | None],
+    wanted: list[Want | None],
     *,
-    alpha: float,
     delta: object,
     selection_weight: float,
 ) -> Plan:
     """The discrete Laplace plan: each output at its smallest ε share (module docstring)."""
     shares = [
-        Fraction(0) if target is None else Fraction(smallest_epsilon(o.parts[0], target, alpha))
-        for o, target in zip(provisional.outputs, wanted, strict=True)
+        Fraction(0) if want is None else Fraction(smallest_epsilon(o.parts[0], want))
+        for o, want in zip(provisional.outputs, wanted, strict=True)
     ]
     total = sum(shares, Fraction(0))
     if total < MIN_EPSILON:  # more accurate than asked: scale up to the documented minimum
@@ -246,8 +290,7 @@ def _laplace_plan(
 
 def _gaussian_plan(
     provisional: Plan,
-    wanted: list[float | None],
-    alpha: float,
+    wanted: list[Want | None],
     delta: Fraction,
     selection_weight: float,
 ) -> Plan:
@@ -257,8 +300,8 @@ def _gaussian_plan(
     alone when δ = 0). Module docstring."""
     groups = provisional.exact.bound.max_groups
     rhos = [
-        Fraction(0) if target is None else Fraction(smallest_rho(o.parts[0], target, alpha, groups))
-        for o, target in zip(provisional.outputs, wanted, strict=True)
+        Fraction(0) if want is None else Fraction(smallest_rho(o.parts[0], want, groups))
+        for o, want in zip(provisional.outputs, wanted, strict=True)
     ]
     statistics_rho = sum(rhos, Fraction(0))
     outputs = tuple(
@@ -295,40 +338,77 @@ def _cost_text(plan: Plan) -> str:
     return f"ε = {readable(_epsilon(plan))} (ρ = {readable(rho)})"
 
 
+def statistic_width(part: NoisyStatistic, alpha: float) -> Width:
+    """The (1-α) half-width of ``part`` released with a mechanism, in the units of the value."""
+    unit = math.ldexp(1.0, part.grid_exponent)
+    return lambda mechanism: mechanism.ci_halfwidth(alpha) * unit
+
+
+def public_mean_width(part: NoisyStatistic, n: int, alpha: float) -> Width:
+    """n times the half-width of the released (1-α) interval of a replace-one whole-table mean
+    c + S/n whose centred sum ``part`` has a given mechanism: the interval of
+    :func:`~dpcurator.query.ratio_interval.moment_intervals` with the exact count n, which is
+    the value minus the noise's quantiles over n, whatever the data (unclamped here)."""
+    unit = math.ldexp(1.0, part.grid_exponent)
+    count, total = np.array([float(n)]), np.zeros(1)
+
+    def width(mechanism: Laplace | Gaussian) -> float:
+        noise = MomentNoise((None, mechanism), (1.0, unit))
+        bounds = (-math.inf, math.inf)
+        ((_, low, high),) = moment_intervals(
+            "mean", [count, total], noise, bounds, 0.0, alpha=alpha
+        )
+        return n * max(high, -low)
+
+    return width
+
+
 def halfwidth(part: NoisyStatistic, epsilon: float, alpha: float) -> float:
     """The (1-α) half-width of ``part`` released with ``epsilon`` (inf beyond the sampler)."""
+    return laplace_halfwidth(part, epsilon, statistic_width(part, alpha))
+
+
+def laplace_halfwidth(part: NoisyStatistic, epsilon: float, width: Width) -> float:
+    """``width`` of ``part`` released with discrete Laplace noise for ``epsilon`` (inf beyond
+    the mechanism's scale limit)."""
     try:
         laplace = Laplace.for_epsilon(Fraction(epsilon), part.sensitivity)
     except ParameterError:  # a scale beyond 2^52: the mechanism refuses it
         return math.inf
-    return laplace.ci_halfwidth(alpha) * math.ldexp(1.0, part.grid_exponent)
+    return width(laplace)
 
 
-def smallest_epsilon(part: NoisyStatistic, target: float, alpha: float) -> float:
-    """The smallest ε (to a relative 2^-40) whose half-width for ``part`` is <= ``target``."""
-    steps = _grid_steps(target, part)
-    guess = part.sensitivity * math.log(2 / alpha) / (steps + 1)
-    return _smallest(lambda epsilon: halfwidth(part, epsilon, alpha), guess, target)
+def smallest_epsilon(part: NoisyStatistic, want: Want) -> float:
+    """The smallest ε (to a relative 2^-40) whose ``want.width`` for ``part`` is <= its target;
+    the guess is the continuous Laplace's, scale (t + 1) / ln(2/α)."""
+    steps = _grid_steps(want.target, part)
+    guess = part.sensitivity * math.log(2 / want.alpha) / (steps + 1)
+    return _smallest(
+        lambda epsilon: laplace_halfwidth(part, epsilon, want.width), guess, want.target
+    )
 
 
-def gaussian_halfwidth(part: NoisyStatistic, rho: float, alpha: float, groups: int) -> float:
-    """The (1-α) half-width of ``part`` with discrete Gaussian noise spending ``rho`` (inf
-    beyond the sampler's σ <= 2^31)."""
+def gaussian_halfwidth(part: NoisyStatistic, rho: float, groups: int, width: Width) -> float:
+    """``width`` of ``part`` with discrete Gaussian noise spending ``rho`` (inf beyond the
+    sampler's σ <= 2^31)."""
     try:
         gaussian = gaussian_statistic(part, Fraction(rho), groups).mechanism
     except (ParameterError, OverflowError):  # σ beyond 2^31 (or beyond the float range)
         return math.inf
-    return gaussian.ci_halfwidth(alpha) * math.ldexp(1.0, part.grid_exponent)
+    return width(gaussian)
 
 
-def smallest_rho(part: NoisyStatistic, target: float, alpha: float, groups: int) -> float:
-    """The smallest ρ (to a relative 2^-40) whose discrete Gaussian half-width for ``part`` is
-    <= ``target``; the guess is the continuous Gaussian's, σ = (t + 1) / z_(1-α/2)."""
-    steps = _grid_steps(target, part)
+def smallest_rho(part: NoisyStatistic, want: Want, groups: int) -> float:
+    """The smallest ρ (to a relative 2^-40) whose ``want.width`` for ``part`` with discrete
+    Gaussian noise is <= its target; the guess is the continuous Gaussian's, σ = (t + 1) /
+    z_(1-α/2)."""
+    steps = _grid_steps(want.target, part)
     l2_squared = (part.sensitivity // groups) ** 2 * groups
-    z = NormalDist().inv_cdf(1 - alpha / 2)
+    z = NormalDist().inv_cdf(1 - want.alpha / 2)
     guess = max((z / (steps + 1)) ** 2 * l2_squared / 2, sys.float_info.min)
-    return _smallest(lambda rho: gaussian_halfwidth(part, rho, alpha, groups), guess, target)
+    return _smallest(
+        lambda rho: gaussian_halfwidth(part, rho, groups, want.width), guess, want.target
+    )
 
 
 def _grid_steps(target: float, part: NoisyStatistic) -> float:
