@@ -62,6 +62,12 @@ def _add_cost(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--delta", type=cli_args.delta, default=0.0, help="the privacy cost δ in [0, 1) (default 0)"
     )
+    sub.add_argument(
+        "--clipping",
+        type=cli_args.number(0, low_inclusive=False, high=1),
+        help="with --epsilon: the share of ε (in (0, 1)) spent on a report of the rows outside "
+        "the bounds of SUM, AVG, VARIANCE, STDDEV and quantiles",
+    )
     sub.add_argument("sql", help='the query, e.g. "SELECT COUNT(*) AS n FROM people"')
 
 
@@ -133,6 +139,7 @@ def _cost_options(args: argparse.Namespace) -> dict[str, Any]:
         "accuracy": accuracy,
         "noise": args.noise,
         "rho": args.rho,
+        "clipping": args.clipping,
     }
 
 

@@ -133,7 +133,11 @@ def release_text(release: dict[str, Any]) -> str:
     if not rows:
         return "(no group released)"
     level = level_text(1 - ci_level(release))
-    return f"{aligned([*groups, *values], rows)}\n[low, high]: {level} confidence intervals"
+    lines = [f"{aligned([*groups, *values], rows)}\n[low, high]: {level} confidence intervals"]
+    for report in release.get("clipping", []):  # the opt-in clipping report (--clipping)
+        group = ", ".join(f"{c}={key_text(k)}" for c, k in report["group"].items())
+        lines.append(f"clipping{f' [{group}]' if group else ''}: {'; '.join(report['notes'])}")
+    return "\n".join(lines)
 
 
 def release_wide(release: dict[str, Any]) -> tuple[list[str], list[Row]]:

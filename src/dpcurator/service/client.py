@@ -131,6 +131,7 @@ class CuratorClient:
         accuracy: dict[str, float | str] | None = None,
         noise: str | None = None,
         rho: float | None = None,
+        clipping: float | None = None,
     ) -> dict[str, Any]:
         """Run a query at ``epsilon``, at a zCDP cost ``rho``, or at the smallest cost meeting
         ``accuracy`` (CI half-width per output), with the ``noise`` family (``laplace`` |
@@ -138,7 +139,13 @@ class CuratorClient:
         ``remaining``."""
         headers = None if idempotency_key is None else {"Idempotency-Key": idempotency_key}
         body = _query_body(
-            sql, epsilon=epsilon, delta=delta, accuracy=accuracy, noise=noise, rho=rho
+            sql,
+            epsilon=epsilon,
+            delta=delta,
+            accuracy=accuracy,
+            noise=noise,
+            rho=rho,
+            clipping=clipping,
         )
         result: dict[str, Any] = self._call(
             "POST",
@@ -158,12 +165,19 @@ class CuratorClient:
         accuracy: dict[str, float | str] | None = None,
         noise: str | None = None,
         rho: float | None = None,
+        clipping: float | None = None,
     ) -> dict[str, Any]:
         """The cost and expected CI half-widths of a query at ``epsilon`` or ``rho``, or of the
         smallest cost meeting ``accuracy`` (CI half-width per output), with the ``noise``
         family; nothing runs or is charged."""
         body = _query_body(
-            sql, epsilon=epsilon, delta=delta, accuracy=accuracy, noise=noise, rho=rho
+            sql,
+            epsilon=epsilon,
+            delta=delta,
+            accuracy=accuracy,
+            noise=noise,
+            rho=rho,
+            clipping=clipping,
         )
         result: dict[str, Any] = self._call(
             "POST", f"/v1/datasets/{dataset_id}/queries:estimate", json=body
@@ -394,9 +408,10 @@ def _query_body(
     accuracy: dict[str, float | str] | None,
     noise: str | None,
     rho: float | None,
+    clipping: float | None = None,
 ) -> dict[str, Any]:
     """A query's body: its cost as ``rho``, ``accuracy`` or ``epsilon`` (the first given), the
-    noise family if named."""
+    noise family if named, the clipping report's share of ε if asked for."""
     body: dict[str, Any] = {"sql": sql, "delta": delta}
     if rho is not None:
         body["rho"] = rho
@@ -406,6 +421,8 @@ def _query_body(
         body["epsilon"] = epsilon
     if noise is not None:
         body["noise"] = noise
+    if clipping is not None:
+        body["clipping"] = clipping
     return body
 
 
