@@ -3,7 +3,9 @@
 DuckDB's Python module is built with nanobind, which prints ``nanobind: leaked N instances!``
 (and a list of ``DuckDBPyType`` objects) at exit when objects of the module outlive the
 interpreter's last collections. To a user that looks like a crash. ``serve`` moves everything
-out of the collector's reach (``gc.freeze``) and must hand it back at exit.
+out of the collector's reach (``gc.freeze``) and must hand it back at exit. A test module must
+not build a service at import: a pytest-xdist worker imports every module to collect it, and
+runs only its share of the tests (so a module fixture meant to close it may never run).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import httpx
 
@@ -29,6 +32,9 @@ SESSION = textwrap.dedent(
         print(session.sql("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=0.5))
     """
 )
+
+
+TESTS = Path(__file__).resolve().parent
 
 
 def _no_leak_lines(stderr: str) -> None:
@@ -90,3 +96,22 @@ def test_serve_exits_cleanly_when_interrupted() -> None:
             server.communicate()
     assert "Opening 'people'" in stderr  # the steps of opening the demo table
     _no_leak_lines(stderr)
+
+
+def test_a_test_process_that_collects_every_module_exits_cleanly() -> None:
+    """pytest collecting the whole suite but running one DuckDB test (as a pytest-xdist worker
+    does when the other worker runs the rest) exits with no leak lines. It printed one block
+    ("leaked 28 instances", DuckDBPyType) when tests/test_service_schemathesis.py built its
+    service and app at import and closed them in a module fixture that such a worker never ran."""
+    one_test = ["-k", "test_builtin_demo_dataset", "-n", "0", "-p", "no:cacheprovider"]
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", str(TESTS), "-q", *one_test],
+        cwd=TESTS.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert "1 passed" in ran.stdout
+    _no_leak_lines(ran.stderr)

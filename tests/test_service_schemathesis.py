@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
@@ -25,38 +26,57 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]
 
-# One private directory per test process: pytest-xdist workers collect this module concurrently.
-_ROOT = Path(tempfile.mkdtemp(prefix="dpcurator-schemathesis-"))
-_LEDGER = _ROOT / "ledger.sqlite3"
-_SERVICE = build_service(
-    f"sqlite:///{_LEDGER}", hasher=cheap_hasher(), max_failures=10**9, data_root=_ROOT
-)
-_, _OWNER = _SERVICE.create_principal("owner", "owner")
-_SERVICE.register_dataset(
-    _SERVICE.authority.authenticate(f"Bearer {_OWNER.token}", "setup"),
-    "people",
-    name="people",
-    source={"path": str(write_people(_ROOT / "people.csv", rows=200))},
-    metadata_doc=PEOPLE_METADATA,
-    cap=ApproxDP(10**6, 0),
-    replay_enabled=False,
-)
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[schemathesis.BaseSchema, str]]:
+    """The API schema of a service with the people table (in a private directory), and the
+    owner's token; the service is closed afterwards.
+
+    Built here, not at import: every pytest-xdist worker imports this module to collect it, and
+    a service built then on a worker that runs none of its tests (or with the test deselected)
+    was never closed; its DuckDB objects outlived the interpreter and nanobind printed
+    "leaked ... DuckDBPyType" at exit (issue 17 item 17; tests/test_exit_clean.py)."""
+    root = Path(tempfile.mkdtemp(prefix="dpcurator-schemathesis-"))
+    service = build_service(
+        f"sqlite:///{root / 'ledger.sqlite3'}",
+        hasher=cheap_hasher(),
+        max_failures=10**9,
+        data_root=root,
+    )
+    try:
+        _, owner = service.create_principal("owner", "owner")
+        service.register_dataset(
+            service.authority.authenticate(f"Bearer {owner.token}", "setup"),
+            "people",
+            name="people",
+            source={"path": str(write_people(root / "people.csv", rows=200))},
+            metadata_doc=PEOPLE_METADATA,
+            cap=ApproxDP(10**6, 0),
+            replay_enabled=False,
+        )
+        yield schemathesis.openapi.from_asgi("/v1/openapi.json", create_app(service)), owner.token
+    finally:
+        service.close()
+        shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _close_service() -> Iterator[None]:
-    yield
-    _SERVICE.close()
-    shutil.rmtree(_ROOT, ignore_errors=True)
+@pytest.fixture(scope="module")
+def api_schema(served: tuple[schemathesis.BaseSchema, str]) -> schemathesis.BaseSchema:
+    return served[0]
 
 
-schema = schemathesis.openapi.from_asgi("/v1/openapi.json", create_app(_SERVICE))
+@pytest.fixture(scope="module")
+def owner_token(served: tuple[schemathesis.BaseSchema, str]) -> str:
+    return served[1]
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 @schema.parametrize()
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
-def test_no_server_errors(case: schemathesis.Case) -> None:
-    response = case.call(headers={"Authorization": f"Bearer {_OWNER.token}"})
+def test_no_server_errors(case: schemathesis.Case[Any], owner_token: str) -> None:
+    response = case.call(headers={"Authorization": f"Bearer {owner_token}"})
     case.validate_response(response, checks=[not_a_server_error])
     if response.status_code >= 400:
         assert response.headers["content-type"][0].startswith("application/problem+json")
