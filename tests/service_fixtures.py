@@ -252,18 +252,31 @@ class ThreadServer:
 
 
 def ledger_with_analysts(
-    ledger: Ledger, *, grant: ApproxDP, cap: ApproxDP, analysts: int = 1
+    ledger: Ledger,
+    *,
+    grant: ApproxDP,
+    cap: ApproxDP,
+    analysts: int = 1,
+    accounting: str | None = "basic",
 ) -> list[str]:
     """Owner ``own_1``, dataset ``d`` with global ``cap``, and analysts ``ana_0``, ``ana_1``, ...
-    each granted ``grant`` on it (a ledger alone: no data source); the analysts' ids."""
+    each granted ``grant`` on it (a ledger alone: no data source); the analysts' ids. Budgets
+    are accounted by ``accounting`` (None: the ledger's default)."""
     ledger.create_principal("own_1", "owner", "owner")
     ledger.add_dataset(
-        "d", name="d", source={}, metadata_doc={}, cap=cap, replay_enabled=False, by="own_1"
+        "d",
+        name="d",
+        source={},
+        metadata_doc={},
+        cap=cap,
+        replay_enabled=False,
+        by="own_1",
+        accounting=accounting,
     )
     ids = []
     for i in range(analysts):
         ledger.create_principal(f"ana_{i}", f"analyst {i}", "analyst")
-        ledger.set_grant(f"ana_{i}", "d", grant, by="own_1")
+        ledger.set_grant(f"ana_{i}", "d", grant, by="own_1", accounting=accounting)
         ids.append(f"ana_{i}")
     return ids
 

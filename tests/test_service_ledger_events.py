@@ -282,10 +282,10 @@ def test_a_ledger_of_the_previous_schema_migrates_with_its_budgets_unchanged(
             '[{"kind": "approx", "epsilon": "1", "delta": "1/1000000"}]',
         ]
         # The owner may account the old grant by replaying its events, if they fit the filter
-        # (1/4 + 1/3 of basic-side ε do not fit a quarter of ε = 2, nor 1/3 as ρ its ρ part).
+        # (1/4 + 1/3 of ε do not fit ε = 1/2 by basic composition, nor its Rényi bound).
         with pytest.raises(ConflictError, match="do not fit"):
             ledger.set_grant(
-                "ana_0", "d", grant_budget(grant).total, by="own_1", accounting="concentrated"
+                "ana_0", "d", ApproxDP(Fraction(1, 2), 1e-6), by="own_1", accounting="concentrated"
             )
         ledger.set_grant(
             "ana_0", "d", ApproxDP(4, Fraction(1, 10**6)), by="own_1", accounting="concentrated"

@@ -65,8 +65,7 @@ from dpcurator.service.ledger_accounts import (
     account_budget,
     account_view,
     check_account_budget,
-    history_events,
-    replayed,
+    replayed_history,
 )
 from dpcurator.service.ledger_budgets import (
     BudgetView,
@@ -230,10 +229,10 @@ class Ledger(LedgerCharges, LedgerHistory):
         cap: Cost,
         replay_enabled: bool,
         by: str,
-        accounting: str = "basic",
+        accounting: str | None = None,
     ) -> Dataset:
         """Register a dataset with its global cap (ε, (ε, δ) or ρ; ``accounting``: see
-        :func:`_set_account`); ids are unique."""
+        :func:`_set_account`, default concentrated for δ > 0 or ρ); ids are unique."""
         concentrated = check_account_budget(cap, accounting)
         with self._transaction(write=True) as s:
             if s.get(Dataset, dataset_id) is not None:
@@ -254,7 +253,8 @@ class Ledger(LedgerCharges, LedgerHistory):
             s.add(dataset)
             s.flush()
             _set_account(s, dataset_id, CAP, cap, concentrated=concentrated)
-            s.add(_audit("dataset_registered", by, dataset_id, cap=_cost_json(cap, accounting)))
+            cost = _cost_json(cap, _name(concentrated))
+            s.add(_audit("dataset_registered", by, dataset_id, cap=cost))
         return dataset
 
     def dataset(self, dataset_id: str) -> Dataset:
@@ -286,7 +286,7 @@ class Ledger(LedgerCharges, LedgerHistory):
                 concentrated = check_account_budget(cap, accounting)
                 dataset.cap_epsilon, dataset.cap_delta = _columns(cap)
                 _set_account(s, dataset_id, CAP, cap, concentrated=concentrated)
-                detail["cap"] = _cost_json(cap, accounting)
+                detail["cap"] = _cost_json(cap, _name(concentrated))
             if replay_enabled is not None:
                 dataset.replay_enabled = replay_enabled
                 detail["replay_enabled"] = replay_enabled
@@ -303,8 +303,8 @@ class Ledger(LedgerCharges, LedgerHistory):
         accounting: str | None = None,
     ) -> Grant:
         """Give an analyst access to a dataset with this total budget (ε, (ε, δ) or ρ; spending
-        is kept). ``accounting``: see :func:`_set_account` (None: the grant's so far, else
-        basic)."""
+        is kept). ``accounting``: see :func:`_set_account` (None: an existing grant's so far; a
+        new grant's is concentrated for δ > 0 or ρ, basic for a pure ε)."""
         with self._transaction(write=True) as s:
             principal = s.get(Principal, principal_id)
             if principal is None or principal.role != "analyst":
@@ -312,9 +312,10 @@ class Ledger(LedgerCharges, LedgerHistory):
             # The dataset's row first, as every reservation locks it: none runs meanwhile.
             if s.get(Dataset, dataset_id, with_for_update=True) is None:
                 raise NotFoundError(f"No dataset with id {dataset_id!r}.")
-            accounting = accounting or _accounting_of(s, dataset_id, principal_id)
-            concentrated = check_account_budget(budget, accounting)
             grant = s.get(Grant, (principal_id, dataset_id), with_for_update=True)
+            if grant is not None:
+                accounting = accounting or _accounting_of(s, dataset_id, principal_id)
+            concentrated = check_account_budget(budget, accounting)
             if grant is None:
                 grant = Grant(
                     principal_id=principal_id,
@@ -333,7 +334,7 @@ class Ledger(LedgerCharges, LedgerHistory):
                     by,
                     dataset_id,
                     analyst=principal_id,
-                    budget=_cost_json(budget, accounting),
+                    budget=_cost_json(budget, _name(concentrated)),
                 )
             )
         return grant
@@ -411,6 +412,10 @@ def _cost_json(cost: Cost, accounting: str = "basic") -> dict[str, str]:
     return {"epsilon": str(cost.epsilon), "delta": str(cost.delta), "accounting": accounting}
 
 
+def _name(concentrated: bool) -> str:
+    return "concentrated" if concentrated else "basic"
+
+
 def _columns(budget: Cost) -> tuple[str, str]:
     """The (ε, δ) columns of a budget: a ρ budget has none (its account holds ρ)."""
     if isinstance(budget, ZCDP):
@@ -445,7 +450,7 @@ def _set_account(
     account.updated_at = utcnow()
     principal = None if principal_id == CAP else principal_id
     try:
-        replayed(budget, history_events(s.connection(), dataset_id, principal))
+        replayed_history(s.connection(), budget, dataset_id, principal)
     except OverdrawnError:
         raise ConflictError(
             f"The charges made so far on this budget do not fit {budget} under concentrated "
@@ -461,7 +466,7 @@ def _view(s: OrmSession, dataset_id: str, principal_id: str, basic: BudgetView) 
     assert isinstance(basic.total, ApproxDP)  # the columns
     budget = account_budget(account.rho, str(basic.total.epsilon), str(basic.total.delta))
     principal = None if principal_id == CAP else principal_id
-    return account_view(budget, history_events(s.connection(), dataset_id, principal))
+    return account_view(s.connection(), budget, dataset_id, principal)
 
 
 def _audit(

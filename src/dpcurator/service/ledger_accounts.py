@@ -14,19 +14,42 @@ event is admitted iff the filter admits it after them (:func:`replayed`). The fi
 adaptive (Whitehouse, Ramdas, Rogers & Wu 2023; see :mod:`dpcurator.accounting.concentrated`), so
 the whole history of the budget is (ε, δ)-DP (or ρ-zCDP) whatever the analyst's strategy. The
 replay runs inside the reservation's write transaction, under the same row locks as basic
-reservations, so concurrent requests never see the same remaining budget. Its sides are chosen
+reservations, so concurrent requests never see the same remaining budget. Its views are chosen
 from the events alone, so a replay repeats the choices made when they were reserved. Budgets
-without a row keep basic composition of their (ε, δ) columns.
+without a row keep basic composition of their (ε, δ) columns (every budget of a ledger made
+before accounts existed); new budgets with δ > 0 (or ρ) are concentrated unless told otherwise.
+
+Each ledger handle (its engine, so each worker process) caches the replayed filter of each
+budget with the last charge id it read, and the number of charges (not replays) and of cancelled
+charges up to that id (:func:`replayed_history`). Charges are never deleted and their status only
+ever becomes ``cancelled`` from ``reserved``, so both numbers only grow along the database's
+history: a later read finding the same numbers has the same charges up to that id, and replays
+only the charges after it. Any difference (a cancellation, a late commit, an older snapshot)
+replays the whole history.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+import weakref
+from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
 
-from sqlalchemy import Connection, Engine, ForeignKey, String, insert, select, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    ForeignKey,
+    String,
+    case,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.sql.elements import ColumnElement
 
 from dpcurator.accounting.concentrated import ConcentratedFilter
 from dpcurator.accounting.events import ApproxEvent, PrivacyEvent, PureEvent
@@ -120,42 +143,81 @@ def account_budget(rho: str | None, epsilon: str, delta: str) -> Cost:
     return ZCDP(Fraction(rho)) if rho is not None else cost_of(epsilon, delta)
 
 
-def history_events(
-    conn: Connection, dataset_id: str, principal_id: str | None
-) -> Iterable[PrivacyEvent]:
-    """The events charged to a budget, oldest first: every live charge on the dataset (the cap,
-    ``principal_id`` None) or every live charge of one principal on it (a grant)."""
-    query = (
-        select(Charge.events, Charge.epsilon, Charge.delta)
-        .where(
-            Charge.dataset_id == dataset_id,
-            Charge.status != "cancelled",
-            Charge.kind != "replay",
-        )
-        .order_by(Charge.id)
-    )
+def _charges_of(dataset_id: str, principal_id: str | None) -> list[ColumnElement[bool]]:
+    """The conditions selecting the charges of a budget: every charge on the dataset but
+    replays (the cap, ``principal_id`` None), or those of one principal (a grant)."""
+    conditions = [Charge.dataset_id == dataset_id, Charge.kind != "replay"]
     if principal_id is not None:
-        query = query.where(Charge.principal_id == principal_id)
-    for events, epsilon, delta in conn.execute(query):
-        yield charge_event(events, cost_of(epsilon, delta))
+        conditions.append(Charge.principal_id == principal_id)
+    return conditions
 
 
 class OverdrawnError(BudgetExceededError):
     """A concentrated budget's own history does not fit it (e.g. it was lowered)."""
 
 
-def replayed(budget: Cost, events: Iterable[PrivacyEvent]) -> ConcentratedFilter:
-    """A :class:`ConcentratedFilter` of ``budget`` after ``events``.
+@dataclass(frozen=True)
+class _Replayed:
+    """A budget's filter after its charges up to ``last_id``: ``charges`` of them (any status,
+    not replays), ``cancelled`` of those cancelled. Never charged on (callers get copies)."""
+
+    last_id: int
+    charges: int
+    cancelled: int
+    account: ConcentratedFilter
+
+
+_ReplayKey = tuple[str, str | None, Cost]
+_REPLAYS: weakref.WeakKeyDictionary[Engine, dict[_ReplayKey, _Replayed]] = (
+    weakref.WeakKeyDictionary()
+)
+_REPLAYS_LOCK = threading.Lock()
+
+
+def replayed_history(
+    conn: Connection, budget: Cost, dataset_id: str, principal_id: str | None
+) -> ConcentratedFilter:
+    """A new :class:`ConcentratedFilter` of ``budget`` after the budget's live charges (the
+    cap's, ``principal_id`` None, or a grant's), read on ``conn``: the handle's cached replay
+    and the charges after it when it is still valid (see the module docstring), else all.
 
     Raises:
-        ParameterError: a budget the filter cannot hold (pure ε, or too small for any ρ).
-        OverdrawnError: the events do not fit the budget (nothing more can be charged to it).
+        ParameterError: a budget the filter cannot hold.
+        OverdrawnError: the charges do not fit the budget.
     """
-    account = ConcentratedFilter(budget)
-    try:
-        account.replay(list(events))
-    except BudgetExceededError as exc:
-        raise OverdrawnError(exc.requested, account.remaining()) from None
+    key: _ReplayKey = (dataset_id, principal_id, budget)
+    conditions = _charges_of(dataset_id, principal_id)
+    with _REPLAYS_LOCK:
+        cached = _REPLAYS.get(conn.engine, {}).get(key)
+    if cached is not None:
+        cancelled = func.count(case((Charge.status == "cancelled", 1)))
+        counted = conn.execute(
+            select(func.count(), cancelled).where(*conditions, Charge.id <= cached.last_id)
+        ).one()
+        if tuple(counted) != (cached.charges, cached.cancelled):
+            cached = None
+    if cached is None:
+        cached = _Replayed(0, 0, 0, ConcentratedFilter(budget))
+    account = cached.account.copy()
+    last_id, charges, cancelled_charges = cached.last_id, cached.charges, cached.cancelled
+    query = (
+        select(Charge.id, Charge.status, Charge.events, Charge.epsilon, Charge.delta)
+        .where(*conditions, Charge.id > last_id)
+        .order_by(Charge.id)
+    )
+    for charge_id, status, events, epsilon, delta in conn.execute(query):
+        last_id, charges = charge_id, charges + 1
+        if status == "cancelled":
+            cancelled_charges += 1
+            continue
+        try:
+            account.reserve(charge_event(events, cost_of(epsilon, delta))).commit()
+        except BudgetExceededError as exc:
+            raise OverdrawnError(exc.requested, account.remaining()) from None
+    if last_id > cached.last_id:
+        replay = _Replayed(last_id, charges, cancelled_charges, account.copy())
+        with _REPLAYS_LOCK:
+            _REPLAYS.setdefault(conn.engine, {})[key] = replay
     return account
 
 
@@ -167,11 +229,14 @@ def concentrated_view(account: ConcentratedFilter) -> BudgetView:
     return BudgetView(total, spent, NativeView(account.limits, account.spent_native()))
 
 
-def account_view(budget: Cost, events: Iterable[PrivacyEvent]) -> BudgetView:
-    """The view of a concentrated budget after its events (all of it spent if they overdraw
-    it, e.g. when a cancelled charge changed the sides chosen after it)."""
+def account_view(
+    conn: Connection, budget: Cost, dataset_id: str, principal_id: str | None
+) -> BudgetView:
+    """The view of a concentrated budget after its charges (see :func:`replayed_history`; all
+    of it spent if they overdraw it, e.g. when a cancelled charge changed the views chosen
+    after it)."""
     try:
-        return concentrated_view(replayed(budget, events))
+        return concentrated_view(replayed_history(conn, budget, dataset_id, principal_id))
     except OverdrawnError:
         limits = ConcentratedFilter(budget).limits
         return BudgetView(budget, budget, NativeView(limits, limits))
@@ -191,9 +256,12 @@ def accounts_of(
     return {str(principal): rho for principal, rho in rows}
 
 
-def check_account_budget(budget: Cost, accounting: str) -> bool:
-    """Whether a budget is concentrated; raises ParameterError naming ``accounting`` if it cannot
-    be (a pure ε budget composes optimally by basic composition)."""
+def check_account_budget(budget: Cost, accounting: str | None) -> bool:
+    """Whether a budget is concentrated (``accounting`` None: the default, concentrated for a
+    budget with δ > 0 or a ρ, basic for a pure ε); raises ParameterError naming ``accounting``
+    if it cannot be (a pure ε budget composes optimally by basic composition)."""
+    if accounting is None:
+        return isinstance(budget, ZCDP) or budget.delta > 0
     if accounting not in ("basic", "concentrated"):
         raise ParameterError(f"accounting must be 'basic' or 'concentrated'. Got {accounting!r}.")
     if isinstance(budget, ZCDP):

@@ -31,9 +31,8 @@ from dpcurator.service.ledger_accounts import (
     basic_cost,
     charge_event,
     concentrated_view,
-    history_events,
     migrate_events,
-    replayed,
+    replayed_history,
 )
 from dpcurator.service.ledger_budgets import (
     BasicView,
@@ -142,7 +141,7 @@ def _concentrated_fits(
     """
     principal = None if what == _CAP else request.principal_id
     try:
-        account = replayed(budget, history_events(conn, request.dataset_id, principal))
+        account = replayed_history(conn, budget, request.dataset_id, principal)
         account.reserve(event).commit()
     except BudgetExceededError as exc:
         raise BudgetExceededError(_requested(event), exc.remaining, what=what) from None

@@ -222,10 +222,11 @@ class CuratorService:
         metadata_doc: dict[str, Any],
         cap: Cost,
         replay_enabled: bool,
-        accounting: str = "basic",
+        accounting: str | None = None,
     ) -> Dataset:
         """Check the source and metadata, then register the dataset (owners only) with its cap
-        (ε, (ε, δ) or ρ) and the cap's ``accounting`` (``basic`` | ``concentrated``)."""
+        (ε, (ε, δ) or ρ) and the cap's ``accounting`` (``basic`` | ``concentrated``; default
+        concentrated for δ > 0 or ρ, basic for a pure ε)."""
         identity.require_owner()
         metadata, backend = self.catalog.check(source, metadata_doc)
         try:

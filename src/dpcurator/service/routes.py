@@ -146,7 +146,7 @@ def register_dataset(service: Service, who: Owner, body: s.DatasetIn) -> s.Datas
         metadata_doc=body.metadata,
         cap=body.cap(),
         replay_enabled=body.replay_enabled,
-        accounting=body.accounting or "basic",
+        accounting=body.accounting,
     )
     return _dataset_out(service, who, dataset)
 

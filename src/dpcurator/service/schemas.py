@@ -44,7 +44,8 @@ Accounting = Annotated[
     Literal["basic", "concentrated"] | None,
     Field(
         description="basic: (ε, δ) costs add up; concentrated: events replayed through the "
-        "adaptive zCDP filter (needs δ > 0 or a ρ budget; default: basic, or as set before)"
+        "adaptive filter (needs δ > 0 or a ρ budget; default: as set before, else concentrated "
+        "for δ > 0 or ρ and basic for a pure ε)"
     ),
 ]
 Sql = Annotated[str, Field(min_length=1, max_length=20_000)]
