@@ -21,22 +21,26 @@ PEER_REQUIREMENTS = (
     "diffprivlib==0.6.6",
     "scikit-learn==1.7.2",  # diffprivlib 0.6.6 does not import with scikit-learn >= 1.8
 )
-_STAMP = PEER_VENV / ".peers-installed"
+
+
+def ensure_venv(path: Path, requirements: tuple[str, ...]) -> Path:
+    """Create the virtualenv ``path`` with ``requirements`` if needed (idempotent: a stamp file
+    records what was installed) and return its python executable."""
+    python, stamp = path / "bin" / "python", path / ".peers-installed"
+    wanted = "\n".join(requirements)
+    if stamp.exists() and stamp.read_text() == wanted:
+        return python
+    if not python.exists():
+        print(f"creating {path} for the peer libraries ...", file=sys.stderr)
+        venv.create(path, with_pip=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *requirements], check=True)
+    stamp.write_text(wanted)
+    return python
 
 
 def ensure_peer_venv() -> Path:
     """Create the peers' virtualenv if needed and return its python executable."""
-    wanted = "\n".join(PEER_REQUIREMENTS)
-    if _STAMP.exists() and _STAMP.read_text() == wanted:
-        return PEER_PYTHON
-    if not PEER_PYTHON.exists():
-        print(f"creating {PEER_VENV} for the peer libraries ...", file=sys.stderr)
-        venv.create(PEER_VENV, with_pip=True)
-    subprocess.run(
-        [str(PEER_PYTHON), "-m", "pip", "install", "--quiet", *PEER_REQUIREMENTS], check=True
-    )
-    _STAMP.write_text(wanted)
-    return PEER_PYTHON
+    return ensure_venv(PEER_VENV, PEER_REQUIREMENTS)
 
 
 def run_peer_script(script: str, *args: str, timeout: float = 3600) -> dict[str, object]:

@@ -11,6 +11,16 @@ MWEM runs under pure ε (its full domain must fit; adult's does not and is refus
 
 Each (dataset, method, ε) runs in its own process, so peak memory is that run's:
 ``python benchmarks/synth.py --datasets adult --epsilons 1``; ``--methods`` picks methods.
+
+Peers (``--peers``, or ``--peers smartnoise-mst mbi-aim`` for some): SmartNoise Synth's MWEM, MST
+and AIM and mbi's reference MST and AIM scripts, each run by ``peer_synth.py`` in the virtualenv
+``.synth-venv/`` (SmartNoise pins mbi < 2, opacus and torch; the reference scripts need the JAX of
+their time), scored by the same ``synth_tvd.mean_tvd2``. ``.venv/bin/python benchmarks/synth.py
+--setup-peers`` creates that virtualenv (idempotent; ``--peers`` does it too, on first use). mbi's
+scripts are not on PyPI: ``--mbi-repo PATH`` names a private-pgm checkout, without it their rows
+say why they were skipped. ``--time-limit MINUTES`` (default 60) stops a peer run and reports
+"stopped at N min". Example: ``.venv/bin/python benchmarks/synth.py --datasets titanic adult
+--epsilons 1 --peers --mbi-repo ../private-pgm``.
 """
 
 from __future__ import annotations
@@ -26,21 +36,34 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
+from peer_synth import METHODS as PEER_METHODS
+from peers import ROOT, ensure_venv
+from synth_tvd import mean_tvd2
 
 import dpcurator as dpc
 from dpcurator.accounting import PrivacyFilter, ZCDPAccountant
 from dpcurator.core.measures import ZCDP
 from dpcurator.errors import DPError
 from dpcurator.synth.aim import aim
-from dpcurator.synth.marginals import tabulate
 from dpcurator.synth.mst import independent, mst
 from dpcurator.synth.mwem import mwem
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "aim_benchmark_hd_datasets"
 DELTA = 1e-9
 METHODS = ("independent", "mst", "aim", "mwem")
+SYNTH_PEER_VENV = ROOT / ".synth-venv"
+SYNTH_PEER_REQUIREMENTS = (
+    "smartnoise-synth==1.0.8",
+    "mbi==1.1.0",
+    # mbi's reference scripts (private-pgm, Aug 2025) fail under JAX >= 0.8 (tracers are no
+    # longer chex.Numeric); SmartNoise's mbi 1.1.0 runs on these too
+    "jax==0.7.0",
+    "jaxlib==0.7.0",
+    "chex==0.1.90",
+    "optax==0.2.5",
+    "matplotlib==3.11.2",  # imported by mbi's mechanisms/cdp2adp.py
+)
 
 
 def rho_for(epsilon: float, delta: float = DELTA) -> float:
@@ -78,15 +101,8 @@ def run_one(dataset: str, method: str, epsilon: float) -> dict[str, object]:
         return row
     seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
     real = result.domain.encode(frame)
-    errors = []
-    for clique in itertools.combinations(result.domain.names, 2):
-        if result.domain.cells(clique) > 10_000:
-            continue
-        x = tabulate(real, result.domain, clique)
-        y = tabulate(result.codes, result.domain, clique)
-        errors.append(0.5 * float(np.abs(x / x.sum() - y / max(y.sum(), 1)).sum()))
     row.update(
-        tvd2=round(float(np.mean(errors)), 4),
+        tvd2=round(mean_tvd2(real, result.codes, result.domain.config()), 4),
         seconds=round(seconds, 1),
         cpu_seconds=round(cpu, 1),
         peak_gb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
@@ -95,39 +111,59 @@ def run_one(dataset: str, method: str, epsilon: float) -> dict[str, object]:
     return row
 
 
+def _run_row(
+    command: list[str], dataset: str, method: str, epsilon: float, timeout: float | None
+) -> dict[str, object]:
+    """Run one row's process and return the JSON row it prints last (or why there is none)."""
+    row: dict[str, object] = {"dataset": dataset, "method": method, "epsilon": epsilon}
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=timeout)
+    except subprocess.TimeoutExpired as late:
+        row["stopped"] = f"killed after {late.timeout / 60:g} min"
+        return row
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if lines:
+        parsed: dict[str, object] = json.loads(lines[-1])
+        return parsed
+    row["refused"] = f"process failed: {done.stderr.strip().splitlines()[-1:]}"
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=["adult", "nltcs", "salary", "titanic"])
     parser.add_argument("--epsilons", nargs="+", type=float, default=[0.1, 1.0, 10.0])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--peers", nargs="*", choices=PEER_METHODS, help="all when none named")
+    parser.add_argument("--mbi-repo", type=Path, help="a private-pgm checkout (mbi's scripts)")
+    parser.add_argument("--time-limit", type=float, default=60.0, help="minutes, per peer run")
+    parser.add_argument("--setup-peers", action="store_true", help="create .synth-venv and exit")
     parser.add_argument("--one", nargs=3, metavar=("DATASET", "METHOD", "EPSILON"))
     args = parser.parse_args()
+    if args.setup_peers:
+        print(ensure_venv(SYNTH_PEER_VENV, SYNTH_PEER_REQUIREMENTS))
+        return
     if args.one:  # the synthesizers' progress (one line a round) goes to stderr
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
         logging.getLogger("dpcurator.synth").setLevel(logging.INFO)
         print(json.dumps(run_one(args.one[0], args.one[1], float(args.one[2]))))
         return
+    peers = list(PEER_METHODS) if args.peers == [] else (args.peers or [])
+    python = ensure_venv(SYNTH_PEER_VENV, SYNTH_PEER_REQUIREMENTS) if peers else None
     rows = []
-    for dataset, epsilon, method in itertools.product(args.datasets, args.epsilons, args.methods):
-        done = subprocess.run(
-            [sys.executable, __file__, "--one", dataset, method, str(epsilon)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        row = (
-            json.loads(lines[-1])
-            if lines
-            else {
-                "dataset": dataset,
-                "method": method,
-                "epsilon": epsilon,
-                "refused": f"process failed: {done.stderr.strip().splitlines()[-1:]}",
-            }
-        )
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+    for dataset, epsilon in itertools.product(args.datasets, args.epsilons):
+        for method in [*args.methods, *peers]:
+            if method in METHODS:
+                command = [sys.executable, __file__, "--one", dataset, method, str(epsilon)]
+                timeout = None
+            else:
+                command = [str(python), str(Path(__file__).with_name("peer_synth.py"))]
+                command += [dataset, method, str(epsilon), "--time-limit", str(args.time_limit)]
+                command += ["--mbi-repo", str(args.mbi_repo)] if args.mbi_repo else []
+                timeout = (args.time_limit + 5) * 60  # the run's own alarm comes first
+            row = _run_row(command, dataset, method, epsilon, timeout)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     print(pd.DataFrame(rows).to_string(index=False))
 
 
