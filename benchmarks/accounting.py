@@ -1,25 +1,25 @@
 """Accounting benchmark: mean (1-α) CI half-width per answer of k real queries at a total
-(ε = 1, δ = 1e-6), basic composition against concentrated accounting.
+(ε = 1, δ = 1e-6), basic composition against the default (concentrated) accounting.
 
 Workload: k ``Session.sql`` queries on the UCI adult table (one row per person), alternating
 ``SELECT COUNT(*) AS n FROM adult`` and ``SELECT AVG(age) AS a FROM adult`` (age in [17, 90]),
 each released through the whole query layer (plan, reserve, DuckDB, noise). Accountings of the
 same total budget:
 
-* basic: ``Session(budget=Budget(1, 1e-6))``, each query at ε = 1/k with discrete Laplace
-  (``noise="laplace"``; basic composition spends exactly the budget);
-* concentrated: ``Session(..., accounting="concentrated")``, each query at ρ = ρ_part/k with
-  discrete Gaussian noise (``rho=``), ρ_part the zCDP part of the session's
-  :class:`~dpcurator.accounting.ConcentratedFilter` (default: a quarter of ε is kept for
-  basic-side events, unused here);
-* concentrated, all of ε in ρ: the same with ``ConcentratedFilter(budget, pure_share=0)``
-  passed as the session's ``budget_filter``.
+* basic: ``Session(budget=Budget(1, 1e-6), accounting="basic")``, each query at ε = 1/k with
+  discrete Laplace (``noise="laplace"``; basic composition spends exactly the budget);
+* default: ``Session(budget=Budget(1, 1e-6))`` (a
+  :class:`~dpcurator.accounting.ConcentratedFilter`), each query at ρ = ρ_R/k with discrete
+  Gaussian noise (``rho=``), ρ_R the filter's Rényi route (its bound at α* over α*);
+* the former default split (a quarter of ε kept for basic composition, the rest converted from
+  zCDP): each query at ρ_old/k, ρ_old = ``largest_rho(3/4 - ln(1/(1 - δ/2)), δ/2)``, the zCDP
+  part that split left (released through the default session: it fits).
 
 Half-widths are the released intervals' (counts: the discrete mechanisms' exact (1-α)
 half-widths; means: half the conservative ratio interval, which follows the noisy count). The
 planning overhead is the time of ``Session.plan`` per query as the workload runs (the plan cache
 answers repeated queries) and, separately, of one cold plan (cache cleared), split into parsing,
-the Laplace plan and the Gaussian conversion.
+the Laplace plan and the Gaussian conversion; and the time of one filter reservation.
 
 Run: ``.venv/bin/python benchmarks/accounting.py [max_queries]``
 """
@@ -34,7 +34,8 @@ from pathlib import Path
 import pandas as pd
 
 import dpcurator as dpc
-from dpcurator.accounting import ConcentratedFilter
+from dpcurator.accounting import ConcentratedFilter, ZCDPEvent
+from dpcurator.accounting.concentrated import conditioning_epsilon, largest_rho
 from dpcurator.query.noise import plan_with_noise
 from dpcurator.query.planner import plan_query
 from dpcurator.query.sql import parse_sql
@@ -94,37 +95,52 @@ def _cold_plan() -> dict[str, float]:
     return {"parse": parse, "Laplace plan": laplace, "Gaussian plan (incl. Laplace)": gaussian}
 
 
+def _old_split_rho() -> Fraction:
+    """The zCDP part the former default split of (1, 1e-6) left (see the module docstring)."""
+    half = BUDGET.delta / 2
+    return largest_rho(Fraction(3, 4) - conditioning_epsilon(half), half)
+
+
+def _reservation_seconds(repeats: int = 2_000) -> float:
+    """Seconds of one reservation on a default filter already holding ``repeats`` events."""
+    account = ConcentratedFilter(BUDGET)
+    event = ZCDPEvent(account.limits.rho / (4 * repeats))
+    start = time.perf_counter()
+    for _ in range(repeats):
+        account.reserve(event).commit()
+    return (time.perf_counter() - start) / repeats
+
+
 def main() -> None:
     largest = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000
     frame = _frame()
+    old = _old_split_rho()
     print(f"adult: n = {len(frame)}, total budget (ε = 1, δ = 1e-6), {1 - ALPHA:.0%} CIs")
     print(
-        f"{'queries':>8} {'basic CI':>10} {'conc. CI':>10} {'ratio':>6} "
-        f"{'conc.ε→ρ CI':>12} {'ratio':>6} {'plan ms/q':>10}"
+        f"{'queries':>8} {'basic CI':>10} {'default CI':>11} {'ratio':>6} "
+        f"{'old split CI':>13} {'ratio':>6} {'plan ms/q':>10}"
     )
     for k in (10, 100, 1_000):
         if k > largest:
             break
-        basic = dpc.Session.from_data(frame, metadata=METADATA, budget=BUDGET, rng=SeededRng(1))
-        concentrated = dpc.Session.from_data(
-            frame, metadata=METADATA, budget=BUDGET, accounting="concentrated", rng=SeededRng(1)
+        basic = dpc.Session.from_data(
+            frame, metadata=METADATA, budget=BUDGET, accounting="basic", rng=SeededRng(1)
         )
-        whole = ConcentratedFilter(BUDGET, pure_share=0)
-        all_rho = dpc.Session.from_data(
-            frame, metadata=METADATA, budget_filter=whole, rng=SeededRng(1)
-        )
-        part = concentrated._filter.limits.rho  # type: ignore[attr-defined]
+        default = dpc.Session.from_data(frame, metadata=METADATA, budget=BUDGET, rng=SeededRng(1))
+        former = dpc.Session.from_data(frame, metadata=METADATA, budget=BUDGET, rng=SeededRng(1))
+        rho = default._filter.limits.rho  # type: ignore[attr-defined]
         b, _ = _run(basic, k, {"epsilon": BUDGET.epsilon / k, "noise": "laplace"})
-        c, seconds = _run(concentrated, k, {"rho": part / k})
-        w, _ = _run(all_rho, k, {"rho": whole.limits.rho / k})
+        c, seconds = _run(default, k, {"rho": rho / k})
+        w, _ = _run(former, k, {"rho": old / k})
         print(
-            f"{k:>8} {b:>10.4g} {c:>10.4g} {b / c:>6.2f} {w:>12.4g} {b / w:>6.2f} "
+            f"{k:>8} {b:>10.4g} {c:>11.4g} {b / c:>6.2f} {w:>13.4g} {b / w:>6.2f} "
             f"{seconds * 1e3:>10.3f}"
         )
     cold = _cold_plan()
     print(
         "one cold plan (no cache), ms: " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in cold.items())
     )
+    print(f"one reservation (2,000 events held), ms: {_reservation_seconds() * 1e3:.3f}")
 
 
 if __name__ == "__main__":
