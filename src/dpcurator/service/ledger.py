@@ -32,9 +32,11 @@ with a flush, and a flush makes the whole WAL before it durable, the reservation
 WAL is written in order). A database crash in between can lose only reservations whose answers
 were never sent.
 
-Costs compose by basic sequential composition in (ε, δ): costs add exactly (Fractions stored as
-text). A charge, once reserved, is never refunded: if the engine fails afterwards the charge stays
-(``failed``), because the failure may already depend on the data.
+A budget composes its charges by basic sequential composition in (ε, δ) (costs add exactly,
+Fractions stored as text) or, by default for a new budget with δ > 0 or a ρ, by replaying their
+events through the concentrated filter (:mod:`~dpcurator.service.ledger_accounts`). A charge,
+once reserved, is never refunded: if the engine fails afterwards the charge stays (``failed``),
+because the failure may already depend on the data.
 
 The ledger is assembled from one module per job: :mod:`~dpcurator.service.ledger_database` (the
 engine and its transactions), :mod:`~dpcurator.service.ledger_statements` (the hot-path SQL),
