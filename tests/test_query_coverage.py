@@ -1,8 +1,9 @@
 """Coverage of the query layer's intervals at n ∈ {10², 10⁴}, ε ∈ {0.1, 1} (issue 14, "Coverage
 is tested").
 
-AVG, VARIANCE and STDDEV are ratios of noisy sums (:mod:`dpcurator.query.release`: a union-bound
-interval over the parts' intervals), MEDIAN a refined quantile with its noise-only interval
+AVG, VARIANCE and STDDEV are ratios of noisy sums (their intervals invert the error's distribution
+under the public noise, :mod:`dpcurator.query.ratio_interval`; tests/test_ratio_intervals.py checks
+them more closely), MEDIAN a refined quantile with its noise-only interval
 (:mod:`dpcurator.query.quantile_plan`). Each is noise-only: it covers the exact statistic of THIS
 table, so the data are drawn once per case (inside the bounds, so clamping moves nothing) and the
 release repeated with fresh noise. A one-sided binomial test at ALPHA must not reject coverage
