@@ -26,8 +26,13 @@ data gives NR or a ridge solution, never an error).
   ``method="sample_and_aggregate"``. Sample-and-aggregate fits (that method, ``mle`` and
   ``sample_and_aggregate``) form their blocks by a keyed hash of the person id (user-level
   privacy: one person moves one block estimate); they are ε-DP: δ must be 0 and ε is charged.
-  On a table with a person column the ENGINE forms those blocks and fetches at most
-  ``max_rows`` rows (:mod:`dpcurator.query.fit_rows`: a public cap, the same guarantee).
+* ``ptr_regression`` (or ``linear_regression`` with ``method="l1"``): Dwork & Lei's robust
+  L1 regression by propose-test-release on block fits, (ε, δ)-DP, NR when a test fails
+  (:mod:`dpcurator.query.fit_ptr`).
+
+On a table with a person column the ENGINE forms the blocks of these block-based fits and
+fetches at most ``max_rows`` rows (:mod:`dpcurator.query.fit_rows`: a public cap, the same
+guarantee).
 
 Every parameter combination is decided by :func:`plan_fit` before the charge: the method and its
 options (``blocks`` only with sample-and-aggregate, at most
@@ -49,8 +54,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import numpy as np
 
 from dpcurator._validation import check_int, check_positive, check_probability, fail
-from dpcurator.accounting import ApproxEvent, PureEvent
-from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
 from dpcurator.errors import DPError
 from dpcurator.estimators.logistic import METHODS, logistic_regression
@@ -72,7 +75,8 @@ from dpcurator.query.fit_columns import (
     required_column,
     rows_per_person,
 )
-from dpcurator.query.fit_rows import Run, block_sample, rows_finish, rows_plan, seeded
+from dpcurator.query.fit_ptr import plan_ptr
+from dpcurator.query.fit_rows import FitPlan, Run, block_sample, rows_finish, rows_plan, seeded
 from dpcurator.query.limits import MAX_FIT_BLOCKS, MAX_FIT_FEATURES, check_at_most
 from dpcurator.query.schema import ColumnMeta, Metadata
 from dpcurator.query.validation import check_epsilon
@@ -81,8 +85,14 @@ from dpcurator.random import Rng, default_rng
 if TYPE_CHECKING:
     from dpcurator.query.session import Session
 
-FitKind = Literal["linear_regression", "logistic_regression", "mle", "sample_and_aggregate"]
-FIT_KINDS: Final = ("linear_regression", "logistic_regression", "mle", "sample_and_aggregate")
+FitKind = Literal[
+    "linear_regression", "logistic_regression", "mle", "sample_and_aggregate", "ptr_regression"
+]
+FIT_KINDS: Final = (
+    "linear_regression", "logistic_regression", "mle", "sample_and_aggregate", "ptr_regression"
+)  # fmt: skip
+#: ``fit("linear_regression", method="l1")`` is ``fit("ptr_regression")``.
+L1_ROUTE: Final = ("linear_regression", "l1")
 #: Fixed-point grid 2^k of the Gram entries (each in [-1, 1]): rounding moves an entry by at
 #: most 2^-31 per row, far below the noise, and 2^63 grid units hold 8·10^9 rows.
 GRAM_GRID_EXPONENT: Final = -30
@@ -99,36 +109,6 @@ OP_SHARES: Final = (Fraction(1, 4), Fraction(1, 4))
 BLOCK_NOISE_SHARE: Final = Fraction(1, 16)
 #: Share of ρ paying for AdaSSP's ridge (the regression library's default).
 EIGEN_SHARE: Final = Fraction(1, 10)
-
-
-@dataclass(frozen=True)
-class FitPlan:
-    """A fit decided from public inputs: what the engine computes, what is charged, and the
-    post-processing that turns the engine's exact result into an :class:`Estimate`."""
-
-    kind: str
-    columns: tuple[str, ...]
-    cost: PureDP | ApproxDP
-    exact: ir.AggregatePlan
-    finish: Callable[[ir.ExactResult, float, Rng], Estimate]
-    #: The public names of the released coordinates (``intercept``, the features, ...).
-    terms: tuple[str, ...]
-    #: What the main mechanism perturbs, and its sensitivity per person (public): the L2 of
-    #: the scaled Gram matrix (AdaSSP), or the L1 of the sum of block estimates (a person
-    #: moves one block estimate inside the parameter box).
-    statistic: str
-    sensitivity: float
-
-    @property
-    def event(self) -> PrivacyEvent:
-        """The event charged to the budget filter: exactly the requested cost."""
-        if isinstance(self.cost, ApproxDP):
-            return ApproxEvent(self.cost.epsilon, self.cost.delta)
-        return PureEvent(self.cost.epsilon)
-
-    def describe(self) -> str:
-        """The ledger description of the charge."""
-        return f"fit {self.kind}({', '.join(self.columns)})"
 
 
 @dataclass(frozen=True)
@@ -210,8 +190,9 @@ def plan_fit(
     ``y``/``x`` name the response and feature columns (``mle``: ``y`` is the data column;
     ``sample_and_aggregate``: ``x`` are the columns passed to ``estimator``). ``lower``/``upper``
     bound the estimated parameters (logistic coefficients, MLE parameters, the user function's
-    output); they are public, like the columns' bounds in the metadata. ``method`` (logistic
-    regression only): ``objective_perturbation`` (the default; ``lower``/``upper`` optional,
+    output, the L1 regression's coefficients); they are public, like the columns' bounds in
+    the metadata. ``method``: ``"l1"`` makes a linear regression ``ptr_regression``; (logistic
+    regression): ``objective_perturbation`` (the default; ``lower``/``upper`` optional,
     they clamp the release) or ``sample_and_aggregate``; ``blocks`` fixes the number of blocks
     of a sample-and-aggregate fit (default: chosen from a noisy count of persons) and
     ``max_rows`` caps the rows it fetches from the engine (default
@@ -219,10 +200,15 @@ def plan_fit(
     """
     eps = check_epsilon(OWNER, epsilon)
     features = column_names("x", x)
+    kind, method = ("ptr_regression", None) if (kind, method) == L1_ROUTE else (kind, method)
     chosen = _method(kind, method, blocks, len(features))
     if max_rows is not None and (kind == "linear_regression" or chosen == METHODS[0]):
-        raise fail(OWNER, "max_rows", "None without sample-and-aggregate (the cap is its "
-                   "blocks')", max_rows)  # fmt: skip
+        raise fail(OWNER, "max_rows", "None without blocks (the cap is the blocks')", max_rows)
+    if kind == "ptr_regression":
+        return plan_ptr(
+            metadata, required_column("y", y), features, epsilon=eps, delta=delta, lower=lower,
+            upper=upper, blocks=blocks, max_rows=max_rows, fit_intercept=fit_intercept,
+        )  # fmt: skip
     if kind == "linear_regression":
         response = required_column("y", y)
         return _plan_linear(

@@ -27,7 +27,8 @@ from dpcurator._validation import fail
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators.release import Estimate
-from dpcurator.query.fit import FitPlan, FitRequest, run_fit
+from dpcurator.query.fit import FitRequest, run_fit
+from dpcurator.query.fit_rows import FitPlan
 from dpcurator.query.release import Estimate as Value
 from dpcurator.query.release import Release
 from dpcurator.query.release_estimate import CostEstimate, MechanismUse, ValueColumn

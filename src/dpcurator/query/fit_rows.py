@@ -1,4 +1,5 @@
-"""The rows a row-reading fit (:mod:`dpcurator.query.fit`) fetches from the engine, capped.
+"""The plan of a fit (:class:`FitPlan`) and the rows a row-reading fit (:mod:`dpcurator.query.fit`)
+fetches from the engine, capped.
 
 Logistic regression, ``mle``, ``sample_and_aggregate`` and ``ptr_regression`` run their
 estimator in Python on each person's bounded rows, which the engine returns grouped by
@@ -31,13 +32,16 @@ privacy) fetch every row: there is no person id to hash (each row draws its bloc
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Final
 
 import numpy as np
 
 from dpcurator._validation import check_int, fail
+from dpcurator.accounting import ApproxEvent, PureEvent
+from dpcurator.accounting.events import PrivacyEvent
+from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.estimators.release import Estimate, FloatArray
 from dpcurator.estimators.sample_aggregate import EngineBlocks
 from dpcurator.query import ir
@@ -50,6 +54,37 @@ DEFAULT_MAX_ROWS: Final = 1_000_000
 #: The engine's blocks when the fit chooses k from a noisy count: merged into k <= 16,384
 #: blocks (k = round(ñ^0.6) reaches it at ñ ≈ 10^7 persons, beyond any default cap).
 ENGINE_BLOCKS: Final = 16_384
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """A fit decided from public inputs: what the engine computes, what is charged, and the
+    post-processing that turns the engine's exact result into an :class:`Estimate`."""
+
+    kind: str
+    columns: tuple[str, ...]
+    cost: PureDP | ApproxDP
+    exact: ir.AggregatePlan
+    finish: Callable[[ir.ExactResult, float, Rng], Estimate]
+    #: The public names of the released coordinates (``intercept``, the features, ...).
+    terms: tuple[str, ...]
+    #: What the main mechanism perturbs, and its sensitivity per person (public): the L2 of
+    #: the scaled Gram matrix (AdaSSP), or the L1 of the sum of block estimates (a person
+    #: moves one block estimate inside the parameter box).
+    statistic: str
+    sensitivity: float
+
+    @property
+    def event(self) -> PrivacyEvent:
+        """The event charged to the budget filter: exactly the requested cost."""
+        if isinstance(self.cost, ApproxDP):
+            return ApproxEvent(self.cost.epsilon, self.cost.delta)
+        return PureEvent(self.cost.epsilon)
+
+    def describe(self) -> str:
+        """The ledger description of the charge."""
+        return f"fit {self.kind}({', '.join(self.columns)})"
+
 
 #: A fit's estimator on the fetched rows: (table, person ids or None, α, ε, rng) -> release.
 Run = Callable[[FloatArray, Any, float, Fraction, Rng], Estimate]
