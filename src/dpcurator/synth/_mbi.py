@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import itertools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -97,15 +98,88 @@ def model_marginal(model: Any, clique: Clique) -> npt.NDArray[np.float64]:
     return np.asarray(model.project(tuple(clique)).datavector(flatten=False), dtype=np.float64)
 
 
-def model_marginals(model: Any, cliques: Sequence[Clique]) -> dict[Clique, npt.NDArray[np.float64]]:
-    """The model's marginals over many cliques at once (mbi's ``calculate_many_marginals``:
-    one belief propagation, then products along the junction tree)."""
-    oracles = _submodule("marginal_oracles")
-    vector = oracles.calculate_many_marginals(model.potentials, list(cliques), float(model.total))
-    return {
-        c: np.asarray(vector[c].transpose(c).datavector(flatten=False), dtype=np.float64)
-        for c in cliques
-    }
+@dataclass(frozen=True)
+class Beliefs:
+    """A fitted model's marginals over the maximal cliques of its junction tree, as numpy
+    arrays (each sums to the model's total): one mbi belief propagation (HUGIN) per model.
+
+    Any marginal of the model follows from them in numpy, without a JAX program per marginal
+    shape: the junction tree factorises the model's distribution as P(root) times
+    P(C | C ∩ parent(C)) over the other maximal cliques (Koller & Friedman 2009, §10.3), so
+    summing out the columns outside a marginal along the smallest subtree that covers it is
+    exact. The forest's components are joined by empty separators (independent parts).
+    """
+
+    tree: Any
+    elimination: tuple[str, ...]
+    tables: dict[Clique, npt.NDArray[np.float64]]
+
+    @classmethod
+    def of(cls, model: Any) -> Beliefs:
+        """The beliefs of ``model`` (mbi's junction tree of its cliques)."""
+        tree_module = _submodule("junction_tree")
+        oracles = _submodule("marginal_oracles")
+        jtree, elimination = tree_module.make_junction_tree(
+            model.domain, [tuple(c) for c in model.cliques]
+        )
+        nodes = list(jtree.nodes)
+        vector = oracles.message_passing_hugin(model.potentials.expand(nodes), float(model.total))
+        tables = {
+            c: np.asarray(vector[c].transpose(c).datavector(flatten=False), dtype=np.float64)
+            for c in nodes
+        }
+        tree = jtree.copy()
+        heads = [min(part) for part in _networkx().connected_components(tree)]
+        tree.add_edges_from(itertools.pairwise(heads))
+        return cls(tree, tuple(elimination), tables)
+
+    def marginal(self, clique: Clique) -> npt.NDArray[np.float64]:
+        """The model's marginal over ``clique`` (axes in clique order)."""
+        home = next((c for c in self.tables if set(clique) <= set(c)), None)
+        if home is not None:
+            return _sum_to(self.tables[home], home, clique)
+        holders = [next(c for c in self.tables if column in c) for column in clique]
+        root = holders[0]
+        nodes = set().union(*(_networkx().shortest_path(self.tree, root, h) for h in holders))
+        columns, table = self._message(root, None, nodes, set(clique))
+        return _sum_to(table, columns, clique)
+
+    def _message(
+        self, node: Clique, parent: Clique | None, nodes: set[Clique], query: set[str]
+    ) -> tuple[Clique, npt.NDArray[np.float64]]:
+        """``node``'s factor towards ``parent``: P(query columns of its subtree | separator)
+        over the separator and those columns (at the root, parent None: their counts)."""
+        operands = [(node, self.tables[node])]
+        if parent is not None:
+            separator = tuple(c for c in node if c in parent)
+            below = _sum_to(self.tables[node], node, separator)
+            safe = np.where(below > 0, below, 1.0)
+            operands.append((separator, np.where(below > 0, 1.0 / safe, 0.0)))
+        for child in self.tree.neighbors(node):
+            if child in nodes and child != parent:
+                operands.append(self._message(child, node, nodes, query))
+        covered = sorted(set().union(*(set(columns) for columns, _ in operands)))
+        keep = tuple(c for c in covered if c in query or (parent is not None and c in parent))
+        label = {c: i for i, c in enumerate(covered)}
+        arguments: list[Any] = []
+        for columns, table in operands:
+            arguments += [table, [label[c] for c in columns]]
+        return keep, np.einsum(*arguments, [label[c] for c in keep], optimize=True)
+
+
+def _sum_to(
+    table: npt.NDArray[np.float64], columns: Sequence[str], keep: Sequence[str]
+) -> npt.NDArray[np.float64]:
+    """``table`` (axes: ``columns``) summed over the columns not in ``keep``, axes in keep's
+    order."""
+    summed = table.sum(axis=tuple(i for i, c in enumerate(columns) if c not in keep))
+    rest = [c for c in columns if c in keep]
+    return np.asarray(np.transpose(summed, [rest.index(c) for c in keep]), dtype=np.float64)
+
+
+def _networkx() -> ModuleType:
+    """networkx (a dependency of mbi)."""
+    return importlib.import_module("networkx")
 
 
 def model_size_mb(domain: SynthDomain, cliques: Sequence[Clique]) -> float:
@@ -121,20 +195,13 @@ def sample(
     order and clique marginals mbi's own sampler uses), each column allocated within each
     configuration of its parents by largest-remainder rounding and shuffled with ``rng`` (the
     only entropy: dpcurator.random), so the records' marginals follow the model's closely."""
-    tree = _submodule("junction_tree")
-    oracles = _submodule("marginal_oracles")
-    jtree, elimination = tree.make_junction_tree(model.domain, [tuple(c) for c in model.cliques])
-    nodes = list(jtree.nodes)
-    beliefs = oracles.message_passing_hugin(model.potentials.expand(nodes), float(model.total))
+    beliefs = Beliefs.of(model)
     total = max(int(rows), 1)
     data: dict[str, npt.NDArray[np.int64]] = {}
-    for column in elimination[::-1]:
-        near = set().union(*(set(c) for c in nodes if column in c))
+    for column in beliefs.elimination[::-1]:
+        near = set().union(*(set(c) for c in beliefs.tables if column in c))
         parents = tuple(p for p in data if p in near)
-        home = next(c for c in nodes if set(parents) | {column} <= set(c))
-        joint = np.asarray(
-            beliefs[home].project((*parents, column)).datavector(flatten=False), dtype=np.float64
-        ).reshape(-1, domain.column(column).size)
+        joint = beliefs.marginal((*parents, column)).reshape(-1, domain.column(column).size)
         data[column] = _allocate(
             joint, parents=parents, data=data, domain=domain, total=total, rng=rng
         )

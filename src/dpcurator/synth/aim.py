@@ -99,7 +99,7 @@ def _scored(
     domain: SynthDomain,
     weights: dict[Clique, int],
     exact: dict[Clique, np.ndarray],
-    model: object,
+    beliefs: _mbi.Beliefs,
     cliques: list[Clique],
     *,
     limit: float,
@@ -109,12 +109,19 @@ def _scored(
     their AIM scores w_r·(‖M_r(D) - M_r(model)‖₁ - bias·n_r)."""
     allowed = [r for r in weights if _mbi.model_size_mb(domain, [*cliques, r]) <= limit]
     allowed = allowed or [r for r in weights if len(r) == 1]
-    marginals = _mbi.model_marginals(model, allowed)
     scores = [
-        weights[r] * (float(np.abs(exact[r] - marginals[r]).sum()) - bias * domain.cells(r))
+        weights[r] * (float(np.abs(exact[r] - beliefs.marginal(r)).sum()) - bias * domain.cells(r))
         for r in allowed
     ]
     return allowed, scores
+
+
+def _measure(
+    gaussian: Gaussian, exact: dict[Clique, np.ndarray], clique: Clique, rng: Rng | None
+) -> _mbi.Measurement:
+    """The marginal over ``clique`` with the discrete Gaussian's noise, for mbi."""
+    noisy = gaussian.release_integers(exact[clique], rng).astype(float)
+    return _mbi.Measurement(clique, noisy, float(gaussian.sigma))
 
 
 def aim(
@@ -154,13 +161,9 @@ def aim(
     source = rng if rng is not None else session.rng
     exact = exact_marginals(session, domain, tuple(weights), event, description=f"AIM rho={total}")
     steps = [Step("measure", c, gaussian.rho(l2)) for c in ones]
-    measured = [
-        _mbi.Measurement(
-            c, gaussian.release_integers(exact[c], source).astype(float), float(gaussian.sigma)
-        )
-        for c in ones
-    ]
+    measured = [_measure(gaussian, exact, c, source) for c in ones]
     model = _mbi.estimate(domain, measured, iters=round_iters)
+    beliefs = _mbi.Beliefs.of(model)
     spent = sum((s.cost for s in steps), Fraction(0))
     report(progress, f"AIM: {len(ones)} one-way marginals measured", 0.9 * float(spent / total))
     sensitivity = max(weights.values()) * l1
@@ -171,27 +174,26 @@ def aim(
             gaussian = Gaussian.for_rho(ALPHA * rest, l2)
             epsilon = selection_epsilon((1 - ALPHA) * rest)
             final = True
-        sigma = float(gaussian.sigma)
-        bias = math.sqrt(2 / math.pi) * sigma
+        bias = math.sqrt(2 / math.pi) * float(gaussian.sigma)
         allowed, scores = _scored(
             domain,
             weights,
             exact,
-            model,
+            beliefs,
             [m.clique for m in measured],
             limit=float(spent / total) * max_model_size,
             bias=bias,
         )
         r = allowed[select(scores, sensitivity, epsilon, source)]
         steps.append(Step("select", r, epsilon**2 / 8))
-        before = _mbi.model_marginal(model, r)
-        noisy = gaussian.release_integers(exact[r], source).astype(float)
-        measured.append(_mbi.Measurement(r, noisy, sigma))
+        before = beliefs.marginal(r)
+        measured.append(_measure(gaussian, exact, r, source))
         steps.append(Step("measure", r, gaussian.rho(l2)))
         spent += gaussian.rho(l2) + epsilon**2 / 8
         model = _mbi.estimate(domain, measured, iters=round_iters, warm_start=model)
         _mbi.release_compiled()
-        moved = float(np.abs(_mbi.model_marginal(model, r) - before).sum())
+        beliefs = _mbi.Beliefs.of(model)
+        moved = float(np.abs(beliefs.marginal(r) - before).sum())
         if not final and moved <= bias * domain.cells(r):
             rho_m *= 4
             gaussian = Gaussian.for_rho(rho_m, l2)
