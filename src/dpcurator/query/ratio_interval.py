@@ -46,6 +46,8 @@ from dpcurator.mechanisms import Gaussian, Laplace
 POINTS = 4096
 #: The count's lower bound spends this fraction of α (step 1 of the module docstring).
 NUISANCE_FRACTION = 0.1
+#: Groups per vectorised block (a block holds _CHUNK x POINTS floats).
+_CHUNK = 64
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -163,10 +165,6 @@ def moment_intervals(
     if kind == "stddev":
         results = np.sqrt(np.maximum(results, 0.0))
     return [(float(v), float(low), float(high)) for v, low, high in results]
-
-
-#: Groups per vectorised block (a block holds _CHUNK x POINTS floats).
-_CHUNK = 64
 
 
 def _errors(kind: str, centre: float, plug: FloatArray, draws: FloatArray) -> FloatArray:
