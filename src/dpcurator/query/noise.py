@@ -364,12 +364,7 @@ def _rho_plan(
             f"threshold {selection.threshold} has δ = {readable(delta)})"
         )
     return replace(
-        plan,
-        outputs=outputs,
-        selection=selection,
-        cost=ZCDP(rho),
-        event=rho_event(rho, delta),
-        noise=text,
+        plan, selection=selection, cost=ZCDP(rho), event=rho_event(rho, delta), noise=text
     )
 
 
