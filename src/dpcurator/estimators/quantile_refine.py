@@ -14,12 +14,14 @@ inputs and earlier DP outputs only:
 3. optionally a (1-α) interval (:class:`IntervalPlan`) from discrete Laplace counts around the
    final edge.
 
-Which levels: :func:`choose_levels`, a public rule (the bounds only): two levels, or one level of
-evenly spaced candidates when refined bins would be too narrow for float edges. A rule switching
-to one level at small ε was measured and dropped (benchmarks/estimators.py --quantiles at
-ε = 0.1: one level was at or below the best peer in 2 of 6 cells, two levels in 3). Integer
-data whose range fits unit bins (``integer=True``) has one level choosing among the integers (bin
-centres, :mod:`dpcurator.estimators.quantiles`).
+Which levels: :func:`choose_levels`, a public rule (the selection ε and the bounds only): two
+levels, or at a selection ε below 1/2 one level of 65,536 bins (the coarse level's share of the
+budget costs more there than the resolution it buys: benchmarks/estimators.py --quantiles at
+ε = 0.1, n = 10^4), or one level of 1,024 evenly spaced candidates when finer bins would be too
+narrow for float edges. The best choice depends on n and the data's density, which are private;
+the rule is tuned at n = 10^4 (at much larger n and small ε, two levels would resolve finer).
+Integer data whose range fits unit bins (``integer=True``) has one level choosing among the
+integers (bin centres, :mod:`dpcurator.estimators.quantiles`).
 
 Scores (edges, not bin centres, so that a candidate's score measures the rank distance of the
 value it would release). For an edge e with L values below it among n, the target (0-indexed)
@@ -70,7 +72,7 @@ import numpy.typing as npt
 
 from dpcurator._validation import check_int, check_probability, check_real, fail
 from dpcurator.core.measures import PureDP
-from dpcurator.core.numbers import to_fraction
+from dpcurator.core.numbers import dyadic_down, to_fraction
 from dpcurator.estimators.quantiles import (
     QuantileBins,
     quantile_scores,
@@ -88,14 +90,26 @@ from dpcurator.random import Rng
 
 #: ``(share of the selection budget, half-width in bins of the previous level, bins)`` per level.
 #: Chosen by measurement (benchmarks/estimators.py --quantiles): a coarse level that only has to
-#: land within ± half-width of its bins, then one fine level over that neighbourhood.
+#: land within ± half-width of its bins, then one fine level over that neighbourhood (bins of
+#: 1/262,144 of the range: below the gaps between order statistics of 10^4 values on [0, 100]).
 DEFAULT_LEVELS: tuple[tuple[Fraction, int, int], ...] = (
     (Fraction(1, 5), 0, 1024),
-    (Fraction(4, 5), 16, 2048),
+    (Fraction(4, 5), 16, 8192),
 )
 
-#: One level of evenly spaced candidates (the 1,025 edges of 1,024 bins), for small ε.
+#: One level of 65,536 bins, for a selection ε below :data:`SMALL_EPSILON`: all of it on one
+#: selection whose rank noise (about 1/ε ranks) dwarfs the bins at such ε.
+FINE_ONE_LEVEL: tuple[tuple[Fraction, int, int], ...] = ((Fraction(1), 0, 65536),)
+
+#: One level of evenly spaced candidates (the 1,025 edges of 1,024 bins), for bounds too narrow
+#: for finer float edges.
 ONE_LEVEL: tuple[tuple[Fraction, int, int], ...] = ((Fraction(1), 0, 1024),)
+
+#: Selection ε below which :func:`choose_levels` keeps one fine level (measured, n = 10^4:
+#: benchmarks/estimators.py --quantiles; at ε = 0.1 two levels lose the coarse level's fifth of
+#: the budget, and one level was 10-20% better on all six cells; at ε = 1 the fine level's
+#: resolution decides the lognormal cells and two levels win).
+SMALL_EPSILON = Fraction(1, 2)
 
 #: Share of a quantile's ε spent on its interval when one is asked for.
 DEFAULT_INTERVAL_SHARE = Fraction(1, 5)
@@ -111,6 +125,11 @@ OUTER_ALPHA_SHARE = 0.2
 #: edges stay distinct); otherwise :func:`choose_levels` keeps one level.
 _MIN_RELATIVE_WIDTH = 2.0**-40
 
+#: Each level's ε is rounded down to n / 2^k with n < 2^_EPSILON_BITS (spending at most a 2^-39
+#: relative part less than planned): permute-and-flip's coins then take their int64 path, where
+#: the exact float-to-fraction ε (e.g. 0.1 = 3602879701896397 / 2^55) forces Python integers.
+_EPSILON_BITS = 40
+
 #: Counts the values of one public histogram (a numpy bincount, or an engine's GROUP BY bin).
 Counter = Callable[[QuantileBins], npt.NDArray[np.int64]]
 
@@ -119,28 +138,32 @@ def edge_scores(
     counts: npt.ArrayLike, p: Fraction, rows_per_person: int = 1
 ) -> tuple[npt.NDArray[np.int64], int]:
     """The scores of the ``bins + 1`` edges of a histogram and their sensitivity (see the module
-    docstring), in exact integers (Python ints, so no wrap-around) clamped to [-2^62, 0]."""
+    docstring), in exact integers (Python ints in object arrays, so no wrap-around) clamped to
+    [-2^62, 0]."""
     check_int("edge_scores", "rows_per_person", rows_per_person, minimum=1)
-    exact = [int(c) for c in np.asarray(counts, dtype=np.int64).reshape(-1)]
+    exact = np.asarray(counts, dtype=np.int64).reshape(-1).astype(object)
     num, den = p.numerator, p.denominator
-    target = 2 * num * (sum(exact) - 1) + den
-    scores, below = [], 0
-    for count in [*exact, 0]:
-        scores.append(-min(abs(2 * den * below - target), 2**62))
-        below += count
-    return np.array(scores, dtype=np.int64), 2 * rows_per_person * max(num, den - num)
+    below = np.concatenate([np.zeros(1, dtype=object), np.cumsum(exact, dtype=object)])
+    target = 2 * num * (below[-1] - 1) + den
+    distance = np.minimum(np.abs(2 * den * below - target), 2**62)
+    return -distance.astype(np.int64), 2 * rows_per_person * max(num, den - num)
 
 
-def choose_levels(lower: float, upper: float) -> tuple[tuple[Fraction, int, int], ...]:
-    """The levels of a quantile from public inputs only (never the data): :data:`ONE_LEVEL` when
-    refined bins would be too narrow for float edges (so later windows never collapse), else
-    :data:`DEFAULT_LEVELS`."""
+def choose_levels(
+    lower: float, upper: float, epsilon: object = 1
+) -> tuple[tuple[Fraction, int, int], ...]:
+    """The levels of a quantile from public inputs only (never the data): for a selection
+    ``epsilon`` below :data:`SMALL_EPSILON` :data:`FINE_ONE_LEVEL`, else :data:`DEFAULT_LEVELS`;
+    :data:`ONE_LEVEL` when the finest bins would be too narrow for float edges (so later windows
+    never collapse)."""
     magnitude = max(abs(float(lower)), abs(float(upper)))
-    (_, _, coarse), (_, half_width, fine) = DEFAULT_LEVELS
-    finest = (float(upper) - float(lower)) / coarse * 2 * half_width / fine
+    chosen = FINE_ONE_LEVEL if to_fraction(epsilon) < SMALL_EPSILON else DEFAULT_LEVELS
+    finest = (float(upper) - float(lower)) / chosen[0][2]
+    for _, half_width, bins in chosen[1:]:
+        finest *= 2 * half_width / bins
     if finest <= magnitude * _MIN_RELATIVE_WIDTH:
         return ONE_LEVEL
-    return DEFAULT_LEVELS
+    return chosen
 
 
 @functools.lru_cache(maxsize=4096)
@@ -239,18 +262,17 @@ class RefinedQuantile:
             raise fail("RefinedQuantile.plan", "upper", f"> lower ({lower})", upper)
         check_int("RefinedQuantile.plan", "rows_per_person", rows_per_person, minimum=1)
         interval = None
-        selection = eps
+        selection = eps if alpha is None else eps * (1 - interval_share)
         unit_bins = QuantileBins.for_bounds(lower, upper, integer=integer)
         unit = unit_bins.lower != float(lower)
         if unit:
             levels = ((Fraction(1), 0, unit_bins.bins),)
         elif levels is None:
-            levels = choose_levels(lower, upper)
+            levels = choose_levels(lower, upper, selection)
         if sum(share for share, _, _ in levels) != 1:
             raise fail("RefinedQuantile.plan", "levels", "shares summing to 1", levels)
         if alpha is not None:
             a = float(check_probability("quantile", "alpha", alpha, open_low=True, open_high=True))
-            selection = eps * (1 - interval_share)
             laplace = Laplace.for_epsilon(eps * interval_share, 2 * rows_per_person)
             shells = max(1, (levels[-1][2] // SHELL_WIDTH).bit_length())
             outer = levels[0][2].bit_length() if len(levels) > 1 else 0
@@ -263,7 +285,7 @@ class RefinedQuantile:
                 half_width,
                 check_int("RefinedQuantile.plan", "bins", bins, minimum=2),
                 PermuteAndFlip(
-                    selection * share,
+                    dyadic_down(selection * share, _EPSILON_BITS),
                     sensitivity,
                     bins if unit else bins + 1 if i == 0 else bins - 1,
                 ),
