@@ -19,9 +19,10 @@ A query is charged as one event (:class:`~dpcurator.accounting.PureEvent` of its
 :class:`~dpcurator.accounting.ApproxEvent` when partition selection spends δ, or for discrete
 Gaussian noise a :class:`~dpcurator.accounting.ConcentratedEvent` or
 :class:`~dpcurator.accounting.ZCDPEvent`: see :mod:`dpcurator.query.noise`), kept on the release
-(``Release.events``). ``accounting="concentrated"`` charges events to a
-:class:`~dpcurator.accounting.ConcentratedFilter` (zCDP for Gaussian and many small queries,
-basic composition for large pure ones) instead of basic composition.
+(``Release.events``). A budget with δ > 0 charges events to a
+:class:`~dpcurator.accounting.ConcentratedFilter` by default (a basic route for a few large pure
+queries, a Rényi route for Gaussian and many small ones); ``accounting="basic"`` asks for basic
+composition, which a pure ε budget always uses.
 
 Caches (both bounded LRUs, thread-safe, shareable between sessions over the same table):
 
@@ -105,7 +106,7 @@ DEFAULT_RESULT_CACHE_WEIGHT = 2_000_000
 PlanKey = tuple[str | Query, object, object, object, Metadata]
 PlanCache = LruCache[PlanKey, Plan]
 ResultCache = LruCache[AggregatePlan, ExactResult]
-#: The session accountings: basic composition, or the ConcentratedFilter (zCDP side, basic side).
+#: The session accountings: basic composition, or the ConcentratedFilter (basic / Rényi routes).
 ACCOUNTINGS = ("basic", "concentrated")
 #: A result cache keeps the exact results of plans of at most this many groups (decided from
 #: the plan: see :func:`result_is_cacheable`).
