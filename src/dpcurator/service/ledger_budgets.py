@@ -4,10 +4,10 @@ The ledger stores every ε, δ and ρ as the text of a :class:`~fractions.Fracti
 so costs add exactly; this module reads them back. A budget is accounted in one of two ways:
 
 * ``basic``: (ε, δ) costs add up (basic sequential composition; optimal for pure ε budgets, and
-  the accounting of every budget made before events were stored);
-* ``concentrated``: the charges' events are replayed through a
-  :class:`~dpcurator.accounting.ConcentratedFilter` (zCDP for Gaussian releases, the fully
-  adaptive mixed filter across pure, (ε, δ) and zCDP events; see
+  the accounting of every budget made before accounts existed);
+* ``concentrated`` (the default for a new budget with δ > 0, or a ρ): the charges' events are
+  replayed through a :class:`~dpcurator.accounting.ConcentratedFilter` (the fully adaptive
+  filter across pure, (ε, δ) and zCDP events: a basic route, or a Rényi route; see
   :mod:`dpcurator.service.ledger_accounts`). Its view carries the filter's native parts.
 """
 

@@ -156,8 +156,8 @@ class CostOut(BaseModel):
 
 
 class PartsOut(BaseModel):
-    """A concentrated budget's parts (:class:`~dpcurator.accounting.ConcentratedFilter`): ε
-    charged by basic composition, ρ (zCDP) and the δ of approximate events."""
+    """A concentrated budget's parts (:class:`~dpcurator.accounting.ConcentratedFilter`): ε of
+    the basic route, ρ of the Rényi route and the δ of approximate events."""
 
     epsilon: float
     rho: float
