@@ -48,8 +48,12 @@ workloads get ρ ≈ 0.0229 (100 queries: CI half-widths 3.3x narrower than Lapl
 pure ones ρ-like costs (100 pure queries of 0.0214 each). The former fixed split of ε (a quarter
 by basic composition, the rest by zCDP) allowed one pure query of 0.25, ten of 0.0625, a hundred
 of 0.0176 and ρ ≈ 0.0134 (2.5x): this filter is at least as good in each case
-(``benchmarks/accounting.py``). A ρ budget has no basic route: events are charged by their ρ
-(pure ones by ε²/2) and the total is ρ-zCDP (delta-approximately, with ``delta``).
+(``benchmarks/accounting.py``). Mixed: after one pure 0.2, 100 Gaussian queries get
+ρ ≈ 1.43e-4 each here and 1.34e-4 under the split; after one pure 0.25 (the split's whole
+basic part), 1.22e-4 here against 1.34e-4, the one measured case where the split did better;
+after one pure 0.5 the split refuses every Gaussian query. A ρ budget has no basic route:
+events are charged by their ρ (pure ones by ε²/2) and the total is ρ-zCDP (delta-approximately,
+with ``delta``).
 """
 
 from __future__ import annotations
