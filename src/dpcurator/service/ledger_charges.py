@@ -10,6 +10,7 @@ with a request key holds a claim on it, renewed while it computes
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import time
@@ -74,6 +75,30 @@ class ChargeRequest:
     events: list[Any]
     request_key: str | None = None
     charge_grant: bool = True
+
+    @classmethod
+    def owner_release(
+        cls,
+        principal_id: str,
+        dataset_id: str,
+        *,
+        kind: str,
+        text: str,
+        cost: ApproxDP,
+        events: list[Any],
+    ) -> ChargeRequest:
+        """An owner's release charged to the dataset's global cap only (no grant, no request
+        key), identified by ``text`` and fingerprinted by the SHA-256 of its UTF-8 bytes."""
+        return cls(
+            principal_id=principal_id,
+            dataset_id=dataset_id,
+            kind=kind,
+            query_text=text,
+            fingerprint=hashlib.sha256(text.encode()).hexdigest(),
+            cost=cost,
+            events=events,
+            charge_grant=False,
+        )
 
     @functools.cached_property
     def event(self) -> PrivacyEvent:

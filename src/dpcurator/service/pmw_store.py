@@ -136,15 +136,13 @@ class PmwStore:
         text = json.dumps({"pmw": mode_id, **public}, sort_keys=True)
         charge_filter = LedgerFilter(
             self.ledger,
-            ChargeRequest(
-                principal_id=identity.principal_id,
-                dataset_id=dataset.id,
+            ChargeRequest.owner_release(
+                identity.principal_id,
+                dataset.id,
                 kind="pmw",
-                query_text=text,
-                fingerprint=hashlib.sha256(text.encode()).hexdigest(),
+                text=text,
                 cost=ApproxDP(0, 0),
                 events=[],
-                charge_grant=False,
             ),
         )
         session = Session(runtime.backend, runtime.metadata, budget_filter=charge_filter)

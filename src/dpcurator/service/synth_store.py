@@ -21,7 +21,6 @@ or the noisy total when not given).
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import logging
@@ -84,15 +83,13 @@ class SynthStore:
         release_id = f"syn_{random_id(9)}"
         text = json.dumps({"synthetic": release_id, **spec.to_json()}, sort_keys=True)
         reserved = self.ledger.reserve(
-            ChargeRequest(
-                principal_id=identity.principal_id,
-                dataset_id=dataset.id,
+            ChargeRequest.owner_release(
+                identity.principal_id,
+                dataset.id,
                 kind="synthetic",
-                query_text=text,
-                fingerprint=hashlib.sha256(text.encode()).hexdigest(),
+                text=text,
                 cost=plan.cost,
                 events=[plan.event.to_dict()],
-                charge_grant=False,
             )
         )
         self.ledger.hold_claim(reserved.charge_id)
