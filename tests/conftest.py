@@ -21,3 +21,10 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.fail(f"Shared datasets not found at {SHARED_DATA}; set DPCURATOR_SHARED_DATA.")
     return SHARED_DATA
+
+
+@pytest.fixture
+def cli_environment_cleared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``DPCURATOR_TOKEN`` / ``DPCURATOR_URL`` from the caller's shell reaches the CLI."""
+    monkeypatch.delenv("DPCURATOR_TOKEN", raising=False)
+    monkeypatch.delenv("DPCURATOR_URL", raising=False)

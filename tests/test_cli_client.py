@@ -12,58 +12,26 @@ import json
 import math
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from dpcurator.cli import main
 from dpcurator.cli_format import Output, show
-from tests.service_fixtures import PEOPLE_METADATA, LiveServer, write_people
+from tests._service_helpers import new_analyst, run_cli, serve_people
 
 SQL = "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex"
+
+
+pytestmark = pytest.mark.usefixtures("cli_environment_cleared")
 
 
 @pytest.fixture(scope="module")
 def curator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """A served ``people`` dataset (cap ε 1000): its URL and the owner's token."""
-    root = tmp_path_factory.mktemp("cli")
-    csv_path = write_people(root / "people.csv")
-    meta = root / "people.json"
-    meta.write_text(json.dumps(PEOPLE_METADATA), encoding="utf-8")
-    args = ["--data", str(csv_path), "--metadata", str(meta), "--cap-epsilon", "1000"]
-    server = LiveServer([*args, "--ledger", f"sqlite:///{root / 'l.sqlite3'}"])
-    server.start(wait_lines=2)
-    try:
-        yield server.url, server.first_lines[0].removeprefix("owner token: ")
-    finally:
-        server.stop()
-
-
-@pytest.fixture(autouse=True)
-def _no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DPCURATOR_TOKEN", raising=False)
-    monkeypatch.delenv("DPCURATOR_URL", raising=False)
-
-
-def _analyst(url: str, owner_token: str, epsilon: float) -> tuple[str, str, str]:
-    """A new analyst granted ``epsilon`` on people: (id, name, token)."""
-    name = f"ann{time.monotonic_ns()}"
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {owner_token}"}) as owner:
-        issued = owner.post("/v1/analysts", json={"name": name}).json()
-        analyst_id = issued["principal"]["id"]
-        owner.put(
-            f"/v1/analysts/{analyst_id}/grants/people", json={"epsilon": epsilon}
-        ).raise_for_status()
-    return analyst_id, name, issued["token"]
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    said = capsys.readouterr()
-    return code, said.out, said.err
+    with serve_people(tmp_path_factory.mktemp("cli")) as served:
+        yield served
 
 
 def _strict_json(text: str) -> Any:
@@ -81,19 +49,19 @@ def test_datasets_show_the_remaining_grant_or_the_owners_cap(
     curator: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, owner = curator
-    _, _, token = _analyst(url, owner, 2.0)
+    _, _, token = new_analyst(url, owner, 2.0)
     query = ["query", "--url", url, "--token", token, "--dataset", "people", "--epsilon", "0.5"]
     assert main([*query, SQL]) == 0
     capsys.readouterr()
-    code, out, _ = _run(capsys, "datasets", "--url", url, "--token", token)
+    code, out, _ = run_cli(capsys, "datasets", "--url", url, "--token", token)
     assert code == 0
     assert out.splitlines()[0].split()[:4] == ["id", "name", "budget", "remaining_epsilon"]
     assert out.splitlines()[1].split()[:4] == ["people", "people", "grant", "1.5"]
-    code, out, _ = _run(capsys, "datasets", "--url", url, "--token", token, "--format", "csv")
+    code, out, _ = run_cli(capsys, "datasets", "--url", url, "--token", token, "--format", "csv")
     assert _csv(out)[0]["remaining_epsilon"] == "1.5"
-    code, out, _ = _run(capsys, "datasets", "--url", url, "--token", token, "--format", "json")
+    code, out, _ = run_cli(capsys, "datasets", "--url", url, "--token", token, "--format", "json")
     assert _strict_json(out)[0]["budget"]["remaining"]["epsilon_exact"] == "3/2"
-    code, out, _ = _run(capsys, "datasets", "--url", url, "--token", owner, "--format", "csv")
+    code, out, _ = run_cli(capsys, "datasets", "--url", url, "--token", owner, "--format", "csv")
     assert _csv(out)[0]["budget"] == "global cap"
 
 
@@ -101,22 +69,22 @@ def test_estimate_is_free_and_states_the_ci_half_widths_and_level(
     curator: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, owner = curator
-    _, _, token = _analyst(url, owner, 1.0)
+    _, _, token = new_analyst(url, owner, 1.0)
     base = ["--url", url, "--token", token, "--dataset", "people"]
-    code, out, _ = _run(capsys, "estimate", *base, "--epsilon", "0.5", SQL)
+    code, out, _ = run_cli(capsys, "estimate", *base, "--epsilon", "0.5", SQL)
     assert code == 0
     assert out.splitlines()[0].split() == ["column", "95%", "CI", "half-width"]
     assert out.splitlines()[1].split()[0] == "n"
     assert "cost: ε=0.5 δ=0 (an estimate: nothing was charged)" in out
     assert "fits the remaining budget (ε=1 δ=0): yes" in out
-    code, out, _ = _run(capsys, "estimate", *base, "--accuracy", "n=40", "--format", "csv", SQL)
+    code, out, _ = run_cli(capsys, "estimate", *base, "--accuracy", "n=40", "--format", "csv", SQL)
     (row,) = _csv(out)
     assert row["column"] == "n"
     assert float(row["ci_halfwidth"]) <= 40
     assert row["ci_level"] == "0.95"
-    _, out, _ = _run(capsys, "query", *base, "--accuracy", "n=40", "--format", "json", SQL)
+    _, out, _ = run_cli(capsys, "query", *base, "--accuracy", "n=40", "--format", "json", SQL)
     assert _strict_json(out)["cost"]["epsilon"] == float(row["epsilon"])  # what was estimated
-    _, out, _ = _run(capsys, "budget", *base, "--format", "json")
+    _, out, _ = run_cli(capsys, "budget", *base, "--format", "json")
     assert _strict_json(out)["spent"]["epsilon"] == float(row["epsilon"])  # estimates are free
 
 
@@ -124,21 +92,21 @@ def test_query_formats_carry_values_intervals_and_the_ci_level(
     curator: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, owner = curator
-    _, _, token = _analyst(url, owner, 1.0)
+    _, _, token = new_analyst(url, owner, 1.0)
     base = ["--url", url, "--token", token, "--dataset", "people", "--epsilon", "0.25"]
-    code, out, _ = _run(capsys, "query", *base, SQL)
+    code, out, _ = run_cli(capsys, "query", *base, SQL)
     assert code == 0
     assert out.splitlines()[0].split() == ["sex", "n"]
     assert "[low, high]: 95% confidence intervals" in out
     assert "cost: ε=0.25 δ=0" in out
     assert "remaining: ε=0.75 δ=0" in out
-    _, out, _ = _run(capsys, "query", *base, "--format", "csv", SQL)
+    _, out, _ = run_cli(capsys, "query", *base, "--format", "csv", SQL)
     rows = _csv(out)
     assert list(rows[0]) == ["sex", "n", "n_ci_low", "n_ci_high", "ci_level"]
     assert [r["sex"] for r in rows] == ["F", "M"]
     assert all(float(r["n_ci_low"]) <= float(r["n"]) <= float(r["n_ci_high"]) for r in rows)
     assert {r["ci_level"] for r in rows} == {"0.95"}
-    _, out, _ = _run(capsys, "query", *base, "--format", "json", SQL)
+    _, out, _ = run_cli(capsys, "query", *base, "--format", "json", SQL)
     answer = _strict_json(out)
     assert answer["release"]["ci_level"] == 0.95
     assert answer["cost"]["epsilon_exact"] == "1/4"
@@ -148,26 +116,26 @@ def test_history_is_the_callers_own_and_owners_see_the_analyst(
     curator: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, owner = curator
-    ann_id, ann, ann_token = _analyst(url, owner, 1.0)
-    _, _, bob_token = _analyst(url, owner, 1.0)
+    ann_id, ann, ann_token = new_analyst(url, owner, 1.0)
+    _, _, bob_token = new_analyst(url, owner, 1.0)
     for token, sql in ((ann_token, SQL), (bob_token, "SELECT COUNT(*) AS bobs FROM people")):
         argv = ["query", "--url", url, "--token", token, "--dataset", "people", "--epsilon", "0.1"]
         assert main([*argv, sql]) == 0
     capsys.readouterr()
-    code, out, _ = _run(capsys, "history", "--url", url, "--token", ann_token)
+    code, out, _ = run_cli(capsys, "history", "--url", url, "--token", ann_token)
     assert code == 0
     assert out.splitlines()[0].split() == [
         "id", "created_at", "dataset_id", "kind", "status", "epsilon", "delta", "sql"
     ]  # fmt: skip
     assert len(out.splitlines()) == 2
     assert out.splitlines()[1].endswith(SQL)
-    _, out, _ = _run(capsys, "history", "--url", url, "--token", owner, "--format", "csv")
+    _, out, _ = run_cli(capsys, "history", "--url", url, "--token", owner, "--format", "csv")
     rows = _csv(out)
     mine = [r for r in rows if r["analyst_id"] == ann_id]
     assert [(r["analyst"], r["sql"], r["epsilon"]) for r in mine] == [(ann, SQL, "0.1")]
     assert any(r["sql"].endswith("bobs FROM people") for r in rows)
     argv = ["history", "--url", url, "--token", owner, "--dataset", "people", "--limit", "1"]
-    _, out, _ = _run(capsys, *argv, "--format", "json")
+    _, out, _ = run_cli(capsys, *argv, "--format", "json")
     (latest,) = _strict_json(out)
     assert latest["sql"] == "SELECT COUNT(*) AS bobs FROM people"
 
@@ -176,14 +144,14 @@ def test_owner_publishes_and_anyone_lists_and_downloads_releases(
     curator: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, owner = curator
-    _, _, token = _analyst(url, owner, 1.0)
+    _, _, token = new_analyst(url, owner, 1.0)
     queries = ["SELECT COUNT(*) AS n FROM people", "SELECT region, COUNT(*) AS n FROM people"]
     queries[1] += " GROUP BY region"
     publish = ["publish", "--url", url, "--dataset", "people", "--name", "spring", "--epsilon"]
-    code, out, err = _run(capsys, *publish, "0.5", "--token", token, *queries)
+    code, out, err = run_cli(capsys, *publish, "0.5", "--token", token, *queries)
     assert (code, out) == (1, "")
     assert err == "error: --token: This operation is reserved to data owners.\n"
-    code, out, _ = _run(capsys, *publish, "0.5", "--token", owner, *queries)
+    code, out, _ = run_cli(capsys, *publish, "0.5", "--token", owner, *queries)
     assert code == 0
     title = out.splitlines()[0]
     assert title.startswith("release rel_")
@@ -191,17 +159,17 @@ def test_owner_publishes_and_anyone_lists_and_downloads_releases(
     assert f"query 2: {queries[1]}" in out
     release_id = title.split()[1]
     listing = ["releases", "--url", url, "--token", token]
-    _, out, _ = _run(capsys, *listing, "--dataset", "people", "--format", "csv")
+    _, out, _ = run_cli(capsys, *listing, "--dataset", "people", "--format", "csv")
     listed = [r for r in _csv(out) if r["id"] == release_id]
     assert [(r["name"], r["queries"], r["epsilon"]) for r in listed] == [("spring", "2", "1.0")]
-    _, out, _ = _run(capsys, *listing, "--id", release_id, "--format", "csv")
+    _, out, _ = run_cli(capsys, *listing, "--id", release_id, "--format", "csv")
     rows = _csv(out)
     assert list(rows[0]) == [
         "query", "region", "statistic", "value", "ci_low", "ci_high", "ci_level"
     ]  # fmt: skip
     assert [(r["query"], r["region"]) for r in rows][:2] == [("1", ""), ("2", "north")]
     assert len(rows) == 5
-    _, out, _ = _run(capsys, *listing, "--id", release_id, "--format", "json")
+    _, out, _ = run_cli(capsys, *listing, "--id", release_id, "--format", "json")
     assert [r["sql"] for r in _strict_json(out)["results"]] == queries
 
 
@@ -231,7 +199,7 @@ def test_refusals_are_one_line_errors(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     url, owner = curator
-    code, out, err = _run(capsys, argv[0], "--url", url, "--token", owner, *argv[1:])
+    code, out, err = run_cli(capsys, argv[0], "--url", url, "--token", owner, *argv[1:])
     assert (code, out) == (1, "")
     assert err.startswith(message)
     assert err.count("\n") == 1
@@ -242,13 +210,13 @@ def test_token_problems_name_the_token(
     curator: tuple[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, owner = curator
-    code, _, err = _run(capsys, "datasets", "--url", url)
+    code, _, err = run_cli(capsys, "datasets", "--url", url)
     assert (code, err) == (1, "error: --token is required (or set DPCURATOR_TOKEN)\n")
-    code, _, err = _run(capsys, "datasets", "--url", url, "--token", "dpc_abc_def")
+    code, _, err = run_cli(capsys, "datasets", "--url", url, "--token", "dpc_abc_def")
     assert (code, err) == (1, "error: --token: Invalid token.\n")
     monkeypatch.setenv("DPCURATOR_TOKEN", owner)
     monkeypatch.setenv("DPCURATOR_URL", url)
-    code, out, _ = _run(capsys, "datasets", "--format", "csv")
+    code, out, _ = run_cli(capsys, "datasets", "--format", "csv")
     assert code == 0
     assert _csv(out)[0]["id"] == "people"
 
@@ -269,7 +237,7 @@ def test_an_unreachable_server_is_a_clear_error(
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"  # bound, not listening: refused
-        code, _, err = _run(capsys, argv[0], "--url", url, "--token", "t", *argv[1:])
+        code, _, err = run_cli(capsys, argv[0], "--url", url, "--token", "t", *argv[1:])
     assert code == 1
     assert err.startswith(f"error: cannot reach the curator at --url {url}: ")
     assert err.count("\n") == 1
@@ -310,7 +278,9 @@ def test_a_server_that_is_not_a_curator_is_a_clear_error(
         thread.start()
         url = f"http://127.0.0.1:{other.server_address[1]}"
         try:
-            code, out, err = _run(capsys, "budget", "--url", url, "--token", "t", "--dataset", "d")
+            code, out, err = run_cli(
+                capsys, "budget", "--url", url, "--token", "t", "--dataset", "d"
+            )
         finally:
             other.shutdown()
     assert (code, out) == (1, "")

@@ -8,7 +8,9 @@ import json
 import httpx
 import pytest
 
-from tests.test_cli_client import _analyst, _run, _strict_json, curator
+from tests._service_helpers import new_analyst as _analyst
+from tests._service_helpers import run_cli as _run
+from tests.test_cli_client import _strict_json, curator
 
 __all__ = ["curator"]
 

@@ -17,50 +17,20 @@ import pandas as pd
 import pytest
 
 from dpcurator.cli import main
-from tests.service_fixtures import PEOPLE_METADATA, LiveServer, write_people
+from tests._service_helpers import new_analyst, run_cli, serve_people
 
 #: A quick release: MWEM over the two public-key columns, 300 records.
 MWEM = ["--kind", "mwem", "--epsilon", "1", "--columns", "sex", "region", "--rows", "300"]
 
 
+pytestmark = pytest.mark.usefixtures("cli_environment_cleared")
+
+
 @pytest.fixture(scope="module")
 def curator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """A served ``people`` dataset (cap ε 1000, δ 1e-6): its URL and the owner's token."""
-    root = tmp_path_factory.mktemp("cli-synth")
-    csv_path = write_people(root / "people.csv")
-    meta = root / "people.json"
-    meta.write_text(json.dumps(PEOPLE_METADATA), encoding="utf-8")
-    args = ["--data", str(csv_path), "--metadata", str(meta), "--cap-epsilon", "1000"]
-    args += ["--cap-delta", "1e-6", "--ledger", f"sqlite:///{root / 'l.sqlite3'}"]
-    server = LiveServer(args)
-    server.start(wait_lines=2)
-    try:
-        yield server.url, server.first_lines[0].removeprefix("owner token: ")
-    finally:
-        server.stop()
-
-
-@pytest.fixture(autouse=True)
-def _no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DPCURATOR_TOKEN", raising=False)
-    monkeypatch.delenv("DPCURATOR_URL", raising=False)
-
-
-def _analyst(url: str, owner_token: str) -> str:
-    """A new analyst granted ε = 1 on people: its token."""
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {owner_token}"}) as owner:
-        issued = owner.post("/v1/analysts", json={"name": f"a{time.monotonic_ns()}"}).json()
-        owner.put(
-            f"/v1/analysts/{issued['principal']['id']}/grants/people", json={"epsilon": 1}
-        ).raise_for_status()
-    token: str = issued["token"]
-    return token
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    said = capsys.readouterr()
-    return code, said.out, said.err
+    with serve_people(tmp_path_factory.mktemp("cli-synth"), "--cap-delta", "1e-6") as served:
+        yield served
 
 
 def _cap_spent(url: str, owner: str) -> float:
@@ -75,20 +45,22 @@ def test_estimate_is_free_and_names_the_errors(
     url, owner = curator
     before = _cap_spent(url, owner)
     base = ["synthetic", "estimate", "--url", url, "--token", owner, "--dataset", "people"]
-    code, out, _ = _run(capsys, *base, *MWEM)
+    code, out, _ = run_cli(capsys, *base, *MWEM)
     assert code == 0
     assert out.startswith("mwem: cost ε=1 δ=0 (an estimate: nothing was charged); fits")
     assert "noise_std" in out.splitlines()[2]
-    code, out, _ = _run(capsys, *base, "--kind", "marginals", "--epsilon", "1", "--format", "csv")
+    code, out, _ = run_cli(
+        capsys, *base, "--kind", "marginals", "--epsilon", "1", "--format", "csv"
+    )
     assert code == 0
     header = out.splitlines()[0].split(",")
     assert "ci_halfwidth" in header
     assert len(out.splitlines()) > 2  # one row per measured marginal
-    code, out, _ = _run(capsys, *base, "--kind", "mst", "--rho", "0.1", "--delta", "1e-9")
+    code, out, _ = run_cli(capsys, *base, "--kind", "mst", "--rho", "0.1", "--delta", "1e-9")
     assert code == 0
     cost = float(out.split("ε=")[1].split()[0])
     assert 0.1 < cost < 10  # ρ = 0.1 converted at δ = 1e-9
-    code, out, _ = _run(capsys, *base, *MWEM, "--format", "json")
+    code, out, _ = run_cli(capsys, *base, *MWEM, "--format", "json")
     assert json.loads(out)["cost"]["epsilon_exact"] == "1"
     assert _cap_spent(url, owner) == before
 
@@ -97,27 +69,27 @@ def test_publish_waits_then_analysts_list_show_and_download(
     curator: tuple[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     url, owner = curator
-    analyst = _analyst(url, owner)
+    _, _, analyst = new_analyst(url, owner, 1)
     before = _cap_spent(url, owner)
     publish = ["synthetic", "publish", "--url", url, "--token", owner, "--dataset", "people"]
-    code, out, err = _run(capsys, *publish, *MWEM, "--format", "json")
+    code, out, err = run_cli(capsys, *publish, *MWEM, "--format", "json")
     assert code == 0, err
     release: dict[str, Any] = json.loads(out)
     assert (release["status"], release["rows"]) == ("done", 300)
     assert f"{release['id']}: " in err  # the progress line
     assert _cap_spent(url, owner) == before + 1
     as_analyst = ["--url", url, "--token", analyst]
-    code, out, _ = _run(capsys, "synthetic", "list", *as_analyst, "--dataset", "people")
+    code, out, _ = run_cli(capsys, "synthetic", "list", *as_analyst, "--dataset", "people")
     assert code == 0
     assert out.splitlines()[0].split()[:4] == ["id", "kind", "status", "progress"]
     assert any(line.split()[:3] == [release["id"], "mwem", "done"] for line in out.splitlines())
-    code, out, _ = _run(capsys, "synthetic", "show", *as_analyst, release["id"])
+    code, out, _ = run_cli(capsys, "synthetic", "show", *as_analyst, release["id"])
     assert "status: done" in out
     assert "cost: ε=1 δ=0" in out
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {analyst}"}) as client:
         for fmt in ("csv", "parquet", "json"):
             path = tmp_path / f"release.{fmt}"
-            code, _, err = _run(
+            code, _, err = run_cli(
                 capsys, "synthetic", "download", *as_analyst, release["id"], "-o", str(path)
             )
             assert code == 0, err
@@ -129,7 +101,7 @@ def test_publish_waits_then_analysts_list_show_and_download(
     assert len(pd.read_csv(tmp_path / "release.csv")) == 300
     assert len(pd.read_json(io.StringIO((tmp_path / "release.json").read_text()))) == 300
     forced = tmp_path / "data.txt"
-    code, _, _ = _run(
+    code, _, _ = run_cli(
         capsys,
         "synthetic",
         "download",
@@ -143,7 +115,7 @@ def test_publish_waits_then_analysts_list_show_and_download(
     assert code == 0
     assert json.loads(forced.read_text())[0].keys() == {"sex", "region"}
     # private: no token, no data
-    code, _, err = _run(
+    code, _, err = run_cli(
         capsys, "synthetic", "download", "--url", url, release["id"], "-o", str(forced)
     )
     assert code == 1
@@ -156,7 +128,7 @@ def test_no_wait_returns_the_job_and_public_releases_need_no_token(
 ) -> None:
     url, owner = curator
     publish = ["synthetic", "publish", "--url", url, "--token", owner, "--dataset", "people"]
-    code, out, err = _run(capsys, *publish, *MWEM, "--public", "--no-wait", "--format", "json")
+    code, out, err = run_cli(capsys, *publish, *MWEM, "--public", "--no-wait", "--format", "json")
     assert code == 0
     job = json.loads(out)
     assert job["status"] == "running"
@@ -164,7 +136,7 @@ def test_no_wait_returns_the_job_and_public_releases_need_no_token(
     deadline = time.monotonic() + 120
     while job["status"] == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
-        _, out, _ = _run(
+        _, out, _ = run_cli(
             capsys,
             "synthetic",
             "show",
@@ -180,7 +152,9 @@ def test_no_wait_returns_the_job_and_public_releases_need_no_token(
     assert job["status"] == "done"
     assert job["public"] is True
     path = tmp_path / "public.csv"
-    code, _, err = _run(capsys, "synthetic", "download", "--url", url, job["id"], "-o", str(path))
+    code, _, err = run_cli(
+        capsys, "synthetic", "download", "--url", url, job["id"], "-o", str(path)
+    )
     assert code == 0, err
     assert len(pd.read_csv(path)) == 300
 
@@ -189,18 +163,18 @@ def test_refusals_are_one_line_and_free(
     curator: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, owner = curator
-    analyst = _analyst(url, owner)
+    _, _, analyst = new_analyst(url, owner, 1)
     before = _cap_spent(url, owner)
     base = ["synthetic", "publish", "--url", url, "--dataset", "people"]
-    code, out, err = _run(capsys, *base, "--token", analyst, *MWEM)
+    code, out, err = run_cli(capsys, *base, "--token", analyst, *MWEM)
     assert (code, out) == (1, "")
     assert err == "error: --token: This operation is reserved to data owners.\n"
-    code, _, err = _run(capsys, *base, "--token", owner, "--kind", "mst", "--epsilon", "1")
+    code, _, err = run_cli(capsys, *base, "--token", owner, "--kind", "mst", "--epsilon", "1")
     assert code == 1
     assert err.startswith("error: ")
     assert "delta > 0" in err
     assert err.count("\n") == 1
-    code, _, err = _run(capsys, *base, "--token", owner, *MWEM[:4], "--columns", "nope")
+    code, _, err = run_cli(capsys, *base, "--token", owner, *MWEM[:4], "--columns", "nope")
     assert code == 1
     assert "nope" in err
     assert _cap_spent(url, owner) == before

@@ -27,6 +27,7 @@ from dpcurator.service.ledger_budgets import dataset_budget, grant_budget
 from dpcurator.service.ledger_charges import ChargeRequest
 from dpcurator.service.ledger_lease import LEASE_SECONDS
 from dpcurator.service.models import Charge
+from tests._service_helpers import race
 from tests.service_fixtures import (
     CountingHasher,
     fresh_postgres_url,
@@ -236,25 +237,7 @@ def test_concurrent_reservations_never_overspend(make_ledger: MakeLedger) -> Non
     analysts = ledger_with_analysts(
         ledger, grant=ApproxDP(1, 0), cap=ApproxDP(Fraction(5, 4), 0), analysts=4
     )
-    outcomes: list[str] = []
-    lock = threading.Lock()
-    start = threading.Barrier(40)
-
-    def worker(i: int) -> None:
-        start.wait()
-        try:
-            ledger.reserve(_request(analysts[i % 4], ApproxDP(EPS, 0)))
-            result = "ok"
-        except BudgetExceededError:
-            result = "refused"
-        with lock:
-            outcomes.append(result)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(40)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    outcomes = race(lambda i: ledger.reserve(_request(analysts[i % 4], ApproxDP(EPS, 0))))
     assert outcomes.count("ok") == 10
     assert outcomes.count("refused") == 30
     assert ledger.charged_total("d") == ApproxDP(Fraction(5, 4), 0)

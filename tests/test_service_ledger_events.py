@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from fractions import Fraction
@@ -25,9 +24,10 @@ from dpcurator.service.ledger import Ledger
 from dpcurator.service.ledger_accounts import basic_cost
 from dpcurator.service.ledger_budgets import dataset_budget, grant_budget
 from dpcurator.service.ledger_charges import ChargeRequest
-from tests.service_fixtures import fresh_postgres_url, ledger_with_analysts, postgres_server
+from tests._service_helpers import ledger_url, race
+from tests.service_fixtures import ledger_with_analysts, postgres_server
 
-__all__ = ["postgres_server"]
+__all__ = ["ledger_url", "postgres_server"]
 
 REPO = Path(__file__).resolve().parents[1]
 #: The last commit whose ledger stored (ε, δ) sums only (no events table, no accounts).
@@ -60,13 +60,6 @@ def _library_count(budget: ApproxDP | ZCDP, event: PrivacyEvent) -> int:
         except BudgetExceededError:
             return admitted
         admitted += 1
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
-    return fresh_postgres_url(request.getfixturevalue("postgres_server"))
 
 
 @pytest.fixture
@@ -183,25 +176,9 @@ def test_concurrent_reservations_on_a_concentrated_grant_never_overspend(
     analyst = _concentrated_analyst(ledger, budget)
     event = ZCDPEvent(Fraction(1, 100))
     assert _library_count(budget, event) == 20
-    outcomes: list[str] = []
-    lock = threading.Lock()
-    start = threading.Barrier(40)
-
-    def worker(i: int) -> None:
-        start.wait()
-        try:
-            ledger.reserve(_request(analyst, event, key=f"k{i}" if i % 3 == 0 else None))
-            result = "ok"
-        except BudgetExceededError:
-            result = "refused"
-        with lock:
-            outcomes.append(result)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(40)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    outcomes = race(
+        lambda i: ledger.reserve(_request(analyst, event, key=f"k{i}" if i % 3 == 0 else None))
+    )
     assert outcomes.count("ok") == 20
     view = ledger.grant_view(analyst, "d")
     assert view is not None

@@ -19,24 +19,14 @@ from dpcurator.interactive import PrivateMultiplicativeWeights
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
 from dpcurator.service.client import CuratorClient
-from tests.service_fixtures import (
-    PEOPLE_METADATA,
-    fresh_postgres_url,
-    postgres_server,
-)
+from tests._service_helpers import ledger_url
+from tests.service_fixtures import PEOPLE_METADATA, postgres_server
 from tests.service_kit import Kit, people_kit
 
-__all__ = ["postgres_server"]
+__all__ = ["ledger_url", "postgres_server"]
 
 ROWS = 2000
 FEMALE_NORTH = "SELECT COUNT(*) FROM people WHERE sex = 'F' AND region = 'north'"
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
-    return fresh_postgres_url(request.getfixturevalue("postgres_server"))
 
 
 @pytest.fixture
