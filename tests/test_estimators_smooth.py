@@ -15,6 +15,7 @@ from dpcurator.estimators.smooth import (
     smooth_median,
     trimmed_mean,
     trimmed_mean_smooth_sensitivity,
+    trimmed_mean_smooth_sensitivity_add_remove,
 )
 from dpcurator.mechanisms.heavy_tailed import heavy_tailed_halfwidth, heavy_tailed_integers
 from dpcurator.random import SeededRng
@@ -111,7 +112,9 @@ def test_nan_and_out_of_range_are_clamped_and_filled() -> None:
     assert float(out.value) == pytest.approx(6.0, abs=1e-3)
 
 
-def coverage(statistic: str, delta: float, shrink: float, reps: int = 300) -> int:
+def coverage(
+    statistic: str, delta: float, shrink: float, reps: int = 300, neighbours: str = "add_remove"
+) -> int:
     gen = np.random.default_rng(6)
     x = gen.normal(5, 1, 201)
     clean = np.clip(x, LOW, HIGH)
@@ -122,7 +125,10 @@ def coverage(statistic: str, delta: float, shrink: float, reps: int = 300) -> in
         if statistic == "median":
             out = smooth_median(x, epsilon=1.0, lower=LOW, upper=HIGH, delta=delta, rng=rng)
         else:
-            out = trimmed_mean(x, epsilon=1.0, bounds=(LOW, HIGH), trim=0.1, delta=delta, rng=rng)
+            out = trimmed_mean(
+                x, epsilon=1.0, bounds=(LOW, HIGH), trim=0.1, delta=delta, rng=rng,
+                neighbours=neighbours,  # type: ignore[arg-type]
+            )  # fmt: skip
         low, high = float(out.ci_low), float(out.ci_high)
         if shrink != 1:  # the power check: the same interval, narrowed around the value
             centre = float(out.value)
@@ -198,3 +204,41 @@ def test_large_epsilon_gives_the_trimmed_mean(delta: float) -> None:
 def test_trimmed_mean_refuses_bad_public_parameters(bounds: object, trim: float) -> None:
     with pytest.raises(ValueError, match="trimmed_mean"):
         trimmed_mean([1.0], epsilon=1.0, bounds=bounds, trim=trim)  # type: ignore[arg-type]
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("delta", [0.0, 1e-6])
+def test_trimmed_mean_ci_covers_under_replace_one_too(delta: float) -> None:
+    """Both neighbour notions (add/remove is the default): coverage >= 0.92 at ALPHA, power."""
+    ok = coverage("trimmed_mean", delta, 1.0, 300, neighbours="replace")
+    assert stats.binomtest(ok, 300, 0.92, alternative="less").pvalue > ALPHA
+    narrow = coverage("trimmed_mean", delta, 0.05, 300, neighbours="replace")
+    assert stats.binomtest(narrow, 300, 0.92, alternative="less").pvalue < ALPHA
+
+
+def _trim_of(y: np.ndarray, trim: float) -> float:
+    n = y.size
+    t = math.floor(trim * n)
+    return float(np.mean(np.sort(y)[t : n - t])) if n else (LOW + HIGH) / 2
+
+
+def _add_remove_neighbours(y: np.ndarray) -> list[np.ndarray]:
+    """Every neighbour that matters: one value removed, or LOW, HIGH or a middle value added
+    (the trimmed mean is monotone in each value: extremes bound every addition)."""
+    removed = [np.delete(y, i) for i in range(y.size)]
+    return removed + [np.append(y, z) for z in (LOW, HIGH, (LOW + HIGH) / 2)]
+
+
+def test_trimmed_mean_add_remove_bound_is_smooth_and_bounds_the_local_sensitivity() -> None:
+    """S(x) >= |T(x') - T(x)| and S(x) <= e^β S(x') for every add/remove neighbour x' (n not
+    public: the trim count changes with n)."""
+    gen = np.random.default_rng(13)
+    for _ in range(60):
+        x = np.sort(np.round(gen.uniform(LOW, HIGH, int(gen.integers(0, 9))), 1))
+        beta = float(gen.choice([0.05, 0.5, 3.0]))
+        trim = float(gen.choice([0.0, 0.2, 0.34, 0.49]))
+        here = trimmed_mean_smooth_sensitivity_add_remove(x, beta, LOW, HIGH, trim)
+        for y in _add_remove_neighbours(x):
+            assert abs(_trim_of(y, trim) - _trim_of(x, trim)) <= here + 1e-12, (x, y, trim)
+            there = trimmed_mean_smooth_sensitivity_add_remove(np.sort(y), beta, LOW, HIGH, trim)
+            assert here <= math.exp(beta) * there + 1e-12, (x, y, trim, beta)

@@ -28,8 +28,11 @@ sets the noise half-width at level α/2 — a (1-α) interval for the clamped f(
 NRS07 Section 3.1 for replace-one neighbours (n public) and, for add/remove neighbours, the bound
 A'_k = x_(m+k+1) - x_(m-k-1) (the median of any data set within k+1 add/removes lies between
 those order statistics). :func:`trimmed_mean` instantiates it for the mean of the values
-between the floor(trim·n)-th smallest and largest (NRS07; replace-one neighbours, n public), with
-the same O(n log n) search (:func:`trimmed_mean_smooth_sensitivity`).
+between the floor(trim·n)-th smallest and largest: for replace-one neighbours (n public) with
+the same O(n log n) search (:func:`trimmed_mean_smooth_sensitivity`), and for add/remove
+neighbours (n private, so the trim count moves too) by A'_k = U_{k+1} - L_{k+1}, the range of the
+trimmed means within k + 1 add/removes, each end found by removing the smallest (largest) values
+and adding ``upper`` (``lower``) copies (:func:`trimmed_mean_smooth_sensitivity_add_remove`).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -236,22 +239,35 @@ def smooth_median(
     if neighbours not in ("add_remove", "replace"):
         raise fail(owner, "neighbours", "'add_remove' or 'replace'", neighbours)
     check_nonnegative(owner, "epsilon", epsilon)
+    return _release_sorted(
+        owner, values, (low, high),
+        lambda data: float(data[data.size // 2]) if data.size else (low + high) / 2,
+        lambda data, beta: median_smooth_sensitivity(data, beta, low, high, neighbours),
+        method=f"smooth-sensitivity median ({neighbours}; NRS07)",
+        options={"epsilon": epsilon, "delta": delta, "floor": floor, "alpha": alpha,
+                 "ci_share": ci_share, "rng": rng},
+    )  # fmt: skip
+
+
+def _release_sorted(
+    owner: str,
+    values: object,
+    bounds: tuple[float, float],
+    statistic: Callable[[FloatArray], float],
+    bound: Callable[[FloatArray, float], float],
+    *,
+    method: str,
+    options: dict[str, Any],
+) -> Estimate:
+    """:func:`smooth_sensitivity_release` of ``statistic`` of the sorted values (clamped to the
+    public ``bounds``, NaN -> their midpoint), with the β-smooth bound ``bound(data, β)``."""
+    low, high = bounds
     raw = as_float_array(owner, "values", values, ndim=1)
     data = np.sort(clamp_fill(raw, low, high, (low + high) / 2))
-    centre = float(data[data.size // 2]) if data.size else (low + high) / 2
     return smooth_sensitivity_release(
-        centre,
-        lambda beta: median_smooth_sensitivity(data, beta, low, high, neighbours),
-        epsilon=epsilon,
-        lower=low,
-        upper=high,
-        delta=delta,
-        floor=floor,
-        alpha=alpha,
-        ci_share=ci_share,
-        method=f"smooth-sensitivity median ({neighbours}; NRS07)",
-        rng=rng,
-    )
+        statistic(data), lambda beta: bound(data, beta), lower=low, upper=high, method=method,
+        **options,
+    )  # fmt: skip
 
 
 def trimmed_count(n: int, trim: float) -> int:
@@ -287,6 +303,7 @@ def trimmed_mean(
     bounds: tuple[float, float],
     trim: float,
     delta: float = 0.0,
+    neighbours: Literal["add_remove", "replace"] = "add_remove",
     floor: float | None = None,
     alpha: float = 0.05,
     ci_share: float = 0.25,
@@ -296,7 +313,9 @@ def trimmed_mean(
     NaN -> their midpoint) after dropping floor(trim·n) values from each side, released with
     smooth-sensitivity noise (:func:`trimmed_mean_smooth_sensitivity`; NRS07): ε-DP with
     heavy-tailed noise when ``delta`` is 0, else (ε, δ)-DP (Laplace), with a (1-α) noise-only
-    interval paid by ``ci_share`` of ε. Neighbours replace one person's value: n is public.
+    interval paid by ``ci_share`` of ε. ``neighbours``: ``"add_remove"`` (the default; n is
+    private, :func:`trimmed_mean_smooth_sensitivity_add_remove`) or ``"replace"`` (one person's
+    value replaced, n public: :func:`trimmed_mean_smooth_sensitivity`).
 
     >>> from dpcurator.random import SeededRng
     >>> data = [0.0, 2.0, 3.0, 4.0, 100.0]
@@ -311,22 +330,83 @@ def trimmed_mean(
     share = float(check_probability(owner, "trim", trim, open_high=True))
     if share >= 0.5:
         raise fail(owner, "trim", "in [0, 0.5)", trim)
+    if neighbours not in ("add_remove", "replace"):
+        raise fail(owner, "neighbours", "'add_remove' or 'replace'", neighbours)
     check_nonnegative(owner, "epsilon", epsilon)
-    raw = as_float_array(owner, "values", values, ndim=1)
-    data = np.sort(clamp_fill(raw, low, high, (low + high) / 2))
-    t = trimmed_count(data.size, share)
-    kept = data[t : data.size - t]
-    centre = float(np.mean(kept)) if kept.size else (low + high) / 2
-    return smooth_sensitivity_release(
-        centre,
-        lambda beta: trimmed_mean_smooth_sensitivity(data, beta, low, high, share),
-        epsilon=epsilon,
-        lower=low,
-        upper=high,
-        delta=delta,
-        floor=floor,
-        alpha=alpha,
-        ci_share=ci_share,
-        method=f"smooth-sensitivity {share:g}-trimmed mean (replace; NRS07)",
-        rng=rng,
+    smooth = (
+        trimmed_mean_smooth_sensitivity
+        if neighbours == "replace"
+        else trimmed_mean_smooth_sensitivity_add_remove
     )
+    return _release_sorted(
+        owner, values, (low, high), lambda data: _trimmed(data, share, (low + high) / 2),
+        lambda data, beta: smooth(data, beta, low, high, share),
+        method=f"smooth-sensitivity {share:g}-trimmed mean ({neighbours}; NRS07)",
+        options={"epsilon": epsilon, "delta": delta, "floor": floor, "alpha": alpha,
+                 "ci_share": ci_share, "rng": rng},
+    )  # fmt: skip
+
+
+def _trimmed(data: FloatArray, trim: float, empty: float) -> float:
+    """The mean of sorted ``data`` without floor(trim·n) values per side (``empty`` if n = 0)."""
+    t = trimmed_count(data.size, trim)
+    kept = data[t : data.size - t]
+    return float(np.mean(kept)) if kept.size else empty
+
+
+#: One side of the add/remove search: sorted data, its cumulative sums from 0, the largest
+#: value a data set may hold, and the statistic of the empty data set.
+_Side = tuple[FloatArray, FloatArray, float, float]
+
+
+def _side(data: FloatArray, top: float, empty: float) -> _Side:
+    return data, np.concatenate(([0.0], np.cumsum(data))), top, empty
+
+
+def _largest_trimmed_mean(side: _Side, trim: float, reach: int) -> float:
+    """The largest trimmed mean over data sets at add/remove distance exactly ``reach`` from the
+    side's sorted data: the trimmed mean is non-decreasing in each value, so the extreme removes
+    the r smallest values and adds a = reach - r values at the top (O(reach) with the prefix
+    sums)."""
+    data, prefix, top, empty = side
+    n = data.size
+    removed = np.arange(min(reach, n) + 1)
+    size = n - removed + (reach - removed)
+    cut = np.floor(trim * size).astype(np.int64)
+    last = np.minimum(size - cut, n - removed)  # the kept values of data: positions cut+1..last
+    start = np.minimum(removed + cut, n)
+    sums = np.where(last > cut, prefix[np.maximum(removed + last, start)] - prefix[start], 0.0)
+    tops = np.maximum(0, size - cut - np.maximum(n - removed, cut))
+    kept = np.maximum(size - 2 * cut, 1)
+    means = np.where(size > 0, (sums + tops * top) / kept, empty)
+    return float(means.max())
+
+
+def trimmed_mean_smooth_sensitivity_add_remove(
+    sorted_values: FloatArray, beta: float, lower: float, upper: float, trim: float
+) -> float:
+    """A β-smooth upper bound on the local sensitivity of the trimmed mean (floor(trim·n) values
+    dropped on each side, n private) for add/remove neighbours.
+
+    With U_j (L_j) the largest (smallest) trimmed mean of any data set within j add/removes of
+    x, A'_k = U_{k+1} - L_{k+1} bounds the local sensitivity at every point within k of x (both
+    ends of a neighbouring pair lie within k + 1), and A'_k(x) <= A'_{k+1}(x') for neighbours
+    (a ball of radius k + 1 around x lies in the ball of radius k + 2 around x'), so
+    max_k e^{-kβ} A'_k is β-smooth (NRS07, Lemma 3.x, as for the median's add/remove bound).
+    U_j is found in O(j) (:func:`_largest_trimmed_mean`), L_j likewise on the reflected data;
+    the search stops when e^{-kβ}(upper - lower) cannot beat the maximum, at the latest at
+    k = n + 1, where U = upper and L = lower.
+    """
+    middle = (lower + upper) / 2
+    ups = _side(sorted_values, upper, middle)
+    downs = _side(-sorted_values[::-1], -lower, -middle)  # L_j = -U_j of the reflected data
+    high = low = _trimmed(sorted_values, trim, middle)
+    best = 0.0
+    for k in range(sorted_values.size + 2):
+        decay = math.exp(-beta * k)
+        if decay * (upper - lower) <= best:
+            break
+        high = max(high, _largest_trimmed_mean(ups, trim, k + 1))
+        low = min(low, -_largest_trimmed_mean(downs, trim, k + 1))
+        best = max(best, decay * (high - low))
+    return best
