@@ -15,6 +15,11 @@ directly, a grouped plan counts ``(x - low_g) / (high_g - low_g)`` over [0, 1] w
 window picked by a CASE on the group key (the same arithmetic as the ungrouped bins, so bins
 agree bit for bit). The number of passes is the number of levels, a public number.
 
+Levels: :func:`~dpcurator.estimators.quantile_refine.choose_levels` with every level's
+histogram held to :data:`~dpcurator.query.limits.MAX_HISTOGRAM_BINS` bins per group (engine
+memory), so two levels at every ε: the library's one level of 65,536 bins at small ε would hold
+65,536 counts per group and quantile output.
+
 Intervals: the (1-α) interval of :mod:`~dpcurator.estimators.quantile_refine`, from discrete
 Laplace counts around the final edge. It accounts for the privacy noise only: it covers the
 empirical quantile of the values the engine counted (after filtering, contribution bounding and
@@ -33,6 +38,7 @@ import numpy.typing as npt
 from dpcurator.estimators.quantile_refine import RefinedQuantile
 from dpcurator.estimators.quantiles import QuantileBins, rank_error
 from dpcurator.query import ir
+from dpcurator.query.limits import MAX_HISTOGRAM_BINS
 from dpcurator.random import Rng
 
 #: The interval's α at plan time (a release passes its own α; the noise does not depend on it).
@@ -119,6 +125,7 @@ def plan_step(
         rows_per_person=rows_per_person,
         alpha=PLANNED_ALPHA,
         integer=integer,
+        max_bins=MAX_HISTOGRAM_BINS,
     )
     return QuantileStep(name, expr, refined, p, epsilon_per_group, rows_per_person, integer)
 
