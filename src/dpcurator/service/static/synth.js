@@ -1,5 +1,5 @@
-// dpcurator web console: synthetic releases. Owners define one (kind, columns, ε/δ, rows,
-// public), see its cost and the expected error of each measured marginal for free, then publish
+// dpcurator web console: synthetic releases. Owners define one (kind, columns, marginals, a
+// budget as ε/δ or as ρ with δ, rows, public), see its cost and the expected error of each measured marginal for free, then publish
 // it (charged once to the dataset's cap) and watch its progress. Everyone who sees the dataset
 // lists its releases and downloads them (free: post-processing).
 "use strict";
@@ -31,9 +31,21 @@ function setUpSynthColumns(dataset) {
   forgetSynthEstimate();
 }
 
+// "sex,region; age" -> [["sex", "region"], ["age"]] (empty sets dropped; the server checks names).
+function parseMarginals(text) {
+  return text.split(";")
+    .map((set) => set.split(",").map((name) => name.trim()).filter((name) => name !== ""))
+    .filter((set) => set.length > 0);
+}
+
+// The request as the HTTP API takes it: ε or ρ (never both), δ, and marginals only when given.
 function synthBody() {
-  const body = { kind: $("s-kind").value, epsilon: Number($("s-epsilon").value), delta: Number($("s-delta").value) };
+  const body = { kind: $("s-kind").value, delta: Number($("s-delta").value) };
+  if ($("s-budget").value === "rho") body.rho = Number($("s-rho").value);
+  else body.epsilon = Number($("s-epsilon").value);
   body.columns = [...document.querySelectorAll("input[name=s-column]:checked")].map((b) => b.value);
+  const marginals = parseMarginals($("s-marginals").value);
+  if (marginals.length > 0) body.marginals = marginals;
   if ($("s-rows").value !== "") body.rows = Number($("s-rows").value);
   return body;
 }
@@ -50,6 +62,12 @@ function forgetSynthEstimate() {
   $("s-estimate-panel").replaceChildren();
 }
 
+// "n/d" (the server's exact rationals) as a number.
+function fractionValue(text) {
+  const [numerator, denominator = "1"] = text.split("/");
+  return Number(numerator) / Number(denominator);
+}
+
 // Free: the charge and, per measured marginal, the noise and the 95% CI half-width of one cell.
 async function estimateSynthetic() {
   forgetSynthEstimate();
@@ -57,7 +75,8 @@ async function estimateSynthetic() {
   try {
     const found = await api("POST", `${synthPath()}:estimate`, body);
     const fits = found.fits_cap ? "fits the dataset's cap" : "does NOT fit the dataset's cap";
-    setSynthMessage(`Estimated cost: ${describeCost(found.cost)} — ${fits}. Nothing was charged.`, !found.fits_cap);
+    const rho = found.event.rho !== undefined ? ` (ρ ${fmt(fractionValue(found.event.rho))})` : "";
+    setSynthMessage(`Estimated cost: ${describeCost(found.cost)}${rho} — ${fits}. Nothing was charged.`, !found.fits_cap);
     const errors = found.expected_errors;
     if (errors.length > 0) {
       const names = Object.keys(errors[0]);
@@ -160,19 +179,38 @@ async function loadSynthetic() {
   $("synthetic-empty").classList.toggle("hidden", releases.length > 0);
 }
 
-// MWEM is pure ε-DP (δ = 0); MST and AIM are ρ-zCDP charged as (ε, δ) with δ > 0.
+// MWEM is pure ε-DP (δ = 0, no ρ); MST and AIM are ρ-zCDP charged as (ε, δ) with δ > 0. MST
+// chooses its own marginals; the contingency tables' are the tables, AIM's and MWEM's the workload.
 function onSynthKindChange() {
   const kind = $("s-kind").value;
-  if (kind === "mwem") $("s-delta").value = "0";
-  else if (kind !== "marginals" && Number($("s-delta").value) === 0) $("s-delta").value = "1e-9";
+  const rhoOption = $("s-budget").querySelector("option[value=rho]");
+  rhoOption.disabled = kind === "mwem";
+  if (kind === "mwem") {
+    $("s-budget").value = "epsilon";
+    $("s-delta").value = "0";
+  } else if (kind !== "marginals" && Number($("s-delta").value) === 0) $("s-delta").value = "1e-9";
   $("s-rows").disabled = kind === "marginals";
   if (kind === "marginals") $("s-rows").value = "";
+  $("s-marginals").disabled = kind === "mst";
+  if (kind === "mst") $("s-marginals").value = "";
+  $("s-marginals").placeholder = kind === "marginals" ? "every 1- and 2-way table"
+    : kind === "mst" ? "MST chooses its own" : "workload: every 2-way table";
+  onSynthBudgetChange();
+}
+
+// ρ is zCDP and the ledger charges (ε, δ): a ρ budget needs δ > 0.
+function onSynthBudgetChange() {
+  const rho = $("s-budget").value === "rho";
+  $("s-epsilon").disabled = rho;
+  $("s-rho").disabled = !rho;
+  if (rho && Number($("s-delta").value) === 0) $("s-delta").value = "1e-9";
   forgetSynthEstimate();
 }
 
 function wireSynthetic() {
   $("s-kind").addEventListener("change", onSynthKindChange);
+  $("s-budget").addEventListener("change", onSynthBudgetChange);
   $("s-estimate").addEventListener("click", estimateSynthetic);
   $("s-publish").addEventListener("click", publishSynthetic);
-  for (const id of ["s-epsilon", "s-delta", "s-rows"]) $(id).addEventListener("input", forgetSynthEstimate);
+  for (const id of ["s-epsilon", "s-rho", "s-delta", "s-rows", "s-marginals"]) $(id).addEventListener("input", forgetSynthEstimate);
 }
