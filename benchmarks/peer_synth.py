@@ -1,8 +1,9 @@
 """Synthetic-data peers for ``benchmarks/synth.py --peers``: one (dataset, method, ε) per process.
 
 Runs inside the synthesizer peers' virtualenv ``.synth-venv/`` (SmartNoise Synth pins mbi < 2,
-opacus and torch, so it has its own; ``benchmarks/synth.py --peers`` creates it, or
-``.venv/bin/python benchmarks/synth_peers_venv.py`` alone). Methods:
+opacus and torch, so it has its own;
+``.venv/bin/python benchmarks/synth.py --setup-peers`` creates it, and ``--peers`` on first use).
+Methods:
 
 - ``smartnoise-mwem``, ``smartnoise-mst``, ``smartnoise-aim``: SmartNoise Synth's synthesizers
   (``snsynth.Synthesizer.create``). The columns' domains are the public ``X-domain.json`` sizes: a

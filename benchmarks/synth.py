@@ -125,7 +125,9 @@ def _run_row(
     if lines:
         parsed: dict[str, object] = json.loads(lines[-1])
         return parsed
-    row["refused"] = f"process failed: {done.stderr.strip().splitlines()[-1:]}"
+    code = done.returncode  # a negative one is a signal: -9 is the kernel's out-of-memory kill
+    why = f"killed by signal {-code}" if code < 0 else f"exit {code}"
+    row["refused"] = f"process failed ({why}): {done.stderr.strip().splitlines()[-1:]}"
     return row
 
 
