@@ -2,6 +2,7 @@
 
 * :func:`ledger_url` — a fresh ledger URL, once on SQLite and once on PostgreSQL (a fixture:
   import it, with :func:`tests.service_fixtures.postgres_server`, into the test module).
+* :func:`event_request` — a ledger charge request for one privacy event.
 * :func:`race` — many attempts released at once on threads, for reservation races.
 * :func:`serve_people` — ``dpcurator serve`` of the people dataset as a real subprocess.
 * :func:`new_analyst`, :func:`run_cli` — an analyst granted ε on people; one CLI invocation.
@@ -19,8 +20,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.cli import main
 from dpcurator.errors import BudgetExceededError
+from dpcurator.service.ledger_accounts import basic_cost
+from dpcurator.service.ledger_charges import ChargeRequest
 from tests.service_fixtures import PEOPLE_METADATA, LiveServer, fresh_postgres_url, write_people
 
 
@@ -30,6 +34,21 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
     return fresh_postgres_url(request.getfixturevalue("postgres_server"))
+
+
+def event_request(analyst: str, event: PrivacyEvent, *, key: str | None = None) -> ChargeRequest:
+    """A query's request to charge ``event`` to ``analyst`` on dataset ``d`` (text and
+    fingerprint ``q``; ``key`` is the idempotency key)."""
+    return ChargeRequest(
+        principal_id=analyst,
+        dataset_id="d",
+        kind="query",
+        query_text="q",
+        fingerprint="q",
+        cost=basic_cost(event),
+        events=[event.to_dict()],
+        request_key=key,
+    )
 
 
 def race(attempt: Callable[[int], object], threads: int = 40) -> list[str]:

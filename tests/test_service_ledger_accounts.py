@@ -20,9 +20,9 @@ from dpcurator.accounting.events import (
 from dpcurator.accounting.filter import Reservation
 from dpcurator.core.measures import ApproxDP
 from dpcurator.service.ledger import Ledger
-from dpcurator.service.ledger_accounts import basic_cost
 from dpcurator.service.ledger_budgets import BudgetView
 from dpcurator.service.ledger_charges import ChargeRequest
+from tests._service_helpers import event_request
 from tests.service_fixtures import ledger_with_analysts
 
 GRANT = ApproxDP(1, Fraction(1, 10**6))
@@ -36,15 +36,7 @@ EVENTS: tuple[PrivacyEvent, ...] = (
 
 
 def _request(event: PrivacyEvent) -> ChargeRequest:
-    return ChargeRequest(
-        principal_id="ana_0",
-        dataset_id="d",
-        kind="query",
-        query_text="q",
-        fingerprint="q",
-        cost=basic_cost(event),
-        events=[event.to_dict()],
-    )
+    return event_request("ana_0", event)
 
 
 @pytest.fixture

@@ -21,10 +21,8 @@ from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.errors import BudgetExceededError, ParameterError
 from dpcurator.service.errors import ConflictError
 from dpcurator.service.ledger import Ledger
-from dpcurator.service.ledger_accounts import basic_cost
 from dpcurator.service.ledger_budgets import dataset_budget, grant_budget
-from dpcurator.service.ledger_charges import ChargeRequest
-from tests._service_helpers import ledger_url, race
+from tests._service_helpers import event_request, ledger_url, race
 from tests.service_fixtures import ledger_with_analysts, postgres_server
 
 __all__ = ["ledger_url", "postgres_server"]
@@ -35,19 +33,6 @@ OLD_LEDGER_COMMIT = "c09b93b"
 BUDGET = ApproxDP(1, Fraction(1, 10**6))
 #: A Gaussian count calibrated to (ε, δ) = (0.02, 1e-8): also 1e-4-zCDP.
 GAUSSIAN = ConcentratedEvent(Fraction(1, 10**4), 0, Fraction(1, 50), Fraction(1, 10**8))
-
-
-def _request(analyst: str, event: PrivacyEvent, *, key: str | None = None) -> ChargeRequest:
-    return ChargeRequest(
-        principal_id=analyst,
-        dataset_id="d",
-        kind="query",
-        query_text="q",
-        fingerprint="q",
-        cost=basic_cost(event),
-        events=[event.to_dict()],
-        request_key=key,
-    )
 
 
 def _library_count(budget: ApproxDP | ZCDP, event: PrivacyEvent) -> int:
@@ -91,9 +76,9 @@ def test_a_concentrated_grant_admits_what_the_library_filter_admits(ledger: Ledg
     expected = _library_count(BUDGET, GAUSSIAN)
     assert expected > 2 * 50
     for _ in range(expected):
-        ledger.reserve(_request(analyst, GAUSSIAN))
+        ledger.reserve(event_request(analyst, GAUSSIAN))
     with pytest.raises(BudgetExceededError, match="analyst's privacy budget"):
-        ledger.reserve(_request(analyst, GAUSSIAN))
+        ledger.reserve(event_request(analyst, GAUSSIAN))
     view = ledger.grant_view(analyst, "d")
     assert view is not None
     assert view.accounting == "concentrated"
@@ -110,15 +95,15 @@ def test_rho_costs_need_a_concentrated_budget(ledger: Ledger) -> None:
     ledger.create_principal("ana_rho", "rho analyst", "analyst")
     ledger.set_grant("ana_rho", "d", ZCDP(Fraction(1, 10)), by="own_1")
     with pytest.raises(ParameterError, match=r"global privacy budget .* only a ρ"):
-        ledger.reserve(_request("ana_rho", ZCDPEvent(Fraction(1, 100))))
+        ledger.reserve(event_request("ana_rho", ZCDPEvent(Fraction(1, 100))))
     _concentrated_cap(ledger)
     with pytest.raises(ParameterError, match=r"analyst's privacy budget .* only a ρ"):
-        ledger.reserve(_request(basic, ZCDPEvent(Fraction(1, 100))))
+        ledger.reserve(event_request(basic, ZCDPEvent(Fraction(1, 100))))
     assert ledger.count_charges("d") == 0
     for _ in range(10):
-        ledger.reserve(_request("ana_rho", ZCDPEvent(Fraction(1, 100))))
+        ledger.reserve(event_request("ana_rho", ZCDPEvent(Fraction(1, 100))))
     with pytest.raises(BudgetExceededError) as refused:
-        ledger.reserve(_request("ana_rho", ZCDPEvent(Fraction(1, 100))))
+        ledger.reserve(event_request("ana_rho", ZCDPEvent(Fraction(1, 100))))
     assert refused.value.remaining == ZCDP(0)
     view = ledger.grant_view("ana_rho", "d")
     assert view is not None
@@ -132,12 +117,12 @@ def test_a_concentrated_cap_binds_owners_and_analysts(ledger: Ledger) -> None:
     ledger.update_dataset(
         "d", cap=BUDGET, replay_enabled=None, by="own_1", accounting="concentrated"
     )
-    owner_event = replace(_request("own_1", GAUSSIAN), charge_grant=False)
+    owner_event = replace(event_request("own_1", GAUSSIAN), charge_grant=False)
     expected = _library_count(BUDGET, GAUSSIAN)
     for i in range(expected):
-        ledger.reserve(owner_event if i % 2 else _request(analyst, GAUSSIAN))
+        ledger.reserve(owner_event if i % 2 else event_request(analyst, GAUSSIAN))
     with pytest.raises(BudgetExceededError, match="global") as refused:
-        ledger.reserve(_request(analyst, GAUSSIAN))
+        ledger.reserve(event_request(analyst, GAUSSIAN))
     assert refused.value.remaining is None
     with pytest.raises(BudgetExceededError, match="global"):
         ledger.reserve(owner_event)
@@ -146,19 +131,19 @@ def test_a_concentrated_cap_binds_owners_and_analysts(ledger: Ledger) -> None:
 
 def test_a_cancelled_charge_leaves_the_replay(ledger: Ledger) -> None:
     analyst = _concentrated_analyst(ledger, ZCDP(Fraction(1, 10)))
-    kept = ledger.reserve(_request(analyst, ZCDPEvent(Fraction(1, 20))))
-    refunded = ledger.reserve(_request(analyst, ZCDPEvent(Fraction(1, 20))))
+    kept = ledger.reserve(event_request(analyst, ZCDPEvent(Fraction(1, 20))))
+    refunded = ledger.reserve(event_request(analyst, ZCDPEvent(Fraction(1, 20))))
     ledger.cancel(refunded.charge_id)
     ledger.complete(kept.charge_id, {})
     view = ledger.grant_view(analyst, "d")
     assert view is not None
     assert view.spent == ZCDP(Fraction(1, 20))
-    ledger.reserve(_request(analyst, ZCDPEvent(Fraction(1, 20))))
+    ledger.reserve(event_request(analyst, ZCDPEvent(Fraction(1, 20))))
 
 
 def test_a_budget_below_its_history_is_refused(ledger: Ledger) -> None:
     analyst = _concentrated_analyst(ledger, ZCDP(Fraction(1, 10)))
-    ledger.reserve(_request(analyst, ZCDPEvent(Fraction(1, 20))))
+    ledger.reserve(event_request(analyst, ZCDPEvent(Fraction(1, 20))))
     with pytest.raises(ConflictError, match="do not fit"):
         ledger.set_grant(analyst, "d", ZCDP(Fraction(1, 40)), by="own_1")
     view = ledger.grant_view(analyst, "d")
@@ -177,7 +162,7 @@ def test_concurrent_reservations_on_a_concentrated_grant_never_overspend(
     event = ZCDPEvent(Fraction(1, 100))
     assert _library_count(budget, event) == 20
     outcomes = race(
-        lambda i: ledger.reserve(_request(analyst, event, key=f"k{i}" if i % 3 == 0 else None))
+        lambda i: ledger.reserve(event_request(analyst, event, key=f"k{i}" if i % 3 == 0 else None))
     )
     assert outcomes.count("ok") == 20
     view = ledger.grant_view(analyst, "d")
@@ -267,7 +252,7 @@ def test_a_ledger_of_the_previous_schema_migrates_with_its_budgets_unchanged(
         ledger.set_grant(
             "ana_0", "d", ApproxDP(4, Fraction(1, 10**6)), by="own_1", accounting="concentrated"
         )
-        ledger.reserve(_request("ana_0", GAUSSIAN))
+        ledger.reserve(event_request("ana_0", GAUSSIAN))
     finally:
         ledger.close()
     Ledger(ledger_url).close()  # a second start finds the migration done
