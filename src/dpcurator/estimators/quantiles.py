@@ -34,7 +34,8 @@ from dpcurator.core.numbers import to_fraction
 from dpcurator.mechanisms import PermuteAndFlip
 from dpcurator.random import Rng
 
-#: Candidate bins used when integer data does not fit unit bins, and for float data.
+#: The most unit bins (integers) a quantile chooses among; wider integer ranges and float data
+#: refine (:mod:`dpcurator.estimators.quantile_refine`).
 DEFAULT_MAX_BINS = 1024
 
 #: Largest denominator used for the rational approximation of p.
