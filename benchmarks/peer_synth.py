@@ -27,12 +27,12 @@ import contextlib
 import importlib
 import itertools
 import json
+import os
 import resource
-import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from types import FrameType
 
 import numpy as np
 import pandas as pd
@@ -43,14 +43,6 @@ DELTA = 1e-9
 SMARTNOISE = ("smartnoise-mwem", "smartnoise-mst", "smartnoise-aim")
 MBI = ("mbi-mst", "mbi-aim")
 METHODS = SMARTNOISE + MBI
-
-
-class _StoppedError(Exception):
-    """The run passed its time limit."""
-
-
-def _on_alarm(signum: int, frame: FrameType | None) -> None:
-    raise _StoppedError
 
 
 def _cpu_seconds() -> float:
@@ -101,6 +93,28 @@ def _mbi_reference(name: str, dataset: str, epsilon: float, repo: Path) -> pd.Da
     return frame
 
 
+def _measure(row: dict[str, object], start: float, cpu_start: float) -> dict[str, object]:
+    """``row`` with the run's wall and CPU seconds and the process's peak RSS so far."""
+    row.update(
+        seconds=round(time.perf_counter() - start, 1),
+        cpu_seconds=round(_cpu_seconds() - cpu_start, 1),
+        peak_gb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+    )
+    return row
+
+
+def _stop_after(minutes: float, row: dict[str, object], start: float, cpu_start: float) -> None:
+    """A watchdog thread: after ``minutes``, print the row as stopped and end the process. A
+    thread, not SIGALRM: a signal waits for the main thread to leave XLA, which can take minutes."""
+
+    def stop() -> None:
+        stopped = {**row, "stopped": f"stopped at {minutes:g} min"}
+        print(json.dumps(_measure(stopped, start, cpu_start)), file=sys.__stdout__, flush=True)
+        os._exit(0)
+
+    threading.Timer(minutes * 60, stop).start()
+
+
 def run_one(
     dataset: str, method: str, epsilon: float, time_limit: float | None, mbi_repo: Path | None
 ) -> dict[str, object]:
@@ -111,29 +125,20 @@ def run_one(
     if method in MBI and (mbi_repo is None or not (mbi_repo / "mechanisms").is_dir()):
         row["refused"] = f"skipped: no private-pgm checkout (--mbi-repo {mbi_repo})"
         return row
-    if time_limit:
-        signal.signal(signal.SIGALRM, _on_alarm)
-        signal.alarm(max(1, round(time_limit * 60)))
     start, cpu_start = time.perf_counter(), _cpu_seconds()
-    try:
-        with contextlib.redirect_stdout(sys.stderr):  # the peers print progress
-            engine, name = method.split("-", 1)
-            if engine == "smartnoise":
-                synthetic = _smartnoise(name, frame, sizes, epsilon)
-            else:
-                assert mbi_repo is not None
-                synthetic = _mbi_reference(name, dataset, epsilon, mbi_repo)
-        signal.alarm(0)
-        real = {c: frame[c].to_numpy(np.int64) for c in sizes}
-        codes = {c: synthetic[c].to_numpy(np.int64) for c in sizes}
-        row["tvd2"] = round(mean_tvd2(real, codes, sizes), 4)
-    except _StoppedError:
-        row["stopped"] = f"stopped at {time_limit:g} min"
-    row.update(
-        seconds=round(time.perf_counter() - start, 1),
-        cpu_seconds=round(_cpu_seconds() - cpu_start, 1),
-        peak_gb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
-    )
+    if time_limit:
+        _stop_after(time_limit, row, start, cpu_start)
+    with contextlib.redirect_stdout(sys.stderr):  # the peers print progress
+        engine, name = method.split("-", 1)
+        if engine == "smartnoise":
+            synthetic = _smartnoise(name, frame, sizes, epsilon)
+        else:
+            assert mbi_repo is not None
+            synthetic = _mbi_reference(name, dataset, epsilon, mbi_repo)
+    _measure(row, start, cpu_start)
+    real = {c: frame[c].to_numpy(np.int64) for c in sizes}
+    codes = {c: synthetic[c].to_numpy(np.int64) for c in sizes}
+    row["tvd2"] = round(mean_tvd2(real, codes, sizes), 4)
     return row
 
 
@@ -146,7 +151,8 @@ def main() -> None:
     parser.add_argument("--mbi-repo", type=Path, help="a private-pgm checkout")
     args = parser.parse_args()
     row = run_one(args.dataset, args.method, args.epsilon, args.time_limit, args.mbi_repo)
-    print(json.dumps(row))
+    print(json.dumps(row), flush=True)
+    os._exit(0)  # the watchdog's timer thread must not keep the process alive
 
 
 if __name__ == "__main__":
