@@ -225,8 +225,11 @@ def sample_and_aggregate_with_count(
     count_share: float = 0.1,
     rng: Rng | None = None,
     method: str = "sample-and-aggregate (NRS07)",
+    min_block_rows: int = 1,
 ) -> tuple[Estimate, int]:
-    """:func:`sample_and_aggregate`, also returning the released person count (or -1 if none)."""
+    """:func:`sample_and_aggregate`, also returning the released person count (or -1 if none).
+    ``min_block_rows`` (public) caps the k chosen from the noisy count ñ at ñ/min_block_rows,
+    for estimators that need that many rows per block (post-processing of ñ)."""
     owner = "sample_and_aggregate"
     box = Box.of(owner, lower, upper, fill)
     table = as_float_array(owner, "data", data, ndim=2)
@@ -246,7 +249,7 @@ def sample_and_aggregate_with_count(
         eps_count = Fraction(float_down(eps * share))
         eps_mean = eps - eps_count
         count = noisy_people(table.shape[0], person, eps_count, source)
-        blocks = default_blocks(count)
+        blocks = min(default_blocks(count), max(1, count // min_block_rows))
     ids = block_ids(table.shape[0], blocks, person, source)
     estimates = block_estimates(estimator, table, ids, blocks, box)
     target = box
