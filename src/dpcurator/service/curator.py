@@ -203,7 +203,7 @@ class DatasetRuntime:
     def run(
         self,
         sql: str,
-        epsilon: Fraction,
+        epsilon: Fraction | None,
         delta: Fraction,
         budget_filter: BudgetFilter,
         *,
@@ -211,7 +211,7 @@ class DatasetRuntime:
         noise: NoiseRequest | None = None,
     ) -> dict[str, Any]:
         """Plan, reserve through ``budget_filter``, compute and release; the release as JSON.
-        With ``accuracy``, the plan meeting those targets (its cost is ``epsilon``); with
+        With ``accuracy`` (``epsilon`` None), the plan meeting those targets; with
         ``noise.rho``, a release at that zCDP cost."""
         noise = noise or NoiseRequest()
         session = self.session(budget_filter)

@@ -23,7 +23,7 @@ import json
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -34,7 +34,6 @@ from dpcurator.errors import (
     BackendError,
     BudgetExceededError,
     DPError,
-    InternalInvariantError,
 )
 from dpcurator.service.auth import Identity, IssuedToken, TokenAuthority, random_id
 from dpcurator.service.curator import (
@@ -108,13 +107,6 @@ class Estimate:
     fits: bool
     remaining: BudgetView | None
 
-    @property
-    def epsilon(self) -> Fraction:
-        """The ε of an (ε, δ) cost (accuracy targets are met at an ε, never at a ρ)."""
-        if isinstance(self.cost, ZCDP):
-            raise InternalInvariantError("An accuracy-first estimate costs an epsilon.")
-        return self.cost.epsilon
-
 
 def fits_budget(access: Access, cost: ApproxDP) -> bool:
     """Whether an (ε, δ) ``cost`` fits the dataset's cap and the caller's own budget (if any)
@@ -126,6 +118,14 @@ def fits_budget(access: Access, cost: ApproxDP) -> bool:
     return all(
         isinstance(view.remaining, ApproxDP) and cost.fits_within(view.remaining) for view in views
     )
+
+
+def _as_request(cost: Cost, noise: NoiseRequest | None) -> tuple[Fraction, NoiseRequest | None]:
+    """The (ε, noise) that name an accuracy query's planned ``cost`` in its fingerprint and
+    audit: the ε of an (ε, δ) cost, or (at δ = 0, Gaussian noise) its ρ, as a ρ query is named."""
+    if isinstance(cost, ZCDP):
+        return Fraction(0), replace(noise or NoiseRequest(), rho=cost.rho)
+    return cost.epsilon, noise
 
 
 def _requested(epsilon: Fraction, delta: Fraction, noise: NoiseRequest | None) -> dict[str, str]:
@@ -257,7 +257,7 @@ class CuratorService:
         identity: Identity,
         dataset_id: str,
         sql: str,
-        epsilon: Fraction,
+        epsilon: Fraction | None,
         delta: Fraction,
         *,
         request_key: str | None = None,
@@ -265,22 +265,29 @@ class CuratorService:
         noise: NoiseRequest | None = None,
     ) -> Answer:
         """Answer a query: replay or reserve -> run -> commit. A refusal changes nothing.
-        With ``accuracy``, ``epsilon`` is the cost those targets need (see :meth:`estimate`);
-        ``noise``: the noise family and/or a ρ cost (then ``epsilon`` is ignored).
+        ``noise``: the noise family and/or a ρ cost (then ``epsilon`` is ignored). With
+        ``accuracy`` (``epsilon`` None), the fingerprint and the audited request name the cost
+        those targets need with this noise, planned by the code the release plans with
+        (:meth:`DatasetRuntime.estimate`, from public inputs only).
 
         Raises:
             RefusalsLimitedError: this analyst was refused too often recently (429).
         """
+        asked_epsilon, asked_noise = epsilon or Fraction(0), noise
+        if accuracy is not None:
+            runtime = self.catalog.runtime(self.access(identity, dataset_id).dataset)
+            cost = runtime.estimate(sql, None, delta, accuracy=accuracy, noise=noise)[0]
+            asked_epsilon, asked_noise = _as_request(cost, noise)
         return self.charged(
             identity,
             dataset_id,
             sql,
-            fingerprint(sql, epsilon, delta, accuracy, noise),
+            fingerprint(sql, asked_epsilon, delta, accuracy, asked_noise),
             lambda runtime, budget: runtime.run(
                 sql, epsilon, delta, budget, accuracy=accuracy, noise=noise
             ),
             request_key=request_key,
-            requested=_requested(epsilon, delta, noise),
+            requested=_requested(asked_epsilon, delta, asked_noise),
         )
 
     def charged(

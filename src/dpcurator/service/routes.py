@@ -210,13 +210,7 @@ async def run_query(
     delta = s.exact(body.delta)
     rho = None if body.rho is None else s.exact(body.rho)
     noise = NoiseRequest(body.noise, rho, body.clipping)
-    if body.accuracy is None:
-        epsilon = s.exact(body.epsilon or 0)
-    else:  # the cost the targets need, from public inputs (refusals are free)
-        needed = await run_in_threadpool(
-            service.estimate, who, dataset_id, body.sql, None, delta, accuracy=body.accuracy
-        )
-        epsilon = needed.epsilon
+    epsilon = None if body.accuracy is not None else s.exact(body.epsilon or 0)
     answer = await run_in_threadpool(
         service.answer,
         who,
