@@ -129,3 +129,22 @@ def test_refusals_are_free_and_name_the_cost(session: dpc.Session) -> None:
     with pytest.raises(BudgetExceededError, match=f"ρ = {str(needed).split('= ')[1]}"):
         small.sql(COUNT, accuracy={"n": 0.5}, noise="gaussian")
     assert small.spent() == dpc.ZCDP(0)
+
+
+@pytest.mark.parametrize("delta", [0, 1e-6])
+def test_gaussian_accuracy_at_delta_zero_on_a_basic_budget_says_what_to_pass(delta: float) -> None:
+    """Accuracy targets with Gaussian noise at δ = 0 cost a ρ, which a basic ε or (ε, δ) budget
+    cannot charge: the free refusal names the targets and the ways out, not a ``rho`` the
+    analyst never gave."""
+    frame, metadata = demo_frame(), demo_metadata()
+    budget = dpc.Budget(1, delta)
+    basic = dpc.Session(ENGINES["memory"].open(frame), metadata, budget=budget, accounting="basic")
+    before = repr(basic)
+    with pytest.raises(UnsupportedQueryError) as refused:
+        basic.sql(COUNT, accuracy={"n": 50}, noise="gaussian")
+    text = str(refused.value)
+    assert "rho" not in text
+    assert text.startswith("Accuracy targets with noise='gaussian' and delta = 0 cost a ρ")
+    for way_out in ("give delta > 0", "noise='laplace'", "accounting='concentrated'"):
+        assert way_out in text
+    assert repr(basic) == before

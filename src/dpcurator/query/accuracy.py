@@ -218,6 +218,17 @@ def plan_for_accuracy(
     return replace(laplace, noise=text)
 
 
+def basic_budget_refusal(cost: object) -> str:
+    """Why a basic ε or (ε, δ) budget refuses accuracy targets with Gaussian noise at δ = 0
+    (their plan costs the ρ ``cost``, which basic composition cannot charge), and what to pass."""
+    return (
+        f"Accuracy targets with noise='gaussian' and delta = 0 cost a ρ ({cost}), which a basic "
+        "ε or (ε, δ) budget cannot charge. Pass noise='laplace' (or no noise) to pay an ε; or "
+        "give delta > 0 on a budget with a δ, and the Gaussian plan costs an (ε, δ); or open "
+        "the session with a ZCDP budget, or with accounting='concentrated' and a δ > 0."
+    )
+
+
 def _output_targets(
     provisional: Plan, targets: Mapping[str, Target], alpha: float
 ) -> list[Want | None]:

@@ -74,7 +74,7 @@ from dpcurator.core.measures import ZCDP, Measure
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators.bounds import bounds_from_noisy_counts
 from dpcurator.estimators.release import Estimate
-from dpcurator.query.accuracy import check_targets, plan_for_accuracy
+from dpcurator.query.accuracy import basic_budget_refusal, check_targets, plan_for_accuracy
 from dpcurator.query.after_charge import after_charge
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.backends.plan_checks import check_plan
@@ -445,6 +445,8 @@ class Session:
         basic = isinstance(self._filter, PrivacyFilter) and not isinstance(
             self._filter.budget, ZCDP
         )
+        if basic and event.approx_cost() is None and accuracy is not None:
+            raise UnsupportedQueryError(basic_budget_refusal(plan.cost))
         if basic and event.approx_cost() is None:
             raise UnsupportedQueryError(
                 f"A query given rho (cost {plan.cost}) needs a zCDP budget: open the session "
