@@ -24,9 +24,9 @@ from scipy import stats
 
 import dpcurator as dpc
 from dpcurator.accounting import PureEvent
-from dpcurator.mechanisms import Laplace
+from dpcurator.mechanisms import Gaussian, Laplace
 from dpcurator.query.backends import open_backend
-from dpcurator.query.ratio_interval import MomentNoise, moment_intervals
+from dpcurator.query.ratio_interval import POINTS, MomentNoise, _tail_quantiles, moment_intervals
 from dpcurator.query.release import release_plan
 from dpcurator.query.session import Session
 from dpcurator.random import SeededRng
@@ -111,3 +111,43 @@ def test_intervals_are_total_on_extreme_noisy_values() -> None:
             (cell,) = moment_intervals(kind, observed, noise, (0.0, 1e140), 5e139, alpha=0.05)
             assert all(np.isfinite(cell))
             assert cell[1] <= cell[0] <= cell[2]
+
+
+def test_vectorised_intervals_equal_the_per_group_loop() -> None:
+    """Blocks of groups give each group the interval it gets alone (to 1e-12 relative), with
+    counts near and below the whole-range fallback and both kinds of noise."""
+    gen = np.random.default_rng(7)
+    groups = 300
+    n = gen.integers(1, 3_000, groups).astype(float)
+    n[:20] = np.linspace(-4.0, 3.0, 20)
+    m, v = gen.uniform(-20, 20, groups), gen.uniform(0, 400, groups)
+    observed = [n, n * m + gen.laplace(0, 50, groups), v * (n - 1) + n * m * m]
+    for noise in (
+        MomentNoise((Laplace(3), Laplace(50), Laplace(2_500)), (1.0, 1.0, 1.0)),
+        MomentNoise((Gaussian(4), Gaussian(60), Gaussian(3_000)), (1.0, 0.5, 0.25)),
+    ):
+        for kind in ("mean", "variance", "stddev"):
+            parts = observed[:2] if kind == "mean" else observed
+            together = moment_intervals(kind, parts, noise, (-50.0, 50.0), 0.0, alpha=0.05)
+            alone = [
+                moment_intervals(
+                    kind, [p[[g]] for p in parts], noise, (-50.0, 50.0), 0.0, alpha=0.05
+                )[0]
+                for g in range(groups)
+            ]
+            np.testing.assert_allclose(together, alone, rtol=1e-12, atol=0.0)
+
+
+@pytest.mark.parametrize("size", [POINTS, 64, 5])
+def test_tail_quantiles_equal_numpy(size: int) -> None:
+    """The tail selection gives np.quantile's linear quantiles, with ties (discrete noise),
+    infinities and rows whose threshold set is too small or too large."""
+    gen = np.random.default_rng(size)
+    errors = np.round(gen.standard_t(2, (200, size)) * gen.uniform(0.1, 30, (200, 1)))
+    errors[:10] = 0.0
+    errors[10:20, : size // 2] = np.inf
+    errors[20:30, ::3] = -np.inf
+    levels = [0.0225, 0.9775]
+    with np.errstate(invalid="ignore"):
+        expected = np.quantile(errors, levels, axis=1)
+        np.testing.assert_array_equal(_tail_quantiles(errors, levels), expected)
