@@ -169,3 +169,29 @@ def test_engines_count_the_same_cells() -> None:
             {key: [exact.groups[key][c] for c in plan.clipping[0].exact] for key in [(0,), (1,)]}
         )
     assert found == [{(0,): [3, 27, 15], (1,): [2, 28, 15]}] * 3
+
+
+def test_long_frame_and_html_show_the_report() -> None:
+    """to_pandas(long=True) carries each clamped column's counts and share on its rows (None on
+    the count's); the HTML view has the report's table, its notes and bounds, escaped."""
+    release = _session(0.3).sql(
+        "SELECT k, AVG(x) AS m, COUNT(*) AS n FROM t GROUP BY k", epsilon=1.0, clipping=0.1
+    )
+    long = release.to_pandas(long=True)
+    assert list(long.columns)[-3:] == ["clipped_below", "clipped_above", "clamped_share_high"]
+    wide = release.to_pandas()
+    for k in (0, 1):
+        row = long[(long["k"] == k) & (long["statistic"] == "m")].iloc[0]
+        expected = wide[wide["k"] == k].iloc[0]
+        assert row["clipped_above"] == expected["m_clipped_above"] > 200
+        assert row["clamped_share_high"] == expected["m_clamped_share_high"]
+        count_row = long[(long["k"] == k) & (long["statistic"] == "n")].iloc[0]
+        assert count_row[["clipped_below", "clipped_above"]].isna().all()
+    shown = release._repr_html_()
+    assert '<table class="dpcurator-clipping">' in shown
+    assert "(&gt; 100)" in shown  # the upper bound, escaped
+    for report in release.clipping:
+        assert all(note in shown for note in report.notes)
+    plain = _session(0.3).sql("SELECT AVG(x) AS m FROM t", epsilon=1.0)
+    assert "clipped_below" not in plain.to_pandas(long=True).columns
+    assert "dpcurator-clipping" not in plain._repr_html_()

@@ -19,6 +19,7 @@ Everything here is a function of the noisy counts and the plan (public), so it c
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,9 @@ from dpcurator.query.plan_outputs import ClippingCount, OutputPlan
 
 #: A noisy count with its interval: (value, ci_low, ci_high).
 Interval = tuple[float, float, float]
+#: Per clamped output column and group: the noisy counts of rows below and above its bounds and
+#: the upper end of the clamped share's interval (the frames' column names).
+CLIPPING_FIELDS = ("clipped_below", "clipped_above", "clamped_share_high")
 
 
 @dataclass(frozen=True)
@@ -149,9 +153,54 @@ def clipping_lines(reports: Sequence[ClippingReport], group_columns: Sequence[st
     return lines
 
 
+def clipping_html(
+    reports: Sequence[ClippingReport], group_columns: Sequence[str], max_rows: int
+) -> str:
+    """The report as an HTML table (under a release's table; every text escaped), one row per
+    expression and group: its group keys, columns, the counts below and above the bounds with
+    their intervals, and the notes; the first ``max_rows`` rows; ``""`` without a report."""
+    if not reports:
+        return ""
+    titles = [*group_columns, "columns", "rows below", "rows above", "notes"]
+    head = "".join(f"<th>{html.escape(t)}</th>" for t in titles)
+    body = []
+    for report in reports[:max_rows]:
+        cells = ["NULL" if k is None else str(k) for k in report.group]
+        cells += [
+            ", ".join(report.columns),
+            f"{_count(report.below)} (< {report.lower:g})",
+            f"{_count(report.above)} (> {report.upper:g})",
+        ]
+        notes = "<br>".join(html.escape(note) for note in report.notes)
+        row = "".join(f"<td>{html.escape(cell)}</td>" for cell in cells)
+        body.append(f"<tr>{row}<td>{notes}</td></tr>")
+    hidden = len(reports) - max_rows
+    if hidden > 0:
+        body.append(
+            f'<tr><td colspan="{len(titles)}">… {hidden} more rows: to_pandas() has them all'
+            "</td></tr>"
+        )
+    caption = "clipping report (rows outside the bounds, CIs as above)"
+    return (
+        f'<table class="dpcurator-clipping"><caption>{caption}</caption>'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
+
+
 def _count(interval: Interval) -> str:
     value, low, high = interval
     return f"{value:,.0f} [{low:,.0f}, {high:,.0f}]"
+
+
+def clipping_cells(
+    reports: Sequence[ClippingReport],
+) -> dict[tuple[tuple[ir.ScalarValue, ...], str], tuple[float, float, float]]:
+    """Per (group, clamped output column), the values of CLIPPING_FIELDS."""
+    return {
+        (report.group, column): (report.below[0], report.above[0], report.clamped_share_high)
+        for report in reports
+        for column in report.columns
+    }
 
 
 def clipping_columns(
@@ -160,10 +209,9 @@ def clipping_columns(
     """Per group, the wide frame's extra columns: ``<output>_clipped_below``, ``..._above``
     (noisy counts) and ``<output>_clamped_share_high``."""
     extra: dict[tuple[ir.ScalarValue, ...], dict[str, float]] = {}
-    for report in reports:
-        cells = extra.setdefault(report.group, {})
-        for column in report.columns:
-            cells[f"{column}_clipped_below"] = report.below[0]
-            cells[f"{column}_clipped_above"] = report.above[0]
-            cells[f"{column}_clamped_share_high"] = report.clamped_share_high
+    for (group, column), values in clipping_cells(reports).items():
+        cells = extra.setdefault(group, {})
+        cells.update(
+            (f"{column}_{field}", v) for field, v in zip(CLIPPING_FIELDS, values, strict=True)
+        )
     return extra

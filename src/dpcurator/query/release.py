@@ -134,7 +134,9 @@ class Release:
         ``<name>_clamped_share_high`` for each clamped column. Long
         (``long=True``): one row per group and value column (so one per histogram bin), with
         the columns ``statistic``, ``bin``, ``bin_low``, ``bin_high`` (histograms only: the bin
-        counts values in [bin_low, bin_high)), ``value``, ``ci_low``, ``ci_high``, ``ci_level``.
+        counts values in [bin_low, bin_high)), ``value``, ``ci_low``, ``ci_high``, ``ci_level``,
+        and with a clipping report ``clipped_below``, ``clipped_above``, ``clamped_share_high``
+        (empty on the rows of columns that are not clamped).
         """
         if long:
             return release_view.long_frame(self)
@@ -168,7 +170,8 @@ class Release:
         return self.summary(max_lines=release_view.REPR_LINES)
 
     def _repr_html_(self) -> str:
-        """Jupyter's rendering: an HTML table of values with CIs, the cost and the CI level."""
+        """Jupyter's rendering: an HTML table of values with CIs, the cost and the CI level,
+        then the clipping report's table if there is one."""
         return release_view.html_table(self)
 
     def plot(self, statistic: str | None = None, *, ax: Axes | None = None) -> Axes:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from dpcurator._validation import fail
+from dpcurator.query.clipping_release import CLIPPING_FIELDS, clipping_cells, clipping_html
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -120,9 +121,12 @@ def summary(release: Release, max_lines: int | None) -> str:
 
 
 def long_frame(release: Release) -> pd.DataFrame:
-    """One row per group and value column (see :meth:`Release.to_pandas`)."""
+    """One row per group and value column (see :meth:`Release.to_pandas`), with a clipping
+    report's CLIPPING_FIELDS on the rows of its clamped columns (None on the others)."""
     binned = any(c.bin is not None for c in release.columns)
     bin_titles = ["bin", "bin_low", "bin_high"] if binned else []
+    clipped = clipping_cells(release.clipping)
+    clip_titles = list(CLIPPING_FIELDS) if release.clipping else []
     titles = [
         *release.group_columns,
         "statistic",
@@ -131,6 +135,7 @@ def long_frame(release: Release) -> pd.DataFrame:
         "ci_low",
         "ci_high",
         "ci_level",
+        *clip_titles,
     ]
     records = []
     for key, estimates in release.rows:
@@ -141,6 +146,8 @@ def long_frame(release: Release) -> pd.DataFrame:
                 b = column.bin
                 record += [None, None, None] if b is None else [b.label, b.low, b.high]
             record += [estimate.value, estimate.ci_low, estimate.ci_high, release.ci_level]
+            if clip_titles:
+                record += clipped.get((key, column.statistic), (None, None, None))
             records.append(record)
     frame = pd.DataFrame.from_records(records, columns=titles)
     frame.attrs.update(frame_attrs(release))
@@ -157,7 +164,8 @@ def _plain(value: object) -> object:
 
 
 def html_table(release: Release) -> str:
-    """An HTML table: group columns, then each value column as ``value [low, high]``."""
+    """An HTML table: group columns, then each value column as ``value [low, high]``; then
+    the clipping report's table if there is one."""
     titles = [*release.group_columns, *release.value_columns]
     head = "".join(f"<th>{html.escape(t)}</th>" for t in titles)
     body = []
@@ -178,6 +186,7 @@ def html_table(release: Release) -> str:
     return (
         f'<table class="dpcurator-release"><caption>{caption}</caption>'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        f"{clipping_html(release.clipping, release.group_columns, HTML_ROWS)}"
     )
 
 
