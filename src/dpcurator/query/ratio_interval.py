@@ -120,12 +120,21 @@ def _inverse_cdf(mechanism: Laplace | Gaussian, u: FloatArray) -> FloatArray:
 
 
 def _mean_raw(centre: float, count: FloatArray, total: FloatArray) -> FloatArray:
-    return centre + total / np.maximum(count, 1.0)
+    """c + S / max(N, 1), in place: overwrites ``count`` and ``total`` (float arrays)."""
+    np.maximum(count, 1.0, out=count)
+    np.divide(total, count, out=total)
+    return np.add(total, centre, out=total)
 
 
 def _variance_raw(count: FloatArray, total: FloatArray, squares: FloatArray) -> FloatArray:
-    n = np.maximum(count, 2.0)
-    return (squares - total * total / n) / (n - 1.0)
+    """(Q - S² / n) / (n - 1) with n = max(N, 2), in place: overwrites the three (float
+    arrays)."""
+    np.maximum(count, 2.0, out=count)
+    np.multiply(total, total, out=total)
+    np.divide(total, count, out=total)
+    np.subtract(squares, total, out=squares)
+    np.subtract(count, 1.0, out=count)
+    return np.divide(squares, count, out=squares)
 
 
 def moment_intervals(
@@ -150,17 +159,17 @@ def moment_intervals(
     levels = [(alpha - gamma) / 2, 1 - (alpha - gamma) / 2]
     with np.errstate(all="ignore"):
         count, total = observed[0], observed[1]
+        copies = [np.array(part, dtype=np.float64) for part in observed]  # the raw overwrite
         counts_low = count - slack
         if kind == "mean":
-            raw = _mean_raw(centre, count, total)
+            raw = _mean_raw(centre, *copies[:2])
             value = np.clip(raw, lower, upper)
             m = value - centre
             plug = np.stack([counts_low, counts_low * m], axis=1)
             fallback, smallest = (lower, upper), 1.0
         else:
-            squares = observed[2]
             n = np.maximum(count, 2.0)
-            raw = _variance_raw(count, total, squares)
+            raw = _variance_raw(*copies)
             value = np.clip(raw, 0.0, span_squared / 4 * n / (n - 1))
             m = np.clip(total / n, lower - centre, upper - centre)
             plug_squares = value * (counts_low - 1) + counts_low * m * m
@@ -202,18 +211,19 @@ def _errors(kind: str, centre: float, plug: FloatArray, draws: FloatArray) -> Fl
 
 def _tail_quantiles(errors: FloatArray, levels: Sequence[float]) -> FloatArray:
     """``np.quantile(errors, levels, axis=1)`` (linear method, no NaN in ``errors``), shape
-    (levels, rows), from the two order statistics around each level: the lower ones selected
-    by :func:`_smallest_pair`, the upper ones by it on ``-errors``."""
+    (levels, rows), from the two order statistics around each level (:func:`_tail_pair`; the
+    upper tail's as the lower tail's of ``-errors``)."""
     size = errors.shape[1]
+    sample = np.sort(errors[:, ::_STRIDE], axis=1)
     quantiles = np.empty((len(levels), len(errors)))
     for j, level in enumerate(levels):
         index = (size - 1) * level
         rank = min(math.floor(index), size - 2)
         gamma = index - rank
         if rank < size // 2:
-            below, above = _smallest_pair(errors, rank)
+            below, above = _tail_pair(errors, sample, rank, 1.0)
         else:
-            high, low = _smallest_pair(-errors, size - 2 - rank)
+            high, low = _tail_pair(errors, sample, size - 2 - rank, -1.0)
             below, above = -low, -high
         # numpy's _lerp, for the same rounding
         step = above - below
@@ -221,31 +231,32 @@ def _tail_quantiles(errors: FloatArray, levels: Sequence[float]) -> FloatArray:
     return quantiles
 
 
-def _smallest_pair(values: FloatArray, rank: int) -> tuple[FloatArray, FloatArray]:
-    """The order statistics ``rank`` and ``rank + 1`` (from 0) of each row of ``values``.
+def _tail_pair(
+    values: FloatArray, sample: FloatArray, rank: int, sign: float
+) -> tuple[FloatArray, FloatArray]:
+    """The order statistics ``rank`` and ``rank + 1`` (from 0) of each row of ``sign * values``
+    (``sign`` ±1; ``sample``: every _STRIDE-th value of each row, sorted).
 
-    Every row's values at or below a threshold (an order statistic of every _STRIDE-th value,
-    of expected rank about twice ``rank``) are gathered into a row padded with +inf, and only
-    those are partitioned; rows where that set holds fewer than ``rank + 2`` values or too many
-    (ties) are partitioned whole. Exact either way."""
+    Every row's values at or beyond a threshold (the sample's value of expected rank about twice
+    ``rank`` in the row) are gathered into a row padded with +inf, and only those are
+    partitioned; rows where that set holds fewer than ``rank + 2`` values or too many (ties) are
+    partitioned whole. Exact either way."""
     need = rank + 2
-    sample = values[:, ::_STRIDE]
     position = min(2 * -(-need // _STRIDE), sample.shape[1] - 1)
-    threshold = np.partition(sample, position, axis=1)[:, position]
-    mask = values <= threshold[:, None]
+    threshold = sample[:, [position if sign > 0 else -1 - position]]
+    mask = values <= threshold if sign > 0 else values >= threshold
     counts = np.count_nonzero(mask, axis=1)
-    fast = (counts >= need) & (counts <= 4 * (position + 1) * _STRIDE)
-    pair = np.empty((len(values), 2))
-    rows = np.flatnonzero(fast)
-    if rows.size:
-        row, column = np.divmod(np.flatnonzero(mask[rows]), values.shape[1])
-        sizes = counts[rows]
-        starts = np.cumsum(sizes) - sizes
-        gathered = np.full((rows.size, int(sizes.max())), np.inf)
-        gathered[row, np.arange(row.size) - np.repeat(starts, sizes)] = values[rows[row], column]
-        pair[rows] = np.partition(gathered, (rank, rank + 1), axis=1)[:, rank : rank + 2]
-    rest = np.flatnonzero(~fast)
+    slow = (counts < need) | (counts > 4 * (position + 1) * _STRIDE)
+    mask[slow] = False
+    counts[slow] = 0
+    flat = np.flatnonzero(mask)
+    starts = np.cumsum(counts) - counts
+    gathered = np.full((len(values), max(int(counts.max()), need)), np.inf)
+    row = flat // values.shape[1]
+    gathered[row, np.arange(flat.size) - starts[row]] = sign * values.ravel()[flat]
+    rest = np.flatnonzero(slow)
+    pair: FloatArray = np.partition(gathered, (rank, rank + 1), axis=1)[:, rank : rank + 2]
     if rest.size:
-        whole = np.partition(values[rest], (rank, rank + 1), axis=1)
+        whole = np.partition(sign * values[rest], (rank, rank + 1), axis=1)
         pair[rest] = whole[:, rank : rank + 2]
     return pair[:, 0], pair[:, 1]
