@@ -41,6 +41,7 @@ from sqlalchemy import (
     Engine,
     ForeignKey,
     String,
+    bindparam,
     case,
     func,
     insert,
@@ -49,6 +50,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.sql import Executable
 from sqlalchemy.sql.elements import ColumnElement
 
 from dpcurator.accounting.concentrated import ConcentratedFilter
@@ -143,13 +145,37 @@ def account_budget(rho: str | None, epsilon: str, delta: str) -> Cost:
     return ZCDP(Fraction(rho)) if rho is not None else cost_of(epsilon, delta)
 
 
-def _charges_of(dataset_id: str, principal_id: str | None) -> list[ColumnElement[bool]]:
-    """The conditions selecting the charges of a budget: every charge on the dataset but
-    replays (the cap, ``principal_id`` None), or those of one principal (a grant)."""
-    conditions = [Charge.dataset_id == dataset_id, Charge.kind != "replay"]
-    if principal_id is not None:
-        conditions.append(Charge.principal_id == principal_id)
+def _charges_of(*, grant: bool) -> list[ColumnElement[bool]]:
+    """The conditions selecting the charges of a budget (parameters ``d``, and ``p`` for a
+    grant): every charge on the dataset but replays (the cap), or those of one principal."""
+    conditions = [Charge.dataset_id == bindparam("d"), Charge.kind != "replay"]
+    if grant:
+        conditions.append(Charge.principal_id == bindparam("p"))
     return conditions
+
+
+def _statements(grant: bool) -> tuple[Executable, Executable]:
+    """A budget's two replay statements, built once (parameters ``d``, ``p``, ``last``): the
+    number of its charges and of its cancelled charges up to ``last``, and its charges after."""
+    conditions = _charges_of(grant=grant)
+    cancelled = func.count(case((Charge.status == "cancelled", 1)))
+    counted = select(func.count(), cancelled).where(*conditions, Charge.id <= bindparam("last"))
+    after = (
+        select(Charge.id, Charge.status, Charge.events, Charge.epsilon, Charge.delta)
+        .where(*conditions, Charge.id > bindparam("last"))
+        .order_by(Charge.id)
+    )
+    return counted, after
+
+
+#: The replay statements of a cap (False) and of a grant (True).
+_REPLAY_STATEMENTS = {grant: _statements(grant) for grant in (False, True)}
+#: The concentrated accounts among a dataset's cap and one grant (``p``: the cap's id to ask
+#: for the cap alone).
+_ACCOUNTS = select(BudgetAccount.principal_id, BudgetAccount.rho).where(
+    BudgetAccount.dataset_id == bindparam("d"),
+    BudgetAccount.principal_id.in_([CAP, bindparam("p")]),
+)
 
 
 class OverdrawnError(BudgetExceededError):
@@ -186,26 +212,21 @@ def replayed_history(
         OverdrawnError: the charges do not fit the budget.
     """
     key: _ReplayKey = (dataset_id, principal_id, budget)
-    conditions = _charges_of(dataset_id, principal_id)
+    counted, after = _REPLAY_STATEMENTS[principal_id is not None]
+    params = {"d": dataset_id, "p": principal_id}
     with _REPLAYS_LOCK:
         cached = _REPLAYS.get(conn.engine, {}).get(key)
     if cached is not None:
-        cancelled = func.count(case((Charge.status == "cancelled", 1)))
-        counted = conn.execute(
-            select(func.count(), cancelled).where(*conditions, Charge.id <= cached.last_id)
-        ).one()
-        if tuple(counted) != (cached.charges, cached.cancelled):
+        numbers = conn.execute(counted, {**params, "last": cached.last_id}).one()
+        if tuple(numbers) != (cached.charges, cached.cancelled):
             cached = None
     if cached is None:
         cached = _Replayed(0, 0, 0, ConcentratedFilter(budget))
     account = cached.account.copy()
     last_id, charges, cancelled_charges = cached.last_id, cached.charges, cached.cancelled
-    query = (
-        select(Charge.id, Charge.status, Charge.events, Charge.epsilon, Charge.delta)
-        .where(*conditions, Charge.id > last_id)
-        .order_by(Charge.id)
-    )
-    for charge_id, status, events, epsilon, delta in conn.execute(query):
+    for charge_id, status, events, epsilon, delta in conn.execute(
+        after, {**params, "last": last_id}
+    ):
         last_id, charges = charge_id, charges + 1
         if status == "cancelled":
             cancelled_charges += 1
@@ -247,11 +268,8 @@ def accounts_of(
 ) -> dict[str, str | None]:
     """The concentrated accounts among a dataset's cap and (if given) one grant: principal id
     (``''`` for the cap) to its ρ (None for an (ε, δ) budget)."""
-    wanted = [CAP] if principal_id is None else [CAP, principal_id]
     rows = conn.execute(
-        select(BudgetAccount.principal_id, BudgetAccount.rho).where(
-            BudgetAccount.dataset_id == dataset_id, BudgetAccount.principal_id.in_(wanted)
-        )
+        _ACCOUNTS, {"d": dataset_id, "p": CAP if principal_id is None else principal_id}
     )
     return {str(principal): rho for principal, rho in rows}
 
