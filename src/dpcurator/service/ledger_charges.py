@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Row
 
+from dpcurator.accounting.concentrated import ConcentratedFilter
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import BudgetExceededError, DPError, InternalInvariantError, ParameterError
@@ -157,8 +158,8 @@ def _requested(event: PrivacyEvent) -> Cost:
 
 def _concentrated_fits(
     conn: Connection, budget: Cost, request: ChargeRequest, event: PrivacyEvent, what: str
-) -> BudgetView:
-    """The view of a concentrated budget after ``event``, if the filter admits it after the
+) -> ConcentratedFilter:
+    """A concentrated budget's filter after ``event``, if the filter admits it after the
     budget's history (the cap's: every live charge on the dataset; a grant's: its analyst's).
 
     Raises:
@@ -170,7 +171,7 @@ def _concentrated_fits(
         account.reserve(event).commit()
     except BudgetExceededError as exc:
         raise BudgetExceededError(_requested(event), exc.remaining, what=what) from None
-    return concentrated_view(account)
+    return account
 
 
 _GRANT = "analyst's privacy budget"
@@ -204,7 +205,7 @@ def _after(
         if request.principal_id in accounts:
             assert conn is not None  # the fast paths never see a concentrated budget
             total = account_budget(accounts[request.principal_id], str(grant[0]), str(grant[1]))
-            budget = _concentrated_fits(conn, total, request, event, _GRANT)
+            budget = concentrated_view(_concentrated_fits(conn, total, request, event, _GRANT))
         else:
             budget = BasicView(columns.total, _basic_fits(columns, event, _GRANT))
     columns = budget_view(*cap)
