@@ -66,9 +66,11 @@ def _plan(sql: str, metadata: dpc.Metadata) -> Plan:
     return plan_with_noise(parse_sql(sql, metadata), metadata, epsilon=1, noise="laplace")
 
 
-def _largest_change(plan: Plan, metadata: dpc.Metadata, lower: int, upper: int) -> int:
-    """The largest L1 change of the plan's one noisy statistic over all pairs of neighbours,
-    computed exactly by the reference engine."""
+def _largest_change(
+    plan: Plan, metadata: dpc.Metadata, lower: int, upper: int, power: int = 1
+) -> int:
+    """The largest L1 change (``power`` 2: squared L2 change) of the plan's one noisy statistic
+    over all pairs of neighbours, computed exactly by the reference engine."""
     ((part,),) = [o.parts for o in plan.outputs]
     keys = plan.exact.group_keys or [()]
     vectors: list[list[int]] = []
@@ -79,7 +81,7 @@ def _largest_change(plan: Plan, metadata: dpc.Metadata, lower: int, upper: int) 
         groups = backend.compute(plan.exact).groups
         vectors.append([int(groups.get(k, {}).get(part.exact, 0)) for k in keys])  # type: ignore[call-overload]
     return max(
-        sum(abs(a - b) for a, b in zip(u, v, strict=True))
+        sum(int(abs(a - b) ** power) for a, b in zip(u, v, strict=True))
         for u, v in itertools.combinations(vectors, 2)
     )
 
@@ -119,3 +121,25 @@ def test_centred_moments_halve_under_replace_one() -> None:
     assert (count, total) == (M, M * 10)
     grouped = _plan("SELECT g, VARIANCE(x) AS v FROM t WHERE flag GROUP BY g", metadata)
     assert [p.sensitivity for p in grouped.outputs[0].parts] == [2 * M, 2 * M * 5, 2 * squares]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT g, COUNT(*) AS c FROM t GROUP BY g",
+        "SELECT g, COUNT(x) AS c FROM t WHERE flag GROUP BY g",
+        "SELECT g, COUNT(DISTINCT pid) AS c FROM t GROUP BY g",
+    ],
+)
+def test_grouped_gaussian_counts_have_half_the_doubled_squared_l2(sql: str) -> None:
+    """Grouped counts under replace-one: the L1 sensitivity doubles (2·r·g) but the squared L2
+    only doubles too (2·g·r², not (2r)²·g): the stated one is the largest squared L2 change of
+    the count vector over every pair of neighbours."""
+    metadata = _metadata(0, 10)
+    plan = plan_with_noise(
+        parse_sql(sql, metadata), metadata, epsilon=1, delta=1e-6, noise="gaussian"
+    )
+    ((part,),) = [o.parts for o in plan.outputs]
+    per_group = part.sensitivity // 2  # r rows (1 person) per group, one group per person
+    assert part.l2_squared == 2 * per_group**2
+    assert _largest_change(plan, metadata, 0, 10, power=2) == part.l2_squared

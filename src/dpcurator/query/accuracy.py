@@ -67,7 +67,14 @@ from dpcurator.errors import ParameterError, UnsupportedQueryError
 from dpcurator.mechanisms import Gaussian, Laplace
 from dpcurator.query.builder import Query
 from dpcurator.query.limits import MIN_EPSILON
-from dpcurator.query.noise import check_noise, gaussian_statistic, rho_event, rho_selection
+from dpcurator.query.noise import (
+    check_noise,
+    gaussian_statistic,
+    l2_squared,
+    paired_counts,
+    rho_event,
+    rho_selection,
+)
 from dpcurator.query.plan_outputs import NoisyStatistic, OutputPlan
 from dpcurator.query.planner import Plan, plan_query
 from dpcurator.query.ratio_interval import NUISANCE_FRACTION, MomentNoise, moment_intervals
@@ -309,14 +316,18 @@ def _gaussian_plan(
     ``selection_weight`` / (number of outputs) of Σρ_i with tail δ/2, the query δ/2-approximately
     ρ-zCDP and (ε, δ)-DP with ε its zCDP conversion at δ/2 (at δ without selection; ρ-zCDP
     alone when δ = 0). Module docstring."""
-    groups = provisional.exact.bound.max_groups
+    groups, paired = provisional.exact.bound.max_groups, paired_counts(provisional)
     rhos = [
-        Fraction(0) if want is None else Fraction(smallest_rho(o.parts[0], want, groups))
+        Fraction(0)
+        if want is None
+        else Fraction(smallest_rho(o.parts[0], want, groups, paired=paired))
         for o, want in zip(provisional.outputs, wanted, strict=True)
     ]
     statistics_rho = sum(rhos, Fraction(0))
     outputs = tuple(
-        replace(o, parts=(gaussian_statistic(o.parts[0], rho, groups),)) if o.parts else o
+        replace(o, parts=(gaussian_statistic(o.parts[0], rho, groups, paired=paired),))
+        if o.parts
+        else o
         for o, rho in zip(provisional.outputs, rhos, strict=True)
     )
     plan = replace(provisional, outputs=outputs)
@@ -399,26 +410,30 @@ def smallest_epsilon(part: NoisyStatistic, want: Want) -> float:
     )
 
 
-def gaussian_halfwidth(part: NoisyStatistic, rho: float, groups: int, width: Width) -> float:
+def gaussian_halfwidth(
+    part: NoisyStatistic, rho: float, groups: int, width: Width, *, paired: bool = False
+) -> float:
     """``width`` of ``part`` with discrete Gaussian noise spending ``rho`` (inf beyond the
-    sampler's σ <= 2^31)."""
+    sampler's σ <= 2^31; ``paired``: :func:`~dpcurator.query.noise.paired_counts`)."""
     try:
-        gaussian = gaussian_statistic(part, Fraction(rho), groups).mechanism
+        gaussian = gaussian_statistic(part, Fraction(rho), groups, paired=paired).mechanism
     except (ParameterError, OverflowError):  # σ beyond 2^31 (or beyond the float range)
         return math.inf
     return width(gaussian)
 
 
-def smallest_rho(part: NoisyStatistic, want: Want, groups: int) -> float:
+def smallest_rho(part: NoisyStatistic, want: Want, groups: int, *, paired: bool = False) -> float:
     """The smallest ρ (to a relative 2^-40) whose ``want.width`` for ``part`` with discrete
     Gaussian noise is <= its target; the guess is the continuous Gaussian's, σ = (t + 1) /
     z_(1-α/2)."""
     steps = _grid_steps(want.target, part)
-    l2_squared = (part.sensitivity // groups) ** 2 * groups
+    squared = l2_squared(part, groups, paired=paired)
     z = NormalDist().inv_cdf(1 - want.alpha / 2)
-    guess = max((z / (steps + 1)) ** 2 * l2_squared / 2, sys.float_info.min)
+    guess = max((z / (steps + 1)) ** 2 * squared / 2, sys.float_info.min)
     return _smallest(
-        lambda rho: gaussian_halfwidth(part, rho, groups, want.width), guess, want.target
+        lambda rho: gaussian_halfwidth(part, rho, groups, want.width, paired=paired),
+        guess,
+        want.target,
     )
 
 

@@ -29,6 +29,15 @@ list with absent rows, which contribute nothing).
   the L1 change over the groups is at most the removal's plus the addition's: twice the
   add/remove sensitivity (:func:`sensitivity_factor`), and this is attained (disjoint groups).
   Quantiles, which select from a histogram, keep the factor too.
+* *Grouped counts with Gaussian noise* (squared L2, :func:`dpcurator.query.noise.l2_squared`):
+  write c and c' for the count vectors of P's and P''s rows over the groups; the table's
+  vector changes by v = c' − c. Counts are non-negative, so in each group
+  v_k² <= max(c_k, c'_k)² <= c_k² + c'_k², and ‖v‖² <= ‖c‖² + ‖c'‖² <= 2·g·r², where g·r² bounds
+  the squared L2 norm of one person's count vector (at most g groups, at most r in each, as
+  under add/remove). Doubling the L1 sensitivity and squaring per group would give 4·g·r²; the
+  bound 2·g·r² is attained (P's r rows in each of g groups, P''s in g others, given 2g
+  groups). A sum's rows may have either sign (v_k can be r(U − L), where c_k² + c'_k² is only
+  2r²U² for L = −U), so sums keep the doubled per-group value.
 
 The count of the whole table (no WHERE, no GROUP BY) is the public n: released exactly and free
 (:func:`public_count`). It is ``COUNT(*)`` on a table where each person keeps one row (row-level

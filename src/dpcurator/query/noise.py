@@ -237,7 +237,7 @@ def _approx_plan(
         rho = _largest_rho(noisy_share, aggregate_delta)
         if rho == 0:
             raise fail("query", "epsilon", "large enough to leave a positive ρ", epsilon)
-        outputs = _gaussian_outputs(plan.outputs, rho, plan.exact.bound.max_groups)
+        outputs = _gaussian_outputs(plan, plan.outputs, rho)
     plan = replace(plan, outputs=outputs)
     selection, selection_rho = _gaussian_selection(plan)
     tail = Fraction(0) if selection is None else selection.tail_delta
@@ -354,7 +354,7 @@ def _rho_plan(
     outputs = plan.outputs
     if any(o.parts for o in outputs):
         statistics_rho = rho - selection_rho - pure_rho
-        outputs = _gaussian_outputs(outputs, statistics_rho, plan.exact.bound.max_groups)
+        outputs = _gaussian_outputs(plan, outputs, statistics_rho)
     plan = replace(plan, outputs=outputs)
     selection = rho_selection(plan, selection_rho, delta)
     text = f"discrete Gaussian (a ρ = {readable(rho)} zCDP cost)"
@@ -369,35 +369,53 @@ def _rho_plan(
 
 
 def _gaussian_outputs(
-    outputs: tuple[OutputPlan, ...], rho: Fraction, groups: int
+    plan: Plan, outputs: tuple[OutputPlan, ...], rho: Fraction
 ) -> tuple[OutputPlan, ...]:
-    """Every noisy statistic of ``outputs`` with discrete Gaussian noise, sharing ``rho`` in
-    proportion to ε_j^(3/2) (module docstring); outputs without statistics are unchanged."""
+    """Every noisy statistic of ``outputs`` (of ``plan``) with discrete Gaussian noise, sharing
+    ``rho`` in proportion to ε_j^(3/2) (module docstring); outputs without statistics are
+    unchanged."""
+    groups, paired = plan.exact.bound.max_groups, paired_counts(plan)
     parts = [part for output in outputs for part in output.parts]
     total = sum((_power(p.epsilon) for p in parts), Fraction(0))
     return tuple(
         replace(
             output,
             parts=tuple(
-                gaussian_statistic(p, rho * _power(p.epsilon) / total, groups) for p in output.parts
+                gaussian_statistic(p, rho * _power(p.epsilon) / total, groups, paired=paired)
+                for p in output.parts
             ),
         )
         for output in outputs
     )
 
 
-def gaussian_statistic(part: NoisyStatistic, rho: Fraction, groups: int) -> NoisyStatistic:
-    """``part`` with discrete Gaussian noise spending ``rho``: its squared L2 sensitivity is
-    g·(Δ₁/g)² over ``groups`` = g groups per person (module docstring)."""
+def paired_counts(plan: Plan) -> bool:
+    """Whether ``plan``'s counts are grouped under replace-one, where a count vector's squared
+    L2 change is at most half of (Δ₁/g)²·g (:mod:`dpcurator.query.neighbouring`)."""
+    return plan.neighbouring == "replace_one" and bool(plan.group_columns)
+
+
+def l2_squared(part: NoisyStatistic, groups: int, *, paired: bool = False) -> int:
+    """The squared L2 sensitivity of ``part`` over ``groups`` = g groups per person: g·(Δ₁/g)²
+    (module docstring), halved for a count when ``paired`` (:func:`paired_counts`: Δ₁/g is then
+    2r and the bound 2g·r², :mod:`dpcurator.query.neighbouring`)."""
     per_group, rest = divmod(part.sensitivity, groups)
     if rest:
         raise InternalInvariantError(
             f"The L1 sensitivity {part.sensitivity} of {part.exact} is not per-group sensitivity "
             f"times {groups} groups; please report this bug."
         )
-    l2_squared = groups * per_group * per_group
-    mechanism = Gaussian.for_rho_squared(rho, l2_squared)
-    return replace(part, mechanism=mechanism, rho=rho, l2_squared=l2_squared)
+    squared = groups * per_group * per_group
+    return squared // 2 if paired and part.role == "count" else squared
+
+
+def gaussian_statistic(
+    part: NoisyStatistic, rho: Fraction, groups: int, *, paired: bool = False
+) -> NoisyStatistic:
+    """``part`` with discrete Gaussian noise spending ``rho``, at its :func:`l2_squared`."""
+    squared = l2_squared(part, groups, paired=paired)
+    mechanism = Gaussian.for_rho_squared(rho, squared)
+    return replace(part, mechanism=mechanism, rho=rho, l2_squared=squared)
 
 
 def _power(epsilon: Fraction) -> Fraction:
