@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -264,3 +265,23 @@ def test_neighbours_differ_only_in_values(
     d, d_minus_1 = tmp_path / "d", tmp_path / "d-1"
     seen = _observe(full, d, new_ledger(d), body)
     assert seen == _observe(without, d_minus_1, new_ledger(d_minus_1), body)
+
+
+def test_a_zcdp_release_on_a_concentrated_cap_is_charged_its_rho(
+    tmp_path: Path, new_ledger: NewLedger
+) -> None:
+    """The cap (ε 10, δ 1e-6) has concentrated accounting: a marginals release at ρ = 0.5 must
+    use 0.5 of its ρ, not close the Rényi route by its converted ε (≈ 6.47, δ 1e-9)."""
+    with _kit(tmp_path, demo_frame(), new_ledger(tmp_path)) as kit:
+        body = {"kind": "marginals", "rho": 0.5, "delta": 1e-9, "columns": ["sex", "region"]}
+        published = kit.owner.post("/v1/datasets/people/synthetic", json=body)
+        assert published.status_code == 202, published.text
+        assert _wait(kit.owner, published.json()["id"])["status"] == "done"
+        cap = kit.owner.get("/v1/datasets/people").json()["cap"]
+        assert cap["accounting"] == "concentrated"
+        spent_rho = Fraction(cap["native"]["spent"]["rho_exact"])
+        assert Fraction(49, 100) < spent_rho <= Fraction(1, 2)  # σ rounded up: at most ρ
+        assert Fraction(cap["native"]["remaining"]["rho_exact"]) > Fraction(9, 10)
+        # the conversion is still what a basic ledger would charge: the release records both
+        history = kit.owner.get("/v1/datasets/people/queries").json()
+        assert [h["kind"] for h in history] == ["synthetic"]

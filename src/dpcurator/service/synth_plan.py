@@ -12,7 +12,9 @@ captured exactly. The library reserves before it touches the data
 **Budget.** The ledger composes (ε, δ). MST and AIM are ρ-zCDP (and the contingency tables when
 δ > 0): the owner gives ``rho`` with a δ > 0, or (ε, δ) from which ρ is the largest with
 ρ-zCDP ⇒ (ε, δ)-DP (:func:`~dpcurator.accounting.concentrated.largest_rho`); the charge is the
-captured event's ρ converted at δ (Canonne, Kamath & Steinke 2020), at most the ε asked for.
+captured event's ρ converted at δ (Canonne, Kamath & Steinke 2020), at most the ε asked for,
+recorded as a :class:`~dpcurator.accounting.ConcentratedEvent` carrying both views: a budget
+with basic accounting charges that (ε, δ), a concentrated one may charge the ρ instead.
 MWEM and contingency tables with δ = 0 are pure ε-DP and charged their exact ε.
 
 The plan then runs once against a session holding exactly that prepaid event
@@ -30,7 +32,7 @@ import pandas as pd
 
 from dpcurator.accounting import Budget, PrivacyFilter, ZCDPAccountant
 from dpcurator.accounting.concentrated import largest_rho
-from dpcurator.accounting.events import PrivacyEvent, ZCDPEvent
+from dpcurator.accounting.events import ConcentratedEvent, PrivacyEvent, ZCDPEvent
 from dpcurator.accounting.filter import Reservation
 from dpcurator.core.measures import ZCDP, ApproxDP, Measure
 from dpcurator.errors import InternalInvariantError, ParameterError
@@ -124,7 +126,7 @@ class SynthPlan:
     def run(self, backend: Backend, metadata: Metadata, progress: Progress) -> pd.DataFrame:
         """Run the release on a session holding exactly the prepaid event (call this only after
         the ledger charged :attr:`cost`); returns the released frame."""
-        if isinstance(self.event, ZCDPEvent):
+        if isinstance(self.event, ConcentratedEvent):
             prepaid = PrivacyFilter(ZCDP(self.event.rho), ZCDPAccountant())
         else:
             prepaid = PrivacyFilter(Budget(self.cost.epsilon))
@@ -238,6 +240,8 @@ def plan_release(spec: SynthSpec, backend: Backend, metadata: Metadata) -> Synth
     approx = event.approx_cost()
     if isinstance(event, ZCDPEvent):
         cost = ZCDP(event.rho).to_approx(spec.delta)
+        # Both views: a basic ledger charges the conversion, a concentrated one may charge ρ.
+        event = ConcentratedEvent(event.rho, epsilon=cost.epsilon, epsilon_delta=cost.delta)
     elif approx is not None:
         cost = approx
     else:  # pragma: no cover - the synthesizers reserve zCDP or pure events only
