@@ -40,6 +40,26 @@ def _spent(table: ServedTable) -> dict[str, Any]:
     return spent
 
 
+def test_the_robust_l1_regression_is_a_linear_fit_with_method_l1(served: ServedTable) -> None:
+    """``method: "l1"`` routes a linear fit to PTR L1 regression: estimated free, charged its ε,
+    answered (a value, or NR when the stability test fails) with the same terms."""
+    body = {**LINEAR, "method": "l1", "coef_bound": 1e4}
+    before = _spent(served)
+    estimate = served._client.post(f"{FITS}:estimate", json=body)
+    assert estimate.status_code == 200, estimate.text
+    assert _spent(served) == before
+    fit = served._client.post(FITS, json=body)
+    assert fit.status_code == 200, fit.text
+    answer = fit.json()
+    assert answer["cost"] == estimate.json()["cost"]
+    assert "method='l1'" in answer["request"]
+    assert "coef_bound=10000.0" in answer["request"]
+    assert "propose-test-release" in answer["fit"]["method"]
+    assert [row["group"]["term"] for row in answer["fit"]["rows"]] == ["intercept", "age", "hours"]
+    spent = _spent(served)
+    assert float(spent["epsilon_exact"]) == pytest.approx(float(before["epsilon_exact"]) + 1.0)
+
+
 def test_estimate_is_free_and_the_fit_is_charged_exactly_that(served: ServedTable) -> None:
     before = _spent(served)
     estimate = served._client.post(f"{FITS}:estimate", json=LINEAR)
@@ -94,6 +114,8 @@ def test_a_retry_with_the_same_key_is_answered_once(served: ServedTable) -> None
             "delta",
         ),
         ({"delta": 0.9}, 409, "budget"),
+        ({"method": "l1"}, 422, "coef_bound"),
+        ({"method": "l1", "coef_bound": 1e4, "delta": 0}, 422, "delta"),
     ],
 )
 def test_refusals_are_free_and_name_the_problem(

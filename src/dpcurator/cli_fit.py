@@ -34,12 +34,14 @@ def add_parser(commands: Any) -> None:
     sub.add_argument(
         "--coef-bound",
         type=float,
-        help="logistic: every coefficient in [-b, b] (default: 10 in standardised units)",
+        help="logistic, or linear with --method l1: every coefficient in [-b, b] (logistic"
+        " default: 10 in standardised units; required with l1)",
     )
     sub.add_argument(
         "--method",
-        choices=("objective_perturbation", "sample_and_aggregate"),
-        help="logistic: the route (default objective_perturbation)",
+        choices=("objective_perturbation", "sample_and_aggregate", "l1"),
+        help="logistic: the route (default objective_perturbation); linear: l1 for the robust"
+        " PTR L1 regression (needs --delta and --coef-bound; may answer NR)",
     )
     sub.add_argument("--blocks", type=int, help="logistic sample_and_aggregate: the blocks")
     sub.add_argument("--estimate", action="store_true", help="only the cost (free)")

@@ -121,7 +121,9 @@ class FitRequest:
     the features; ``coef_bound`` the public box [-b, b] of every logistic coefficient in data
     units, or None (the default) for |θ| <= :data:`DEFAULT_COEFFICIENT_BOUND` in standardised
     units (:func:`standardised_box`); ``method`` and ``blocks`` choose the logistic route
-    (:func:`plan_fit`).
+    (:func:`plan_fit`), or ``method="l1"`` makes a linear regression the robust PTR L1
+    regression, whose ``coef_bound`` is required (no default box: a linear coefficient's scale
+    is the response's over the feature's).
     """
 
     kind: Literal["linear_regression", "logistic_regression"]
@@ -134,6 +136,18 @@ class FitRequest:
 
     def plan(self, metadata: Metadata, *, epsilon: float, delta: float) -> FitPlan:
         """The :func:`plan_fit` of this request (refusals free)."""
+        if self.kind == "linear_regression" and self.method == "l1":
+            if self.coef_bound is None:
+                raise fail(
+                    OWNER, "coef_bound", "a public coefficient bound b for method 'l1' (every "
+                    "coefficient in [-b, b], in data units)", None,
+                )  # fmt: skip
+            bound = check_positive(OWNER, "coef_bound", self.coef_bound)
+            return plan_fit(
+                metadata, self.kind, epsilon=epsilon, delta=delta, y=self.y, x=self.x,
+                fit_intercept=self.fit_intercept, lower=-bound, upper=bound, method="l1",
+                blocks=self.blocks,
+            )  # fmt: skip
         if self.kind == "linear_regression":
             return plan_fit(
                 metadata, self.kind, epsilon=epsilon, delta=delta, y=self.y, x=self.x,
@@ -157,7 +171,7 @@ class FitRequest:
     def describe(self) -> str:
         """The request as one line (the ledger's query text, and its replay fingerprint)."""
         options = [] if self.fit_intercept else ["no intercept"]
-        if self.kind == "logistic_regression":
+        if self.kind == "logistic_regression" or self.method == "l1":
             options.append(f"coef_bound={self.coef_bound!r}")
         options.extend(
             f"{name}={value!r}"

@@ -423,7 +423,9 @@ class FitIn(_Strict):
     coefficients' intervals. ``coef_bound`` is a public parameter of ``logistic``: every
     coefficient lies in [-coef_bound, coef_bound] (default: |coefficient| <=
     DEFAULT_COEFFICIENT_BOUND in standardised units, :func:`dpcurator.query.fit.standardised_box`);
-    ``method`` and ``blocks`` choose its route (:func:`dpcurator.query.fit.plan_fit`)."""
+    ``method`` and ``blocks`` choose its route (:func:`dpcurator.query.fit.plan_fit`);
+    ``method: "l1"`` makes ``linear`` the robust PTR L1 regression (δ > 0, ``coef_bound``
+    required; the reply may be NR)."""
 
     model: Literal["linear", "logistic"]
     response: ColumnName
@@ -433,7 +435,7 @@ class FitIn(_Strict):
     alpha: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.05
     fit_intercept: bool = True
     coef_bound: Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)] | None = None
-    method: Literal["objective_perturbation", "sample_and_aggregate"] | None = None
+    method: Literal["objective_perturbation", "sample_and_aggregate", "l1"] | None = None
     blocks: Annotated[int, Field(ge=1, le=MAX_FIT_BLOCKS)] | None = None
 
 
