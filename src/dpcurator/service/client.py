@@ -138,15 +138,8 @@ class CuratorClient:
         ``gaussian``; default: the server's choice); the answer has ``release``, ``cost`` and
         ``remaining``."""
         headers = None if idempotency_key is None else {"Idempotency-Key": idempotency_key}
-        body = _query_body(
-            sql,
-            epsilon=epsilon,
-            delta=delta,
-            accuracy=accuracy,
-            noise=noise,
-            rho=rho,
-            clipping=clipping,
-        )
+        body = _query_body(sql, epsilon=epsilon, delta=delta, accuracy=accuracy, noise=noise,
+                           rho=rho, clipping=clipping)  # fmt: skip
         result: dict[str, Any] = self._call(
             "POST",
             f"/v1/datasets/{dataset_id}/queries",
@@ -170,15 +163,8 @@ class CuratorClient:
         """The cost and expected CI half-widths of a query at ``epsilon`` or ``rho``, or of the
         smallest cost meeting ``accuracy`` (CI half-width per output), with the ``noise``
         family; nothing runs or is charged."""
-        body = _query_body(
-            sql,
-            epsilon=epsilon,
-            delta=delta,
-            accuracy=accuracy,
-            noise=noise,
-            rho=rho,
-            clipping=clipping,
-        )
+        body = _query_body(sql, epsilon=epsilon, delta=delta, accuracy=accuracy, noise=noise,
+                           rho=rho, clipping=clipping)  # fmt: skip
         result: dict[str, Any] = self._call(
             "POST", f"/v1/datasets/{dataset_id}/queries:estimate", json=body
         )
