@@ -7,6 +7,7 @@ Every test using these declares its alpha; each goodness-of-fit test is paired w
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -110,3 +111,14 @@ def epsilon_lower_bound(
     big_sample, small_sample = (est_a, est_b) if swapped else (est_b, est_a)
     big_count, small_count = counts(big_sample, c, upper), counts(small_sample, c, upper)
     return max(0.0, bound(big_count, big_sample.size, small_count, small_sample.size))
+
+
+def covers_and_narrowed(estimate: Any, truth: float, shrink: float) -> tuple[bool, bool]:
+    """Whether ``estimate``'s interval covers ``truth``, and whether the same interval narrowed
+    to ``shrink`` of each side's width around the value still does (a coverage test's power
+    check: too-narrow intervals must be caught)."""
+    value, low, high = estimate.value, estimate.ci_low, estimate.ci_high
+    assert low is not None
+    assert high is not None
+    narrowed = value - (value - low) * shrink <= truth <= value + (high - value) * shrink
+    return low <= truth <= high, narrowed

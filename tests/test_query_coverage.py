@@ -24,7 +24,7 @@ import dpcurator as dpc
 from dpcurator.query.backends import open_backend
 from dpcurator.query.session import Session, new_result_cache
 from dpcurator.random import SeededRng
-from tests.stat_tools import ALPHA
+from tests.stat_tools import ALPHA, covers_and_narrowed
 
 #: Releases per case.
 REPS = 150
@@ -81,11 +81,9 @@ def coverage(statistic: str, n: int, eps: float) -> tuple[int, int]:
     hits = narrow = 0
     for _ in range(REPS):
         estimate = session.sql(f"SELECT {sql} AS s FROM t", epsilon=eps, alpha=CI_ALPHA).value("s")
-        value, low, high = estimate.value, estimate.ci_low, estimate.ci_high
-        assert low is not None
-        assert high is not None
-        hits += low <= truth <= high
-        narrow += value - (value - low) * shrink <= truth <= value + (high - value) * shrink
+        covered, narrowed = covers_and_narrowed(estimate, truth, shrink)
+        hits += covered
+        narrow += narrowed
     return hits, narrow
 
 

@@ -30,7 +30,7 @@ from dpcurator.query.ratio_interval import POINTS, MomentNoise, _tail_quantiles,
 from dpcurator.query.release import release_plan
 from dpcurator.query.session import Session
 from dpcurator.random import SeededRng
-from tests.stat_tools import ALPHA
+from tests.stat_tools import ALPHA, covers_and_narrowed
 
 REPS = 3_000
 FLOOR = 0.94
@@ -71,11 +71,9 @@ def coverage(statistic: str, n: int, eps: float) -> tuple[int, int]:
     hits = narrow = 0
     for _ in range(REPS):
         estimate = release_plan(plan, exact, alpha=CI_ALPHA, rng=rng).value("s")
-        value, low, high = estimate.value, estimate.ci_low, estimate.ci_high
-        assert low is not None
-        assert high is not None
-        hits += low <= truth <= high
-        narrow += value - (value - low) * NARROW <= truth <= value + (high - value) * NARROW
+        covered, narrowed = covers_and_narrowed(estimate, truth, NARROW)
+        hits += covered
+        narrow += narrowed
     return hits, narrow
 
 
