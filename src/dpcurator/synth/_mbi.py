@@ -52,11 +52,13 @@ def _submodule(name: str) -> ModuleType:
 
 @dataclass(frozen=True)
 class Measurement:
-    """A noisy marginal (shape: the clique's codes) and its noise's standard deviation."""
+    """A noisy marginal (shape: the clique's codes) and its noise's standard deviation; with
+    ``weights``, the noisy vector measures the flattened marginal times ``weights``."""
 
     clique: Clique
     noisy: npt.NDArray[np.float64]
     sigma: float
+    weights: npt.NDArray[np.float64] | None = None
 
 
 def mbi_domain(domain: SynthDomain) -> Any:
@@ -77,6 +79,13 @@ def estimate(
     library = mbi()
     linear = [
         library.LinearMeasurement(np.ravel(m.noisy).astype(np.float64), m.clique, m.sigma)
+        if m.weights is None
+        else library.LinearMeasurement(
+            np.ravel(m.noisy).astype(np.float64),
+            m.clique,
+            m.sigma,
+            query=library.WeightedQuery(m.weights),
+        )
         for m in measurements
     ]
     estimator = library.estimation.MirrorDescent()

@@ -12,10 +12,14 @@ MST under ρ-zCDP, d columns, r rows per cell and g cells per person (:mod:`.mea
 3. ρ/3: the d-1 chosen 2-way marginals, ρ/(3(d-1)) each;
 4. mbi fits a graphical model to all measurements; records are drawn from it.
 
+As in the paper, steps 2-4 run on a compressed domain (:mod:`.compress`): after step 1, each
+column's codes whose noisy count is below 3σ are merged into one (a function of the released
+counts and the public σ: post-processing), the pair marginals are summed into the merged cells
+before noise, and sampled records are decoded back into the public domain.
+
 The charge is the exact sum d·ρ₁ + (d-1)·ε²/8 + (d-1)·ρ₂ (ρ₁, ρ₂ the Gaussians' own costs after
 rounding σ up), fixed before any data is read; every exact marginal (all 1- and 2-way) is
-computed by the engine after that one charge. Unlike the reference code, this MST does not merge
-rare values (that used a data-dependent, though noisy, domain).
+computed by the engine after that one charge.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from dpcurator.synth.common import (
     shuffle,
     synthetic,
 )
+from dpcurator.synth.compress import Compression
 from dpcurator.synth.domain import DEFAULT_MAX_BINS, Clique, SynthDomain
 from dpcurator.synth.measure import Contribution, exact_marginals
 
@@ -104,14 +109,16 @@ def mst(
     exact = exact_marginals(session, domain, ones + pairs, event, description=f"MST rho={rho_}")
     l2 = contribution.l2()
     steps = [Step("measure", c, one.rho(l2)) for c in ones]
-    measured = [
-        _mbi.Measurement(c, one.release_integers(exact[c], source).astype(float), float(one.sigma))
-        for c in ones
-    ]
-    model = _mbi.estimate(domain, measured, iters=iters)
+    sigma = float(one.sigma)
+    noisy = {c[0]: one.release_integers(exact[c], source) for c in ones}
+    compression = Compression.of(domain, noisy, sigma)
+    small = compression.domain
+    measured = [compression.one_way(name, noisy[name], sigma) for name in domain.names]
+    model = _mbi.estimate(small, measured, total=compression.total(), iters=iters)
     report(progress, "MST: one-way marginals measured and fitted", 0.3)
+    exact = {c: compression.marginal(c, exact[c]) for c in pairs}
     tree = _spanning_tree(
-        domain,
+        small,
         exact=exact,
         model=model,
         pairs=pairs,
@@ -121,14 +128,15 @@ def mst(
     )
     steps += [Step("select", c, epsilon**2 / 8) for c in tree]
     for edge in tree:
-        noisy = two.release_integers(exact[edge], source).astype(float)
-        measured.append(_mbi.Measurement(edge, noisy, float(two.sigma)))
+        released = two.release_integers(exact[edge], source).astype(float)
+        measured.append(_mbi.Measurement(edge, released, float(two.sigma)))
         steps.append(Step("measure", edge, two.rho(l2)))
     del exact
     report(progress, "MST: spanning tree chosen and measured", 0.5)
-    model = _mbi.estimate(domain, measured, iters=iters)
+    model = _mbi.estimate(small, measured, iters=iters)
     report(progress, "MST: final model fitted", 0.9)
-    records = _mbi.sample(model, domain, sample_rows(rows, float(model.total)), source)
+    records = _mbi.sample(model, small, sample_rows(rows, float(model.total)), source)
+    records = compression.decode(records, source)
     report(progress, "MST: records sampled", 1.0)
     return synthetic(records, domain, "mst", event, steps)
 

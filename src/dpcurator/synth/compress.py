@@ -1,0 +1,124 @@
+"""MST's domain compression (McKenna, Miklau & Sheldon 2021, "Winning the NIST contest",
+§4: values whose noisy 1-way count is small are merged before the 2-way marginals are measured).
+
+The rule, for each column: a code is *kept* when its noisy 1-way count is at least
+:data:`SUPPORT_SIGMAS` times the noise's σ; the other codes, if any, are merged into one *rare*
+code, numbered after the kept ones (kept codes keep their order). The compressed domain is a
+function of released noisy counts and the public σ only, so it is post-processing: it changes no
+charge, and nothing about it depends on the data beyond what was already released.
+
+With it, the 1-way measurement over the compressed codes is the kept noisy counts and the sum of
+the rare ones over sqrt(k) (k rare codes), a linear measurement of the rare total over sqrt(k),
+whose noise has the same σ as every other entry; the 2-way marginals are computed exactly on the
+full public domain and summed into the compressed cells before their noise is added (fewer, larger
+cells: less noise per record). Decoding spreads a column's rare records over its rare codes in
+proportion to their noisy 1-way counts clipped at 0 (evenly when none is positive), so the output
+keeps the public domain and schema. (The paper draws them uniformly; on a smooth column such as
+an age whose every count is below 3σ, uniform decoding flattens the column, and the released
+counts already say more.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from dpcurator.random import Rng
+from dpcurator.synth import _mbi
+from dpcurator.synth.common import round_counts, shuffle
+from dpcurator.synth.domain import Clique, ColumnDomain, SynthDomain
+
+#: A code is kept when its noisy 1-way count is at least this many noise σ (the paper's 3σ).
+SUPPORT_SIGMAS = 3
+
+
+def compressed_codes(noisy: npt.ArrayLike, sigma: float) -> npt.NDArray[np.int64]:
+    """The compressed code of each original code of one column, from its noisy 1-way counts and
+    the public σ (the module docstring's rule): kept codes 0..m-1 in order, rare codes m."""
+    counts = np.asarray(noisy, dtype=np.float64)
+    kept = counts >= SUPPORT_SIGMAS * sigma
+    return np.where(kept, np.cumsum(kept) - 1, int(kept.sum())).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Compression:
+    """The compressed domain of a release and the maps between it and the public domain.
+
+    Attributes:
+        full: the public domain.
+        codes: per column, the compressed code of each original code.
+        weights: per column, each original code's noisy 1-way count (decoding's weights).
+        domain: the compressed domain (one integer key per compressed code).
+    """
+
+    full: SynthDomain
+    codes: dict[str, npt.NDArray[np.int64]]
+    weights: dict[str, npt.NDArray[np.float64]]
+    domain: SynthDomain
+
+    @classmethod
+    def of(cls, full: SynthDomain, noisy: Mapping[str, npt.ArrayLike], sigma: float) -> Compression:
+        """The compression of ``full`` given each column's noisy 1-way counts and their σ."""
+        codes = {name: compressed_codes(noisy[name], sigma) for name in full.names}
+        columns = tuple(
+            ColumnDomain(c.name, "int", tuple(range(int(codes[c.name].max()) + 1)))
+            for c in full.columns
+        )
+        weights = {name: np.asarray(noisy[name], dtype=np.float64) for name in full.names}
+        return cls(full, codes, weights, SynthDomain(columns))
+
+    def marginal(self, clique: Clique, counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """An exact marginal over the public domain (axes: ``clique``) summed into the
+        compressed cells."""
+        out = np.asarray(counts, dtype=np.int64)
+        for axis, name in enumerate(clique):
+            codes = self.codes[name]
+            onehot = np.zeros((codes.size, self.domain.column(name).size), dtype=np.int64)
+            onehot[np.arange(codes.size), codes] = 1
+            out = np.moveaxis(np.tensordot(out, onehot, axes=([axis], [0])), -1, axis)
+        return out
+
+    def one_way(self, name: str, noisy: npt.ArrayLike, sigma: float) -> _mbi.Measurement:
+        """The noisy 1-way counts of ``name`` as a measurement over the compressed codes: each
+        cell's sum over sqrt(its number of codes), so every entry's noise has σ."""
+        codes = self.codes[name]
+        size = self.domain.column(name).size
+        sums = np.bincount(codes, weights=np.asarray(noisy, dtype=np.float64), minlength=size)
+        weights = 1.0 / np.sqrt(np.bincount(codes, minlength=size).astype(np.float64))
+        if size == codes.size:  # nothing merged: the plain measurement
+            return _mbi.Measurement((name,), sums, sigma)
+        return _mbi.Measurement((name,), sums * weights, sigma, weights)
+
+    def total(self) -> float:
+        """The minimum-variance estimate of the number of records from the noisy 1-way counts
+        (a column of n codes sums n noises: weights 1/n), at least 1. mbi estimates the total
+        from unweighted measurements only, so a fit of merged 1-ways needs it given."""
+        sums = np.asarray([self.weights[n].sum() for n in self.full.names])
+        inverse = 1.0 / np.asarray([self.codes[n].size for n in self.full.names], dtype=float)
+        return max(float((sums * inverse).sum() / inverse.sum()), 1.0)
+
+    def decode(
+        self, records: Mapping[str, npt.NDArray[np.int64]], rng: Rng | None
+    ) -> dict[str, npt.NDArray[np.int64]]:
+        """Records over the compressed codes as codes of the public domain: a kept code is its
+        original code; the rare code's records are allocated to the rare codes in proportion to
+        their noisy counts clipped at 0 (evenly if none is positive; largest remainders), in a
+        uniformly random order."""
+        out: dict[str, npt.NDArray[np.int64]] = {}
+        for name in self.full.names:
+            codes = self.codes[name]
+            members = [np.flatnonzero(codes == c) for c in range(self.domain.column(name).size)]
+            compressed = np.asarray(records[name], dtype=np.int64)
+            original = np.empty(compressed.size, dtype=np.int64)
+            for code, held in enumerate(members):
+                rows = np.flatnonzero(compressed == code)
+                if held.size == 1:
+                    original[rows] = held[0]
+                    continue
+                counts = round_counts(self.weights[name][held], rows.size)
+                original[rows] = shuffle(np.repeat(held, counts), rng)
+            out[name] = original
+        return out
