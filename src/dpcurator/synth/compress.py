@@ -86,7 +86,10 @@ class Compression:
         cell's sum over sqrt(its number of codes), so every entry's noise has σ."""
         codes = self.codes[name]
         size = self.domain.column(name).size
-        sums = np.bincount(codes, weights=np.asarray(noisy, dtype=np.float64), minlength=size)
+        sums = np.asarray(
+            np.bincount(codes, weights=np.asarray(noisy, dtype=np.float64), minlength=size),
+            dtype=np.float64,
+        )
         weights = 1.0 / np.sqrt(np.bincount(codes, minlength=size).astype(np.float64))
         if size == codes.size:  # nothing merged: the plain measurement
             return _mbi.Measurement((name,), sums, sigma)
