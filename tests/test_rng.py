@@ -146,6 +146,8 @@ def test_secure_rng_is_fork_safe() -> None:
     read_end, write_end = os.pipe()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (Python >= 3.12)
+        # JAX's at-fork hook warns when JAX was imported earlier in this worker (synth tests)
+        warnings.filterwarnings("ignore", r"os\.fork\(\) was called", RuntimeWarning)
         pid = os.fork()
     if pid == 0:  # pragma: no cover - child process
         try:
