@@ -7,6 +7,7 @@ Every test using these declares its alpha; each goodness-of-fit test is paired w
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -113,12 +114,15 @@ def epsilon_lower_bound(
     return max(0.0, bound(big_count, big_sample.size, small_count, small_sample.size))
 
 
-def covers_and_narrowed(estimate: Any, truth: float, shrink: float) -> tuple[bool, bool]:
-    """Whether ``estimate``'s interval covers ``truth``, and whether the same interval narrowed
-    to ``shrink`` of each side's width around the value still does (a coverage test's power
-    check: too-narrow intervals must be caught)."""
-    value, low, high = estimate.value, estimate.ci_low, estimate.ci_high
-    assert low is not None
-    assert high is not None
-    narrowed = value - (value - low) * shrink <= truth <= value + (high - value) * shrink
-    return low <= truth <= high, narrowed
+def coverage_counts(estimates: Iterable[Any], truth: float, shrink: float) -> tuple[int, int]:
+    """How many of ``estimates``' intervals cover ``truth``, and how many still do when each is
+    narrowed to ``shrink`` of each side's width around its value (a coverage test's power check:
+    too-narrow intervals must be caught)."""
+    hits = narrow = 0
+    for estimate in estimates:
+        value, low, high = estimate.value, estimate.ci_low, estimate.ci_high
+        assert low is not None
+        assert high is not None
+        hits += low <= truth <= high
+        narrow += value - (value - low) * shrink <= truth <= value + (high - value) * shrink
+    return hits, narrow

@@ -24,7 +24,7 @@ import dpcurator as dpc
 from dpcurator.query.backends import open_backend
 from dpcurator.query.session import Session, new_result_cache
 from dpcurator.random import SeededRng
-from tests.stat_tools import ALPHA, covers_and_narrowed
+from tests.stat_tools import ALPHA, coverage_counts
 
 #: Releases per case.
 REPS = 150
@@ -78,13 +78,9 @@ def coverage(statistic: str, n: int, eps: float) -> tuple[int, int]:
         rng=SeededRng(n + int(eps * 10)),
         result_cache=new_result_cache(),
     )
-    hits = narrow = 0
-    for _ in range(REPS):
-        estimate = session.sql(f"SELECT {sql} AS s FROM t", epsilon=eps, alpha=CI_ALPHA).value("s")
-        covered, narrowed = covers_and_narrowed(estimate, truth, shrink)
-        hits += covered
-        narrow += narrowed
-    return hits, narrow
+    query = f"SELECT {sql} AS s FROM t"
+    releases = (session.sql(query, epsilon=eps, alpha=CI_ALPHA) for _ in range(REPS))
+    return coverage_counts((release.value("s") for release in releases), truth, shrink)
 
 
 @pytest.mark.statistical

@@ -30,7 +30,7 @@ from dpcurator.query.ratio_interval import POINTS, MomentNoise, _tail_quantiles,
 from dpcurator.query.release import release_plan
 from dpcurator.query.session import Session
 from dpcurator.random import SeededRng
-from tests.stat_tools import ALPHA, covers_and_narrowed
+from tests.stat_tools import ALPHA, coverage_counts
 
 REPS = 3_000
 FLOOR = 0.94
@@ -68,13 +68,8 @@ def coverage(statistic: str, n: int, eps: float) -> tuple[int, int]:
     plan = session.plan(f"SELECT {sql} AS s FROM t", epsilon=eps)
     (exact,) = session.compute_exact([plan.exact], PureEvent(0), description="test")
     rng = SeededRng(n + int(eps * 10))
-    hits = narrow = 0
-    for _ in range(REPS):
-        estimate = release_plan(plan, exact, alpha=CI_ALPHA, rng=rng).value("s")
-        covered, narrowed = covers_and_narrowed(estimate, truth, NARROW)
-        hits += covered
-        narrow += narrowed
-    return hits, narrow
+    releases = (release_plan(plan, exact, alpha=CI_ALPHA, rng=rng) for _ in range(REPS))
+    return coverage_counts((release.value("s") for release in releases), truth, NARROW)
 
 
 @pytest.mark.statistical
