@@ -126,6 +126,23 @@ def shuffle(values: npt.NDArray[np.int64], rng: Rng | None) -> npt.NDArray[np.in
     return np.asarray(values[np.argsort(keys, kind="stable")], dtype=np.int64)
 
 
+def combined(
+    first: npt.ArrayLike, first_sigma: float, second: npt.ArrayLike, second_sigma: float
+) -> tuple[npt.NDArray[np.float64], float]:
+    """Two noisy vectors of the same counts combined by inverse variance, and the result's σ."""
+    precision = 1 / first_sigma**2 + 1 / second_sigma**2
+    one, two = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
+    return (one / first_sigma**2 + two / second_sigma**2) / precision, float(precision**-0.5)
+
+
+def independent_column(
+    noisy: npt.NDArray[np.float64], rows: int, rng: Rng | None
+) -> npt.NDArray[np.int64]:
+    """``rows`` codes in proportion to noisy 1-way counts clipped at 0 (largest remainders), in
+    random order: a column drawn independently of the others."""
+    return shuffle(np.repeat(np.arange(noisy.size), round_counts(noisy, rows)), rng)
+
+
 def records_from_table(
     table: npt.NDArray[np.float64], domain: SynthDomain, total: int, rng: Rng | None
 ) -> dict[str, npt.NDArray[np.int64]]:

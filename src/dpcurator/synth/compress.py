@@ -16,19 +16,27 @@ proportion to their noisy 1-way counts clipped at 0 (evenly when none is positiv
 keeps the public domain and schema. (The paper draws them uniformly; on a smooth column such as
 an age whose every count is below 3σ, uniform decoding flattens the column, and the released
 counts already say more.)
+
+A column is *informative* when its compressed domain has at least two codes (some noisy count
+reached 3σ): a pair marginal with an uninformative column is, over the compressed codes, only
+the other column's 1-way marginal again. MST and AIM measure such a column's 1-way marginal a
+second time instead (:func:`second_one_ways`); under MST it keeps its compressed codes and its
+decoding weights become the inverse-variance combination of its two noisy vectors
+(:meth:`Compression.remeasured`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
 
 from dpcurator.random import Rng
 from dpcurator.synth import _mbi
-from dpcurator.synth.common import round_counts, shuffle
+from dpcurator.synth.common import combined, round_counts, shuffle
 from dpcurator.synth.domain import Clique, ColumnDomain, SynthDomain
 
 #: A code is kept when its noisy 1-way count is at least this many noise σ (the paper's 3σ).
@@ -43,6 +51,45 @@ def compressed_codes(noisy: npt.ArrayLike, sigma: float) -> npt.NDArray[np.int64
     return np.where(kept, np.cumsum(kept) - 1, int(kept.sum())).astype(np.int64)
 
 
+def is_informative(noisy: npt.ArrayLike, sigma: float) -> bool:
+    """Whether a column with these noisy 1-way counts and σ keeps two compressed codes."""
+    return int(compressed_codes(noisy, sigma).max()) >= 1
+
+
+def denoised(noisy: npt.ArrayLike, sigma: float) -> npt.NDArray[np.float64]:
+    """A column's 1-way counts as compression models them, for a column drawn alone: kept codes
+    at their noisy counts, the rare codes sharing their summed noisy count (clipped at 0) in
+    proportion to their own counts clipped at 0 (evenly when none is positive)."""
+    counts = np.asarray(noisy, dtype=np.float64)
+    rare = counts < SUPPORT_SIGMAS * sigma
+    out = counts.copy()
+    if rare.any():
+        share = np.clip(counts[rare], 0.0, None)
+        share = share / share.sum() if share.sum() > 0 else np.full(share.size, 1 / share.size)
+        out[rare] = max(float(counts[rare].sum()), 0.0) * share
+    return out
+
+
+def enough_informative(names: Sequence[str], informative: Sequence[str]) -> bool:
+    """Whether MST's and AIM's rounds run: at least two of the columns, and at least half, are
+    informative (with fewer, on titanic at ε = 0.3 AIM's rounds lost to the independent
+    baseline: mean 2-way TVD 0.307 with the two-column rule, 0.293 with this one, baseline 0.314;
+    8 seeds)."""
+    return len(informative) >= 2 and 2 * len(informative) >= len(names)
+
+
+def second_one_ways(
+    names: Sequence[str], informative: Sequence[str], *, each: Fraction, spread: Fraction
+) -> list[tuple[str, Fraction]]:
+    """The low-budget rule of MST and AIM: which 1-way marginals are measured a second time,
+    and each one's ρ. When the rounds run (:func:`enough_informative`), every uninformative
+    column gets ``each``; otherwise no pair is worth measuring and ``spread`` is shared by all
+    the columns."""
+    if enough_informative(names, informative):
+        return [(name, each) for name in names if name not in informative]
+    return [(name, spread / len(names)) for name in names]
+
+
 @dataclass(frozen=True)
 class Compression:
     """The compressed domain of a release and the maps between it and the public domain.
@@ -51,12 +98,14 @@ class Compression:
         full: the public domain.
         codes: per column, the compressed code of each original code.
         weights: per column, each original code's noisy 1-way count (decoding's weights).
+        sigmas: per column, the noise σ of ``weights``.
         domain: the compressed domain (one integer key per compressed code).
     """
 
     full: SynthDomain
     codes: dict[str, npt.NDArray[np.int64]]
     weights: dict[str, npt.NDArray[np.float64]]
+    sigmas: dict[str, float]
     domain: SynthDomain
 
     @classmethod
@@ -68,7 +117,18 @@ class Compression:
             for c in full.columns
         )
         weights = {name: np.asarray(noisy[name], dtype=np.float64) for name in full.names}
-        return cls(full, codes, weights, SynthDomain(columns))
+        sigmas = dict.fromkeys(full.names, float(sigma))
+        return cls(full, codes, weights, sigmas, SynthDomain(columns))
+
+    def remeasured(self, name: str, noisy: npt.ArrayLike, sigma: float) -> Compression:
+        """This compression after a second noisy 1-way vector of ``name`` with noise σ: its
+        decoding weights become the inverse-variance combination (post-processing)."""
+        weights, sigma = combined(self.weights[name], self.sigmas[name], noisy, sigma)
+        return replace(
+            self,
+            weights={**self.weights, name: weights},
+            sigmas={**self.sigmas, name: sigma},
+        )
 
     def marginal(self, clique: Clique, counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """An exact marginal over the public domain (axes: ``clique``) summed into the
@@ -97,11 +157,13 @@ class Compression:
 
     def total(self) -> float:
         """The minimum-variance estimate of the number of records from the noisy 1-way counts
-        (a column of n codes sums n noises: weights 1/n), at least 1. mbi estimates the total
-        from unweighted measurements only, so a fit of merged 1-ways needs it given."""
-        sums = np.asarray([self.weights[n].sum() for n in self.full.names])
-        inverse = 1.0 / np.asarray([self.codes[n].size for n in self.full.names], dtype=float)
-        return max(float((sums * inverse).sum() / inverse.sum()), 1.0)
+        (a column of n codes with noise σ sums n noises: weights 1/(nσ²)), at least 1. mbi
+        estimates the total from unweighted measurements only, so a fit of merged 1-ways needs
+        it given."""
+        names = self.full.names
+        sums = np.asarray([self.weights[n].sum() for n in names])
+        variance = np.asarray([self.codes[n].size * self.sigmas[n] ** 2 for n in names])
+        return max(float((sums / variance).sum() / (1 / variance).sum()), 1.0)
 
     def decode(
         self, records: Mapping[str, npt.NDArray[np.int64]], rng: Rng | None
