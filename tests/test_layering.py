@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, int]] = [
     ("dpcurator.query.planner", 4),
     ("dpcurator.query.plan_outputs", 4),
     ("dpcurator.query.session", 4),
+    ("dpcurator.query.caches", 4),
     ("dpcurator.query.clipping_plan", 4),
     ("dpcurator.query.clipping_release", 4),
     ("dpcurator.query.ratio_interval", 4),

@@ -18,8 +18,8 @@ from dpcurator.accounting.concentrated import largest_rho
 from dpcurator.core.measures import ZCDP
 from dpcurator.mechanisms import PartitionSelection
 from dpcurator.mechanisms.gaussian_threshold import GaussianPartitionSelection, tail_bound_log
+from dpcurator.query.caches import new_result_cache
 from dpcurator.query.planner import Plan
-from dpcurator.query.session import new_result_cache
 from dpcurator.random import SeededRng
 from tests.neighbour_queries import (
     ENGINES,

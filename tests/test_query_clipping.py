@@ -22,7 +22,8 @@ from dpcurator.accounting import PureEvent
 from dpcurator.core.measures import PureDP
 from dpcurator.errors import ParameterError, UnsupportedQueryError
 from dpcurator.query.backends import open_backend
-from dpcurator.query.session import Session, new_result_cache
+from dpcurator.query.caches import new_result_cache
+from dpcurator.query.session import Session
 from dpcurator.random import SeededRng
 from tests.stat_tools import ALPHA
 

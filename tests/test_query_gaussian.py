@@ -14,7 +14,7 @@ from dpcurator.accounting import ConcentratedEvent, PrivacyEvent, ZCDPEvent
 from dpcurator.errors import BudgetExceededError, ParameterError, UnsupportedQueryError
 from dpcurator.mechanisms import Gaussian, Laplace
 from dpcurator.query.backends import Backend
-from dpcurator.query.session import new_result_cache
+from dpcurator.query.caches import new_result_cache
 from dpcurator.random import SeededRng
 from tests.neighbour_queries import (
     ENGINES,

@@ -14,9 +14,10 @@ from dpcurator.accounting import Budget
 from dpcurator.core.measures import PureDP
 from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError, ParameterError
 from dpcurator.query.backends import open_backend
+from dpcurator.query.caches import MAX_CACHED_GROUPS, new_plan_cache, new_result_cache
 from dpcurator.query.ir import AggregatePlan, ExactResult
 from dpcurator.query.schema import Metadata
-from dpcurator.query.session import MAX_CACHED_GROUPS, Session, new_plan_cache, new_result_cache
+from dpcurator.query.session import Session
 from tests.test_service_caches import CountingBackend
 
 SECRET = "salary of pid 4322 is 123456"

@@ -26,17 +26,12 @@ from dpcurator.accounting.filter import BudgetFilter, PrivacyFilter, Reservation
 from dpcurator.core.measures import ApproxDP, Measure, PureDP
 from dpcurator.errors import InternalInvariantError
 from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
+from dpcurator.query.caches import PlanCache, ResultCache, new_plan_cache, new_result_cache
 from dpcurator.query.fit_release import FitCostEstimate
 from dpcurator.query.planner import plan_event
 from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.schema import Metadata
-from dpcurator.query.session import (
-    PlanCache,
-    ResultCache,
-    Session,
-    new_plan_cache,
-    new_result_cache,
-)
+from dpcurator.query.session import Session
 from dpcurator.service.data_root import data_file, unreadable
 from dpcurator.service.ledger import Ledger
 from dpcurator.service.ledger_accounts import basic_cost, basic_event
