@@ -8,7 +8,7 @@ SYSTEM_STAMP := $(VENV)/.system-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint typecheck bench install clean
+.PHONY: run test lint typecheck bench bench-synth install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,13 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/noise.py
+
+# The synthetic-data grid; the peers' virtualenv (.synth-venv/) is created first (idempotent).
+# Options go in SYNTH_ARGS, e.g. SYNTH_ARGS="--datasets titanic --epsilons 1 --peers --repeats 4".
+SYNTH_ARGS ?= --datasets titanic --epsilons 0.1 1 10 --repeats 4
+bench-synth: $(STAMP)
+	$(PY) benchmarks/synth.py --setup-peers
+	$(PY) benchmarks/synth.py $(SYNTH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
