@@ -12,7 +12,7 @@ import pytest
 from dpcurator.accounting.budget import Budget
 from dpcurator.accounting.filter import PrivacyFilter
 from dpcurator.errors import BackendError, DomainError
-from dpcurator.query import session as session_module
+from dpcurator.query import caches as caches_module
 from dpcurator.query.backends import DuckDBBackend
 from dpcurator.query.schema import Metadata
 from dpcurator.service.curator import Catalog, DatasetRuntime
@@ -70,7 +70,7 @@ def test_a_loaded_copy_keeps_exact_results_even_without_the_result_cache(
     viewed = in_place._runtime(metadata, in_place._open({"path": str(path)}, metadata))
     assert viewed.results is None
     viewed.backend.close()
-    monkeypatch.setattr(session_module, "MAX_CACHED_GROUPS", 0)
+    monkeypatch.setattr(caches_module, "MAX_CACHED_GROUPS", 0)
     again = catalog._runtime(metadata, catalog._open({"path": str(path)}, metadata))
     try:
         _answer(again, "SELECT COUNT(*) AS n FROM t WHERE x > 2")
