@@ -187,6 +187,8 @@ def test_free_refusals_before_the_charge(tmp_path: Path, new_ledger: NewLedger) 
             ({**MWEM, "columns": ["pid"]}, "pid"),  # no public keys or bounds
             ({**MWEM, "delta": 1e-9}, "delta"),  # MWEM is pure ε
             ({"kind": "mst", "epsilon": 1.0}, "delta"),  # zCDP needs δ > 0
+            ({"kind": "fourier", "epsilon": 1.0}, "delta"),  # so do the Fourier tables
+            ({"kind": "fourier", "epsilon": 1.0, "delta": 1e-9, "rows": 5}, "rows"),
             ({**MWEM, "epsilon": 100.0}, None),  # over the cap: 409
         ]
         for body, word in bad:
@@ -231,6 +233,7 @@ def _observe(frame: pd.DataFrame, root: Path, ledger: str, body: dict[str, Any])
         estimate = kit.owner.post("/v1/datasets/people/synthetic:estimate", json=body)
         published = kit.owner.post("/v1/datasets/people/synthetic", json=body)
         done = _wait(kit.owner, published.json()["id"])
+        assert done["status"] == "done", done
         data = kit.alice.get(f"/v1/synthetic/{done['id']}/data", params={"format": "parquet"})
         released = pd.read_parquet(io.BytesIO(data.content))
         public = {k: v for k, v in done.items() if k not in ("id", "created_at", "finished_at")}
@@ -251,8 +254,9 @@ def _observe(frame: pd.DataFrame, root: Path, ledger: str, body: dict[str, Any])
     [
         MWEM,
         {"kind": "marginals", "epsilon": 1.0, "columns": ["sex", "employed"]},
+        {"kind": "fourier", "epsilon": 1.0, "delta": 1e-9, "columns": ["sex", "region", "age"]},
     ],
-    ids=["mwem", "marginals"],
+    ids=["mwem", "marginals", "fourier"],
 )
 def test_neighbours_differ_only_in_values(
     tmp_path: Path, new_ledger: NewLedger, body: dict[str, Any]

@@ -51,7 +51,8 @@ def _marginal(text: str) -> list[str]:
 def _add_release(sub: argparse.ArgumentParser) -> None:
     """The options defining a release (estimate and publish)."""
     sub.add_argument("--kind", choices=KINDS, required=True, help="what to release: " + (
-        "marginals (consistent noisy contingency tables), mst, aim (rho-zCDP synthetic "
+        "marginals (consistent noisy contingency tables, mbi), fourier (the same by Barak et "
+        "al.'s Fourier method, rho-zCDP), mst, aim (rho-zCDP synthetic "
         "records) or mwem (pure epsilon-DP synthetic records)"
     ))  # fmt: skip
     cost = sub.add_mutually_exclusive_group(required=True)

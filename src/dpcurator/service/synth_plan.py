@@ -1,6 +1,7 @@
 """What a synthetic release costs and how it runs, decided from public inputs only.
 
-An owner's request (:class:`SynthSpec`: the kind ``marginals``, ``mst``, ``aim`` or ``mwem``,
+An owner's request (:class:`SynthSpec`: the kind ``marginals``, ``fourier`` (contingency tables
+by Barak et al.'s Fourier method, ρ-zCDP), ``mst``, ``aim`` or ``mwem``,
 columns, marginals, the budget, rows to sample) becomes a :class:`SynthPlan` without reading any
 data: the synthesizer of :mod:`dpcurator.synth` is run against a session whose budget filter
 stops it at its one reservation (:class:`_PlanningFilter`). Every free refusal of the library
@@ -43,6 +44,7 @@ from dpcurator.query.session import Session
 from dpcurator.synth.aim import aim, aim_round_rho
 from dpcurator.synth.common import Progress
 from dpcurator.synth.domain import SynthDomain
+from dpcurator.synth.fourier import FourierPlan, plan_fourier, release_fourier
 from dpcurator.synth.marginals import (
     MarginalPlan,
     noise_std,
@@ -54,7 +56,7 @@ from dpcurator.synth.mst import mst, mst_cost
 from dpcurator.synth.mwem import mwem, mwem_round_epsilon
 
 #: The kinds of synthetic release.
-KINDS = ("marginals", "mst", "aim", "mwem")
+KINDS = ("marginals", "fourier", "mst", "aim", "mwem")
 #: Confidence level of the expected errors (1 - α).
 ALPHA = 0.05
 
@@ -170,6 +172,12 @@ def _tables_plan(spec: SynthSpec, session: Session) -> MarginalPlan:
     return plan_marginals(session, cliques, epsilon=_pure_epsilon(spec), columns=spec.columns)
 
 
+def _fourier_plan(spec: SynthSpec, session: Session) -> FourierPlan:
+    """The Fourier tables' plan (ρ-zCDP; every 1- and 2-way marginal by default)."""
+    cliques = 2 if spec.marginals is None else spec.marginals
+    return plan_fourier(session, cliques, rho=_zcdp_rho(spec), columns=spec.columns)
+
+
 def _runner(spec: SynthSpec) -> Runner:
     """The release as a function of a session (the library checks everything else)."""
     cols, work, rows = spec.columns, spec.marginals, spec.rows
@@ -182,6 +190,16 @@ def _runner(spec: SynthSpec) -> Runner:
             return release_marginals(session, plan, alpha=ALPHA, progress=progress).to_frame()
 
         return tables
+    if spec.kind == "fourier":
+        if rows is not None:
+            raise ParameterError("rows applies to synthetic records, not to kind 'fourier'.")
+        _zcdp_rho(spec)  # refused here (free) when the budget is not zCDP
+
+        def fourier_tables(session: Session, progress: Progress) -> pd.DataFrame:
+            plan = _fourier_plan(spec, session)
+            return release_fourier(session, plan, alpha=ALPHA, progress=progress).to_frame()
+
+        return fourier_tables
     if spec.kind == "mst":
         if work is not None:
             raise ParameterError("MST chooses its own marginals: leave 'marginals' out.")
@@ -204,8 +222,9 @@ def _expected_errors(spec: SynthSpec, session: Session) -> list[dict[str, Any]]:
     """Per measured marginal (or kind of marginal): the noise's standard deviation and the
     (1-α) CI half-width of one noisy cell; public (metadata and budget only). AIM's later
     rounds adapt (annealing), so its row is the first round's noise, the largest."""
-    if spec.kind == "marginals":
-        frame = _tables_plan(spec, session).expected_error(ALPHA)
+    if spec.kind in ("marginals", "fourier"):
+        tables = _tables_plan if spec.kind == "marginals" else _fourier_plan
+        frame = tables(spec, session).expected_error(ALPHA)
         return [{str(k): v for k, v in row.items()} for row in frame.to_dict(orient="records")]
     d = len(SynthDomain.from_metadata(session.metadata, spec.columns).names)
     contribution = Contribution.of(session)

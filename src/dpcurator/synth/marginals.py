@@ -122,6 +122,29 @@ class MarginalPlan:
         )
 
 
+def choose_cliques(
+    session: Session,
+    cliques: Sequence[Sequence[str]] | int,
+    columns: Sequence[str] | None,
+    max_bins: int,
+    *,
+    owner: str,
+) -> tuple[SynthDomain, tuple[Clique, ...]]:
+    """The public domain and the marginals of a plan: ``cliques`` as column tuples, or k for
+    every marginal of at most k columns. Refused (by name) when a column has no public domain,
+    a marginal is over the cell limit, or none is asked for."""
+    domain = SynthDomain.from_metadata(session.metadata, columns, max_bins=max_bins)
+    if isinstance(cliques, int):
+        chosen = tuple(c for k in range(1, cliques + 1) for c in all_marginals(domain.names, k))
+    else:
+        chosen = tuple(tuple(domain.column(n).name for n in c) for c in cliques)
+    if not chosen:
+        raise fail(owner, "cliques", "at least one marginal", cliques)
+    for clique in chosen:
+        domain.check_marginal(clique)
+    return domain, chosen
+
+
 def plan_marginals(
     session: Session,
     cliques: Sequence[Sequence[str]] | int = 2,
@@ -140,15 +163,7 @@ def plan_marginals(
     """
     if (rho is None) == (epsilon is None):
         raise fail("plan_marginals", "rho", "given, or epsilon given (exactly one)", rho)
-    domain = SynthDomain.from_metadata(session.metadata, columns, max_bins=max_bins)
-    if isinstance(cliques, int):
-        chosen = tuple(c for k in range(1, cliques + 1) for c in all_marginals(domain.names, k))
-    else:
-        chosen = tuple(tuple(domain.column(n).name for n in c) for c in cliques)
-    if not chosen:
-        raise fail("plan_marginals", "cliques", "at least one marginal", cliques)
-    for clique in chosen:
-        domain.check_marginal(clique)
+    domain, chosen = choose_cliques(session, cliques, columns, max_bins, owner="plan_marginals")
     contribution = Contribution.of(session)
     cells = [domain.cells(c) for c in chosen]
     zcdp = rho is not None
@@ -219,19 +234,22 @@ def _labels(domain: SynthDomain, name: str) -> list[object]:
     return [b.label for b in histogram_bins(column.edges)]
 
 
-def _tidy(
+def tidy_table(
     domain: SynthDomain,
     clique: Clique,
     counts: npt.NDArray[np.int64],
-    noisy: npt.NDArray[np.int64],
-    halfwidth: float,
+    noisy: npt.NDArray[np.int64] | npt.NDArray[np.float64],
+    halfwidth: float | npt.NDArray[np.float64],
 ) -> pd.DataFrame:
+    """One released table: a row per cell (labels, ``count``, ``noisy``, ``ci_low``,
+    ``ci_high``); ``halfwidth`` is one number or one per cell."""
     index = pd.MultiIndex.from_product([_labels(domain, n) for n in clique], names=list(clique))
     frame = index.to_frame(index=False)
     frame["count"] = counts.ravel()
     frame["noisy"] = noisy.ravel()
-    frame["ci_low"] = noisy.ravel() - halfwidth
-    frame["ci_high"] = noisy.ravel() + halfwidth
+    half = np.ravel(halfwidth) if isinstance(halfwidth, np.ndarray) else halfwidth
+    frame["ci_low"] = noisy.ravel() - half
+    frame["ci_high"] = noisy.ravel() + half
     return frame
 
 
@@ -279,7 +297,9 @@ def release_marginals(
     total = max(round(float(model.total)), 1)
     records = _mbi.sample(model, plan.domain, total, source)
     tables = {
-        c: _tidy(plan.domain, c, tabulate(records, plan.domain, c), noisy[c], m.ci_halfwidth(alpha))
+        c: tidy_table(
+            plan.domain, c, tabulate(records, plan.domain, c), noisy[c], m.ci_halfwidth(alpha)
+        )
         for c, m in zip(plan.cliques, plan.mechanisms, strict=True)
     }
     return ContingencyTables(tables, total, alpha)

@@ -179,21 +179,23 @@ async function loadSynthetic() {
   $("synthetic-empty").classList.toggle("hidden", releases.length > 0);
 }
 
-// MWEM is pure ε-DP (δ = 0, no ρ); MST and AIM are ρ-zCDP charged as (ε, δ) with δ > 0. MST
-// chooses its own marginals; the contingency tables' are the tables, AIM's and MWEM's the workload.
+// MWEM is pure ε-DP (δ = 0, no ρ); MST, AIM and the Fourier tables are ρ-zCDP charged as (ε, δ)
+// with δ > 0. MST chooses its own marginals; the contingency tables' are the tables, AIM's and
+// MWEM's the workload.
 function onSynthKindChange() {
   const kind = $("s-kind").value;
+  const tables = kind === "marginals" || kind === "fourier";
   const rhoOption = $("s-budget").querySelector("option[value=rho]");
   rhoOption.disabled = kind === "mwem";
   if (kind === "mwem") {
     $("s-budget").value = "epsilon";
     $("s-delta").value = "0";
   } else if (kind !== "marginals" && Number($("s-delta").value) === 0) $("s-delta").value = "1e-9";
-  $("s-rows").disabled = kind === "marginals";
-  if (kind === "marginals") $("s-rows").value = "";
+  $("s-rows").disabled = tables;
+  if (tables) $("s-rows").value = "";
   $("s-marginals").disabled = kind === "mst";
   if (kind === "mst") $("s-marginals").value = "";
-  $("s-marginals").placeholder = kind === "marginals" ? "every 1- and 2-way table"
+  $("s-marginals").placeholder = tables ? "every 1- and 2-way table"
     : kind === "mst" ? "MST chooses its own" : "workload: every 2-way table";
   onSynthBudgetChange();
 }
