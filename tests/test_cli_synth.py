@@ -16,7 +16,9 @@ import httpx
 import pandas as pd
 import pytest
 
+from dpcurator import cli_synth
 from dpcurator.cli import main
+from dpcurator.service import synth_plan
 from tests._service_helpers import new_analyst, run_cli, serve_people
 
 #: A quick release: MWEM over the two public-key columns, 300 records.
@@ -60,6 +62,13 @@ def test_estimate_is_free_and_names_the_errors(
     assert code == 0
     cost = float(out.split("ε=")[1].split()[0])
     assert 0.1 < cost < 10  # ρ = 0.1 converted at δ = 1e-9
+    code, out, err = run_cli(
+        capsys, *base, "--kind", "fourier", "--rho", "0.1", "--delta", "1e-9",
+        "--columns", "sex", "region", "age",
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.startswith("fourier: cost")
+    assert [line.split()[0] for line in out.splitlines()[3:]][:3] == ["sex", "region", "age"]
     code, out, _ = run_cli(capsys, *base, *MWEM, "--format", "json")
     assert json.loads(out)["cost"]["epsilon_exact"] == "1"
     assert _cap_spent(url, owner) == before
@@ -182,3 +191,8 @@ def test_refusals_are_one_line_and_free(
         main([*base, "--token", owner, *MWEM, "--marginal", "sex,"])
     assert exited.value.code == 2
     assert "--marginal: expected COLUMN[,COLUMN...], got 'sex,'" in capsys.readouterr().err
+
+
+def test_the_cli_offers_every_kind_the_service_plans() -> None:
+    """The client keeps its own copy (it does not import the server); they must agree."""
+    assert cli_synth.KINDS == synth_plan.KINDS

@@ -177,13 +177,18 @@ def test_intervals_cover_the_true_counts(people: pd.DataFrame) -> None:
     assert binomtest(half_hits, trials, 0.9).pvalue < 0.001, half_hits / trials
 
 
-def test_full_domain_over_the_lp_limit_is_refused_free(
+def test_plans_over_the_lp_or_support_limits_are_refused_free(
     people: pd.DataFrame, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = _session(people)
     monkeypatch.setattr(fourier, "MAX_LP_CELLS", 50)
     with pytest.raises(UnsupportedQueryError, match=r"64 cells, over its limit of 50"):
         plan_fourier(s, 2, rho=0.5, columns=COLUMNS, max_bins=4)
+    monkeypatch.setattr(fourier, "MAX_SUPPORTS", 10)
+    with pytest.raises(UnsupportedQueryError, match=r"11 here, over its limit of 10"):
+        plan_fourier(s, 2, rho=0.5, columns=COLUMNS, max_bins=2)
+    with pytest.raises(UnsupportedQueryError, match="fewer columns"):
+        plan_fourier(s, [COLUMNS], rho=0.5, max_bins=2)  # 16 subsets of one 4-way marginal
     assert s.spent().rho == 0  # type: ignore[union-attr]
 
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from dpcurator.cli_format import Output
 
 HELP = "owners publish synthetic data or contingency tables; anyone allowed lists and downloads"
-KINDS = ("marginals", "mst", "aim", "mwem")
+KINDS = ("marginals", "fourier", "mst", "aim", "mwem")
 DATA_FORMATS = ("csv", "parquet", "json")
 _ACTIONS = {
     "estimate": "owners: the charge and expected per-marginal errors of a release (free)",

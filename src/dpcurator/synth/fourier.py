@@ -75,6 +75,8 @@ from dpcurator.synth.measure import Contribution, exact_marginals
 
 #: The largest full domain (cells) of the requested columns the linear program is run over.
 MAX_LP_CELLS = 100_000
+#: The most supports (marginals measured, one engine query each) a plan may have.
+MAX_SUPPORTS = 2_000
 
 
 def helmert(n: int) -> npt.NDArray[np.int64]:
@@ -238,7 +240,8 @@ def plan_fourier(
     most k columns) under ``rho``-zCDP.
 
     Free refusals (nothing charged): a column without a public domain, a marginal over the cell
-    limit, a full domain of the requested columns over :data:`MAX_LP_CELLS`, a bad budget.
+    limit, a full domain of the requested columns over :data:`MAX_LP_CELLS`, more than
+    :data:`MAX_SUPPORTS` supports, a bad budget.
     """
     domain, chosen = choose_cliques(session, cliques, columns, max_bins, owner="plan_fourier")
     if not all(chosen):
@@ -255,6 +258,12 @@ def plan_fourier(
     if budget <= 0:
         raise fail("plan_fourier", "rho", "> 0", budget)
     supports = supports_of(chosen, domain.names)
+    if len(supports) > MAX_SUPPORTS:
+        raise UnsupportedQueryError(
+            f"The Fourier method measures every subset of every requested marginal: "
+            f"{len(supports):,} here, over its limit of {MAX_SUPPORTS:,}. Ask for marginals of "
+            "fewer columns."
+        )
     homes = (supports[1], *supports[1:])  # the total comes from the first 1-way marginal
     contribution = Contribution.of(session)
     coefficients = [math.prod(domain.column(n).size - 1 for n in s) for s in supports]
