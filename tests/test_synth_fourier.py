@@ -15,27 +15,22 @@ import pytest
 from scipy.stats import binomtest
 
 import dpcurator as dpc
-from dpcurator.accounting import PrivacyFilter, ZCDPAccountant
-from dpcurator.core.measures import ZCDP
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.random import SeededRng
 from dpcurator.synth import fourier
 from dpcurator.synth.fourier import helmert, plan_fourier, release_fourier, round_table
 from dpcurator.synth.marginals import tabulate
 from dpcurator.synth.measure import Contribution
-
-COLUMNS = ["sex", "region", "employed", "age"]
+from tests.synth_people import COLUMNS, demo_people, zcdp_session
 
 
 def _session(frame: pd.DataFrame, rho: float = 50.0) -> dpc.Session:
-    meta = dpc.Metadata.from_yaml(dpc.demo_path("people.yaml"))
-    budget = PrivacyFilter(ZCDP(rho), ZCDPAccountant())
-    return dpc.Session.from_data(frame, metadata=meta, budget_filter=budget)
+    return zcdp_session(frame, rho)
 
 
 @pytest.fixture(scope="module")
 def people() -> pd.DataFrame:
-    return pd.read_csv(dpc.demo_path("people.csv"))
+    return demo_people()
 
 
 def _truth(session: dpc.Session, frame: pd.DataFrame, clique: tuple[str, ...]) -> np.ndarray:

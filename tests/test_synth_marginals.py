@@ -15,21 +15,18 @@ from dpcurator.errors import UnsupportedQueryError
 from dpcurator.random import SeededRng
 from dpcurator.synth.marginals import plan_marginals, release_marginals
 from dpcurator.synth.mwem import MAX_MWEM_CELLS, mwem
+from tests.synth_people import COLUMNS, demo_people, zcdp_session
 
 pytest.importorskip("mbi")
 
-COLUMNS = ["sex", "region", "employed", "age"]
-
 
 def _session(frame: pd.DataFrame, rho: float = 1.0) -> dpc.Session:
-    meta = dpc.Metadata.from_yaml(dpc.demo_path("people.yaml"))
-    budget = PrivacyFilter(ZCDP(rho), ZCDPAccountant())
-    return dpc.Session.from_data(frame, metadata=meta, budget_filter=budget)
+    return zcdp_session(frame, rho)
 
 
 @pytest.fixture(scope="module")
 def people() -> pd.DataFrame:
-    return pd.read_csv(dpc.demo_path("people.csv"))
+    return demo_people()
 
 
 def test_tables_are_consistent_nonnegative_integral(people: pd.DataFrame) -> None:
