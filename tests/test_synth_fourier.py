@@ -106,13 +106,14 @@ def test_a_persons_move_of_a_block_is_within_its_sensitivity(rows: int, groups: 
 
 
 def test_charge_is_the_hand_computed_sum(people: pd.DataFrame) -> None:
-    """Supports {}, sex, region, sex x region; coefficients 1, 1, 3, 3; weights (requested
-    marginals containing each) 2, 2, 1, 1; Δ = 1 (one row per person). ρ_S ∝ sqrt(w·n),
-    c_S rounded up, charge Σ 1/(2c_S²) ≤ ρ; the filter records exactly that."""
+    """Supports {}, sex, region, sex x region of the tables sex and sex x region: coefficients
+    1, 1, 3, 3; variance weights (Σ over the tables C ⊇ S of Π_{C∖S} 1/n_j) 1/2 + 1/8, 1 + 1/4,
+    1/2, 1; Δ = 1 (one row per person). ρ_S ∝ sqrt(n·w), c_S rounded up, charge Σ 1/(2c_S²) ≤ ρ;
+    the filter records exactly that."""
     s = _session(people)
     plan = plan_fourier(s, [("sex",), ("sex", "region")], rho=Fraction(1, 2))
     assert plan.supports == ((), ("sex",), ("region",), ("sex", "region"))
-    raw = [math.sqrt(2 * 1), math.sqrt(2 * 1), math.sqrt(1 * 3), math.sqrt(1 * 3)]
+    raw = [math.sqrt(1 * 0.625), math.sqrt(1 * 1.25), math.sqrt(3 * 0.5), math.sqrt(3 * 1)]
     for scale, weight in zip(plan.scales, raw, strict=True):
         share = 0.5 * weight / sum(raw)
         assert float(1 / (2 * scale**2)) == pytest.approx(share, rel=1e-6)

@@ -21,11 +21,11 @@ r·sqrt(min(g, cells)) (:class:`~dpcurator.synth.measure.Contribution`). The tot
 support) is summed from the first 1-way marginal, Δ by :func:`derived_l2` (1 at row level).
 Coefficient b gets discrete Gaussian noise (Canonne, Kamath & Steinke 2020) of σ_b = c_S·s_b with
 s_b ≥ |ψ_b| a rational upper bound, so the block costs at most Δ_S²/(2c_S²) = ρ_S; the split of ρ
-over the supports is :func:`~dpcurator.synth.marginals.split_budget`'s (the number of
-coefficients of a support as its cells, the number of requested marginals containing it as its
-weight). The charge is the exact sum of the ρ_S, reserved before any data is read. Pure ε is
-not offered (heterogeneous Laplace scales would need an L1 analysis); plan it with mbi's
-consistency.
+over the supports is :func:`~dpcurator.synth.marginals.split_budget`'s with the number of
+coefficients of a support as its cells and :func:`_variance_weight` as its weight, which
+minimises the summed variance of every released cell. The charge is the exact sum of the ρ_S,
+reserved before any data is read. Pure ε is not offered (heterogeneous Laplace scales would need
+an L1 analysis); plan it with mbi's consistency.
 
 **Released numbers.** Per cell: ``noisy``, the consistent (unrounded) value Σ_b ĉ_b·ψ_b(x)/|ψ_b|²
 with the other columns' constants 1/n_j; it is unbiased for the true count, with variance at
@@ -123,6 +123,16 @@ def derived_l2(contribution: Contribution, home_cells: int, cells: int) -> Fract
     if root * root == squared:
         return Fraction(contribution.rows * root)
     return fraction_up(contribution.rows * math.sqrt(squared))
+
+
+def _variance_weight(domain: SynthDomain, support: Clique, cliques: Sequence[Clique]) -> float:
+    """Σ over the requested marginals C ⊇ S of Π_{j ∈ C∖S} 1/n_j: a unit of noise variance per
+    coefficient of S adds this much to the summed variance of all released cells."""
+    return sum(
+        1 / domain.cells(tuple(n for n in c if n not in support))
+        for c in cliques
+        if set(support) <= set(c)
+    )
 
 
 def supports_of(cliques: Sequence[Clique], names: Sequence[str]) -> tuple[Clique, ...]:
@@ -271,7 +281,7 @@ def plan_fourier(
         derived_l2(contribution, domain.cells(home), domain.cells(s))
         for s, home in zip(supports, homes, strict=True)
     ]
-    weights = [sum(set(s) <= set(c) for c in chosen) for s in supports]
+    weights = [_variance_weight(domain, s, chosen) for s in supports]
     shares = split_budget(
         budget, coefficients, [float(x) for x in sens], zcdp=True, weights=weights
     )
