@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcurator.random import Rng
-from dpcurator.synth.common import round_counts, shuffle
+from dpcurator.synth.common import round_counts_randomly, shuffle
 from dpcurator.synth.domain import Clique, SynthDomain
 
 #: Mirror-descent iterations of each mbi estimation (mbi's default is 1000).
@@ -215,8 +215,10 @@ def sample(
 ) -> dict[str, npt.NDArray[np.int64]]:
     """``rows`` records from the model: ancestral sampling along mbi's junction tree (the
     order and clique marginals mbi's own sampler uses), each column allocated within each
-    configuration of its parents by largest-remainder rounding and shuffled with ``rng`` (the
-    only entropy: dpcurator.random), so the records' marginals follow the model's closely."""
+    configuration of its parents by unbiased systematic rounding
+    (:func:`~dpcurator.synth.common.round_counts_randomly`) and shuffled with ``rng`` (the only
+    entropy: dpcurator.random), so the records' marginals follow the model's closely (within
+    one record per configuration) and without bias where configurations hold few records."""
     beliefs = Beliefs.of(model)
     total = max(int(rows), 1)
     data: dict[str, npt.NDArray[np.int64]] = {}
@@ -239,7 +241,8 @@ def _allocate(
     total: int,
     rng: Rng | None,
 ) -> npt.NDArray[np.int64]:
-    """A column's values: within each parent configuration, counts ∝ that row of ``joint``."""
+    """A column's values: within each parent configuration, counts ∝ that row of ``joint``
+    (unbiased rounding)."""
     if parents:
         key = np.ravel_multi_index(tuple(data[p] for p in parents), domain.shape(parents))
     else:
@@ -248,7 +251,7 @@ def _allocate(
     order = np.argsort(key, kind="stable")
     groups, starts, sizes = np.unique(key[order], return_index=True, return_counts=True)
     for group, start, size in zip(groups, starts, sizes, strict=True):
-        counts = round_counts(joint[group], int(size))
+        counts = round_counts_randomly(joint[group], int(size), rng)
         values = shuffle(np.repeat(np.arange(counts.size), counts), rng)
         out[order[start : start + size]] = values
     return out

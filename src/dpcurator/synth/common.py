@@ -107,12 +107,38 @@ def select(scores: npt.ArrayLike, sensitivity: float, epsilon: Fraction, rng: Rn
     return int(exponential_mechanism(grid, epsilon, grid_sensitivity, rng)[0])
 
 
+def _shares(weights: npt.NDArray[np.float64], total: int) -> npt.NDArray[np.float64]:
+    """``total`` split in proportion to the weights clipped at 0 (evenly when none is positive)."""
+    positive = np.clip(np.nan_to_num(weights, nan=0.0), 0.0, None)
+    mass = positive.sum()
+    if mass > 0:
+        return np.asarray(positive / mass * total, dtype=np.float64)
+    return np.full(positive.size, total / positive.size)
+
+
+def round_counts_randomly(
+    weights: npt.NDArray[np.float64], total: int, rng: Rng | None
+) -> npt.NDArray[np.int64]:
+    """Non-negative integers summing to ``total``, each the floor of its share or one more: the
+    extra units go to cells drawn by systematic sampling with inclusion probabilities equal to
+    the fractional parts (one uniform draw), so every count's expectation is its share. Largest
+    remainders would give a group of one record always its most likely value."""
+    share = _shares(weights, total)
+    counts = np.floor(share)
+    extra = total - int(counts.sum())
+    if extra > 0:
+        cumulative = np.cumsum(share - counts)
+        cumulative *= extra / cumulative[-1]
+        offset = float((rng or default_rng()).uint64(1)[0]) / 2.0**64
+        below = np.concatenate(([0.0], cumulative[:-1]))
+        counts += np.floor(cumulative - offset) - np.floor(below - offset)
+    return np.asarray(counts, dtype=np.int64)
+
+
 def round_counts(weights: npt.NDArray[np.float64], total: int) -> npt.NDArray[np.int64]:
     """Non-negative integers summing to ``total`` in proportion to ``weights`` (largest
     remainders; deterministic)."""
-    positive = np.clip(np.nan_to_num(weights, nan=0.0), 0.0, None)
-    mass = positive.sum()
-    share = positive / mass * total if mass > 0 else np.full(positive.size, total / positive.size)
+    share = _shares(weights, total)
     counts = np.floor(share).astype(np.int64)
     extra = total - int(counts.sum())
     if extra > 0:
