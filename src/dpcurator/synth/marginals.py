@@ -20,7 +20,8 @@ Consistency (:func:`release_marginals`): mbi's graphical-model inference (McKenn
 fits one distribution to all noisy marginals, weighting each by 1/σ (least squares); its
 marginals agree on every shared margin and are non-negative. Integral tables that still agree
 exactly are the marginals of ONE set of records: N = the model's total (rounded) records drawn
-from the model by mbi's randomized (Gumbel) rounding, then counted. All of this is
+from the model (:func:`dpcurator.synth._mbi.sample`: ancestral sampling, unbiased rounding
+within each parent configuration), then counted. All of this is
 post-processing. Each released cell also carries its raw noisy count and the (1-α) interval of
 that measurement (a valid interval for the true count of the cell).
 """
