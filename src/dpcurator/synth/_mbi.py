@@ -13,7 +13,7 @@ import gc
 import importlib
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcurator.random import Rng
-from dpcurator.synth.common import round_counts_randomly, shuffle
+from dpcurator.synth.common import round_counts, round_counts_randomly, shuffle
 from dpcurator.synth.domain import Clique, SynthDomain
 
 #: Mirror-descent iterations of each mbi estimation (mbi's default is 1000).
@@ -211,14 +211,21 @@ def model_size_mb(domain: SynthDomain, cliques: Sequence[Clique]) -> float:
 
 
 def sample(
-    model: Any, domain: SynthDomain, rows: int, rng: Rng | None = None
+    model: Any, domain: SynthDomain, rows: int, rng: Rng | None = None, *, unbiased: bool = False
 ) -> dict[str, npt.NDArray[np.int64]]:
     """``rows`` records from the model: ancestral sampling along mbi's junction tree (the
     order and clique marginals mbi's own sampler uses), each column allocated within each
-    configuration of its parents by unbiased systematic rounding
-    (:func:`~dpcurator.synth.common.round_counts_randomly`) and shuffled with ``rng`` (the only
-    entropy: dpcurator.random), so the records' marginals follow the model's closely (within
-    one record per configuration) and without bias where configurations hold few records."""
+    configuration of its parents and shuffled with ``rng`` (the only entropy:
+    dpcurator.random), so the records' marginals follow the model's within one record per
+    configuration. The allocation rounds by largest remainders (least spread; a configuration
+    holding one record gets its most likely value), or with ``unbiased`` by systematic sampling
+    (:func:`~dpcurator.synth.common.round_counts_randomly`: every count's expectation is the
+    model's). Contingency tables use the unbiased rounding: on nltcs at ε = 10 (all 2-way
+    tables, one 65,536-cell clique, most configurations holding one record) largest remainders
+    made the records' 2-way RMSE 34.2 against the model's 6.9; unbiased, 10.6. MST and AIM keep
+    largest remainders: on titanic at ε = 1 (1,304 records) the unbiased rounding gave AIM a
+    mean 2-way TVD of 0.214 ± 0.013 (4 runs) against 0.194 ± 0.009."""
+    rounding = round_counts_randomly if unbiased else _largest_remainders
     beliefs = Beliefs.of(model)
     total = max(int(rows), 1)
     data: dict[str, npt.NDArray[np.int64]] = {}
@@ -227,9 +234,22 @@ def sample(
         parents = tuple(p for p in data if p in near)
         joint = beliefs.marginal((*parents, column)).reshape(-1, domain.column(column).size)
         data[column] = _allocate(
-            joint, parents=parents, data=data, domain=domain, total=total, rng=rng
+            joint,
+            parents=parents,
+            data=data,
+            domain=domain,
+            total=total,
+            rng=rng,
+            rounding=rounding,
         )
     return {name: data[name] for name in domain.names}
+
+
+def _largest_remainders(
+    weights: npt.NDArray[np.float64], total: int, _rng: Rng | None
+) -> npt.NDArray[np.int64]:
+    """:func:`~dpcurator.synth.common.round_counts` with the allocation's signature."""
+    return round_counts(weights, total)
 
 
 def _allocate(
@@ -240,9 +260,10 @@ def _allocate(
     domain: SynthDomain,
     total: int,
     rng: Rng | None,
+    rounding: Callable[[npt.NDArray[np.float64], int, Rng | None], npt.NDArray[np.int64]],
 ) -> npt.NDArray[np.int64]:
     """A column's values: within each parent configuration, counts ∝ that row of ``joint``
-    (unbiased rounding)."""
+    (rounded by ``rounding``)."""
     if parents:
         key = np.ravel_multi_index(tuple(data[p] for p in parents), domain.shape(parents))
     else:
@@ -251,7 +272,7 @@ def _allocate(
     order = np.argsort(key, kind="stable")
     groups, starts, sizes = np.unique(key[order], return_index=True, return_counts=True)
     for group, start, size in zip(groups, starts, sizes, strict=True):
-        counts = round_counts_randomly(joint[group], int(size), rng)
+        counts = rounding(joint[group], int(size), rng)
         values = shuffle(np.repeat(np.arange(counts.size), counts), rng)
         out[order[start : start + size]] = values
     return out
