@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, int]] = [
     ("dpcurator.query.sql_expressions", 3),
     ("dpcurator.query.sql_join", 3),
     ("dpcurator.query.public_tables", 3),
-    ("dpcurator.query.neighbouring", 3),
+    ("dpcurator.query.privacy_unit", 3),
     ("dpcurator.query.release", 4),
     ("dpcurator.query.release_estimate", 4),
     ("dpcurator.query.backends", 3),

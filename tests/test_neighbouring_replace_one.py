@@ -1,4 +1,4 @@
-"""Tight replace-one sensitivities (dpcurator.query.neighbouring; issue 18 §2).
+"""Tight replace-one sensitivities (dpcurator.query.privacy_unit; issue 18 §2).
 
 Ungrouped counts have L1 sensitivity m (rows per person), ungrouped sums m·max(U − L, |L|, |U|);
 grouped outputs and histograms keep twice the add/remove value. Each case is checked at plan time

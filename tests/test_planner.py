@@ -17,7 +17,8 @@ from dpcurator.query.analysis import infer_bounds, is_integer_valued, public_key
 from dpcurator.query.backends.grid import bin_index
 from dpcurator.query.bounds_plan import plan_bounds
 from dpcurator.query.limits import MAX_AGGREGATES, MIN_EPSILON
-from dpcurator.query.plan_facts import choose_grid_exponent, grid_units, sum_sensitivity
+from dpcurator.query.plan_facts import choose_grid_exponent, grid_units
+from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.query.planner import plan_query
 from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.schema import Metadata
@@ -97,7 +98,8 @@ def test_float_mean_sums_the_column_minus_an_offset_and_far_bounds_centre_each_v
     assert far_sum.expr == ir.BinOp("-", ir.Col("y"), ir.Lit(1e6 + 2))
     assert (far_sum.lower, far_sum.upper, far_sum.grid_exponent) == (-2.0, 2.0, -19)
     assert plan.outputs[0].centre == 1e6 + 2
-    assert sum_sensitivity(-1.0, 3.0, -19, 1, 2**19) == 2 * 2**19
+    low, high = grid_units(-1.0, -19) - 2**19, grid_units(3.0, -19) - 2**19
+    assert PrivacyUnit().sum_l1(low, high, grouped=False) == 2 * 2**19
 
 
 def test_user_level_grouped_sensitivities_use_min_of_groups_and_keys() -> None:
@@ -237,7 +239,7 @@ def test_grid_helpers() -> None:
     assert choose_grid_exponent(0, 1.0, integer=False) == -20
     assert grid_units(2.5, 0) == 2  # half to even
     assert grid_units(-0.75, -1) == -2
-    assert sum_sensitivity(-3.0, 1.0, 0, 2) == 6
+    assert PrivacyUnit(rows=2).sum_l1(-3, 1, grouped=False) == 6
 
 
 def test_missing_bounds_give_a_hint_and_derived_columns_are_substituted() -> None:

@@ -1,4 +1,4 @@
-"""The replace-one neighbouring relation (bounded DP; issue 18 §2, dpcurator.query.neighbouring)."""
+"""The replace-one neighbouring relation (bounded DP; issue 18 §2, dpcurator.query.privacy_unit)."""
 
 from __future__ import annotations
 

@@ -16,11 +16,11 @@ from scipy.stats import binomtest
 
 import dpcurator as dpc
 from dpcurator.errors import UnsupportedQueryError
+from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.random import SeededRng
 from dpcurator.synth import fourier
 from dpcurator.synth.fourier import helmert, plan_fourier, release_fourier, round_table
 from dpcurator.synth.marginals import tabulate
-from dpcurator.synth.measure import Contribution
 from tests.synth_people import COLUMNS, demo_people, zcdp_session
 
 
@@ -75,12 +75,12 @@ def test_a_persons_move_of_a_block_is_within_its_sensitivity(rows: int, groups: 
     coefficients by Σ_b Δc_b² / s_b² ≤ Δ_S² (s_b ≥ |ψ_b|); and the total, summed from the 1-way
     marginal of a (same bounding), moves by at most derived_l2."""
     sizes = {"a": 3, "b": 4}
-    contribution = Contribution(rows, groups)
+    contribution = PrivacyUnit(rows=rows, groups=groups)
     bases = {n: helmert(k)[1:] for n, k in sizes.items()}
     bounds = {n: np.array([float(b) for b in fourier._column_bounds(k)]) for n, k in sizes.items()}
     for support in [("a",), ("b",), ("a", "b")]:
         cells = list(itertools.product(*(range(sizes[n]) for n in support)))
-        limit = float(contribution.l2(len(cells))) ** 2
+        limit = float(contribution.count_l2(len(cells))) ** 2
         scale = bounds[support[0]]
         if len(support) == 2:
             scale = np.multiply.outer(bounds["a"], bounds["b"])
@@ -97,7 +97,7 @@ def test_a_persons_move_of_a_block_is_within_its_sensitivity(rows: int, groups: 
             assert worst == pytest.approx(math.prod(1 - 1 / sizes[n] for n in support))
     total_move = rows * min(groups, sizes["a"])
     assert fourier.derived_l2(contribution, sizes["a"], 1) == total_move
-    assert fourier.derived_l2(contribution, 12, 12) == contribution.l2(12)
+    assert fourier.derived_l2(contribution, 12, 12) == contribution.count_l2(12)
     # a 4-cell marginal summed from 12 cells (3 each): g' = min(g, 12) cells, 3 per summed cell
     full, rest = divmod(min(groups, 12), 3)
     assert float(fourier.derived_l2(contribution, 12, 4)) == pytest.approx(

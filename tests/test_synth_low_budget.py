@@ -16,6 +16,7 @@ import pytest
 import dpcurator as dpc
 from dpcurator.accounting import PrivacyFilter, ZCDPAccountant
 from dpcurator.core.measures import ZCDP
+from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.random import SeededRng
 from dpcurator.synth import aim as aim_module
 from dpcurator.synth import mst as mst_module
@@ -29,7 +30,6 @@ from dpcurator.synth.compress import (
     second_one_ways,
 )
 from dpcurator.synth.domain import ColumnDomain, SynthDomain
-from dpcurator.synth.measure import Contribution
 from dpcurator.synth.mst import mst, mst_cost
 
 pytest.importorskip("mbi")
@@ -132,7 +132,7 @@ def test_mst_with_no_signal_measures_every_one_way_at_the_independent_share() ->
     assert set(held) == set(SIZES)
     for name, value in held.items():
         assert Fraction(rho) / 4 * (1 - Fraction(1, 10**6)) <= value, name
-    contribution = Contribution(1, 1)
+    contribution = PrivacyUnit()
     assert result.event.rho == mst_cost(4, Fraction(rho), contribution)[3]  # type: ignore[attr-defined]
     assert result.spent() <= result.event.rho  # type: ignore[attr-defined]
     assert list(result.frame.columns) == list(SIZES)
@@ -176,7 +176,7 @@ def test_mst_measures_pairs_among_informative_columns_only(
     assert _measured_twice(result) == {"u", "w"}
     pairs = [s.clique for s in result.steps if len(s.clique) == 2]
     assert pairs == [("a", "b"), ("a", "b")]  # one selection, one measurement
-    _, two, epsilon, charge = mst_cost(4, Fraction(rho), Contribution(1, 1))
+    _, two, epsilon, charge = mst_cost(4, Fraction(rho), PrivacyUnit())
     held = _one_way_rho(result)
     first = held["a"]
     for name in ("u", "w"):  # one round's budget each, on top of the first measurement

@@ -87,7 +87,7 @@ from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
 from dpcurator.random import Rng, default_rng
 from dpcurator.synth.domain import DEFAULT_MAX_BINS, SynthDomain
-from dpcurator.synth.measure import Contribution, exact_marginals
+from dpcurator.synth.measure import exact_marginals
 
 _OWNER = "PrivateMultiplicativeWeights"
 
@@ -191,8 +191,7 @@ class PrivateMultiplicativeWeights:
         self.domain = SynthDomain.from_metadata(metadata, columns, max_bins=max_bins)
         self.domain.check_marginal(self.domain.names, self.max_cells)
         self.cells = self.domain.cells(self.domain.names)
-        contribution = Contribution(metadata.max_rows_per_person, metadata.max_groups_per_person)
-        self.sensitivity = contribution.l1(self.cells)
+        self.sensitivity = metadata.unit.count_l1(self.cells)
         self.epsilon = eps
         self.max_updates = updates
         self.prior_epsilon = eps * self.prior_fraction

@@ -25,7 +25,7 @@ with probability >= 1-α once ε_i >= Δ·ln((2-α)/α)); the targets no budget 
 means, variances, standard deviations and quantiles, whose interval widths depend on the data
 (the count), and they are refused here, free. A cost above the remaining budget is refused by
 the budget filter before any charge, with that cost in the message. Under replace-one, a
-whole-table count is the public n (:mod:`dpcurator.query.neighbouring`): exact, it meets any
+whole-table count is the public n (:mod:`dpcurator.query.privacy_unit`): exact, it meets any
 target and takes no share (a query of only such counts costs 0). The whole-table mean is then
 c + S/n with n public: its released interval (:mod:`dpcurator.query.ratio_interval` with an
 exact count) is the value minus quantiles of the sum's noise over n, a function of the noise

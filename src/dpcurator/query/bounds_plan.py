@@ -44,15 +44,15 @@ def plan_bounds(
     edges = log_bins.edges
     whens = tuple((ir.Compare("<", value, ir.Lit(edge)), ir.Lit(i)) for i, edge in enumerate(edges))
     index = ir.Case(whens, ir.Lit(len(edges)))
-    contributions = metadata.max_rows_per_person * metadata.max_groups_per_person
-    laplace = Laplace.for_epsilon(eps, contributions)
+    unit = metadata.unit
+    laplace = Laplace.for_epsilon(eps, unit.count_l1(log_bins.bins))
     exact = ir.AggregatePlan(
         table=metadata.table,
         aggregates=(ir.ExactAggregate("n", "count"),),
         where=ir.Not(ir.IsNull(value)),
         group_by=(ir.GroupColumn("bin", index),),
         group_keys=tuple((i,) for i in range(log_bins.bins)),
-        bound=replace(metadata.contribution_bound, max_groups=metadata.max_groups_per_person),
+        bound=replace(metadata.contribution_bound, max_groups=unit.groups_touched(log_bins.bins)),
     )
     threshold = detection_threshold(laplace, log_bins.bins, beta)
     return BoundsPlan(exact, spec.name, log_bins, laplace, threshold, PureDP(eps))

@@ -35,7 +35,6 @@ from dpcurator.errors import UnsupportedQueryError
 from dpcurator.mechanisms import Laplace
 from dpcurator.query import ir
 from dpcurator.query.builder import Query
-from dpcurator.query.neighbouring import sensitivity_factor
 from dpcurator.query.noise import plan_with_noise
 from dpcurator.query.plan_facts import value_bounds
 from dpcurator.query.plan_outputs import ClippingCount, clamped_fill
@@ -123,7 +122,7 @@ def with_clipping(plan: Plan, query: Query, metadata: Metadata, epsilon: Fractio
             "STDDEV and quantiles; this query has none of them (drop clipping=)."
         )
     groups = plan.exact.bound.max_groups  # g, as the planner bounded it
-    sensitivity = metadata.max_rows_per_person * groups * sensitivity_factor(metadata)
+    sensitivity = metadata.unit.count_l1(groups)
     each = epsilon / len(columns)
     mechanism = Laplace.for_epsilon(each, sensitivity)
     counts, exact = [], []

@@ -14,18 +14,23 @@ data gives NR or a ridge solution, never an error).
   AggregatePlan` of a COUNT and one fixed-point SUM per upper-triangle entry, so DuckDB or Spark
   add up the products and only (d + 2)(d + 3)/2 numbers leave the engine. Each entry a row adds
   lies in [-1, 1] (the aggregate clamps it), which is what the sensitivities of
-  :func:`~dpcurator.estimators.regression.regression_from_gram` need; a person's rows are bounded
-  by ``max_rows_per_person`` and both sensitivities multiplied by it. The zCDP ρ is the largest
+  :func:`~dpcurator.estimators.regression.regression_from_gram` need; both sensitivities are
+  multiplied by the rows in which neighbours differ (the privacy unit's ``rows_changed``: r,
+  or 2r under replace-one, whether or not a person column bounds them). The zCDP ρ is the largest
   whose (ε, δ) conversion (Canonne, Kamath & Steinke 2020) fits the requested (ε, δ), which is
   what is charged.
 * ``logistic_regression``, ``mle`` and ``sample_and_aggregate`` (any user function): the engine
   returns each person's bounded rows of the estimator's columns (grouped by person and values
   with their multiplicities: the rows stay inside the trusted curator). Logistic regression is
-  objective perturbation by default (ε-DP, or (ε, δ)-DP with δ > 0; each person's
-  ``max_rows_per_person`` rows bound its shift of the objective), or sample-and-aggregate with
+  objective perturbation by default (ε-DP, or (ε, δ)-DP with δ > 0; the rows in which
+  neighbours differ, ``rows_changed`` of the privacy unit, bound the shift of the objective), or
+  sample-and-aggregate with
   ``method="sample_and_aggregate"``. Sample-and-aggregate fits (that method, ``mle`` and
   ``sample_and_aggregate``) form their blocks by a keyed hash of the person id (user-level
-  privacy: one person moves one block estimate); they are ε-DP: δ must be 0 and ε is charged.
+  privacy: one person moves one block estimate; without a person column each row draws its
+  block, so a person of r rows moves up to r, and replace-one doubles either); they are ε-DP: δ
+  must be 0, ε is charged and the estimator runs at ε/steps (the privacy unit's
+  ``estimator_steps``, group privacy).
 * ``ptr_regression`` (or ``linear_regression`` with ``method="l1"``): Dwork & Lei's robust
   L1 regression by propose-test-release on block fits, (ε, δ)-DP, NR when a test fails
   (:mod:`dpcurator.query.fit_ptr`).
@@ -73,7 +78,6 @@ from dpcurator.query.fit_columns import (
     numeric_columns,
     parameter_box,
     required_column,
-    rows_per_person,
 )
 from dpcurator.query.fit_ptr import plan_ptr
 from dpcurator.query.fit_rows import FitPlan, Run, block_sample, rows_finish, rows_plan, seeded
@@ -234,6 +238,10 @@ def plan_fit(
         )
     if delta != 0:
         raise fail(OWNER, "delta", f"0 for {kind} by sample-and-aggregate (ε-DP)", delta)
+    # one neighbour is `steps` add/remove steps of the estimator's unit (a person when the
+    # blocks are keyed by person ids, else a row): run at ε/steps (group privacy)
+    steps = metadata.unit.estimator_steps(keyed_by_person=True)
+    inner = eps / steps
     if kind == "logistic_regression":
         if not features:
             raise fail(OWNER, "x", "at least one feature column", list(features))
@@ -242,7 +250,7 @@ def plan_fit(
             label_column(metadata, required_column("y", y)),
         )
         box = parameter_box(lower, upper, len(features) + 1)
-        rows = rows_per_person(metadata)
+        rows = metadata.unit.rows
         run = _logistic(metas[:-1], box, rows=rows, method=str(chosen), blocks=blocks)
         terms = ("intercept", *features)
     elif kind == "mle":
@@ -261,13 +269,13 @@ def plan_fit(
         box = parameter_box(lower, upper, None)
         run = _user(estimator, box, blocks)
         terms = tuple(f"theta_{i}" for i in range(box.dimension))
-    width = _check_block_noise(eps, box)
+    width = _check_block_noise(inner, box)
     sample = block_sample(metadata, blocks, max_rows)
-    finish = rows_finish(metadata, metas, run, eps, sample)
+    finish = rows_finish(metadata, metas, run, inner, sample)
     columns = tuple(m.name for m in metas)
     exact = rows_plan(metadata, metas, sample)
     statistic = "the sum of the block estimates"
-    return FitPlan(kind, columns, PureDP(eps), exact, finish, terms, statistic, width)
+    return FitPlan(kind, columns, PureDP(eps), exact, finish, terms, statistic, width * steps)
 
 
 def _method(kind: str, method: str | None, blocks: int | None, features: int) -> str | None:
@@ -308,7 +316,7 @@ def _plan_perturbed(
     if not features:
         raise fail(OWNER, "x", "at least one feature column", list(features))
     metas = (*numeric_columns(metadata, features), label_column(metadata, y))
-    size, rows = len(features) + 1, rows_per_person(metadata)
+    size, rows = len(features) + 1, metadata.unit.rows_changed
     box = None if bounds[0] is None and bounds[1] is None else parameter_box(*bounds, size)
     _calibrated(lambda: Perturbation.of(
         epsilon, delta, size, rows_per_person=rows, jacobian_share=OP_SHARES[0],
@@ -418,7 +426,7 @@ def _plan_linear(
             )
     bound = replace(metadata.contribution_bound, max_groups=1)
     exact = ir.AggregatePlan(metadata.table, tuple(aggregates), bound=bound)
-    rows = metadata.max_rows_per_person
+    rows = metadata.unit.rows_changed
     cost = ApproxDP(epsilon, delta)
 
     def finish(result: ir.ExactResult, alpha: float, rng: Rng) -> Estimate:

@@ -1,7 +1,7 @@
 """Which columns and parameters a fit (:mod:`dpcurator.query.fit`) reads, decided from the
 public metadata and request alone, so every refusal is free: numeric columns with public bounds
-(never the person column), a 0/1 label, the public value of a NULL, the parameter box and the
-bound of one person's rows.
+(never the person column), a 0/1 label, the public value of a NULL and the parameter box (how
+far one person moves a fit comes from :mod:`dpcurator.query.privacy_unit`).
 """
 
 from __future__ import annotations
@@ -88,8 +88,3 @@ def parameter_box(lower: object, upper: object, size: int | None) -> Box:
     except (TypeError, ValueError) as exc:
         raise fail(OWNER, "lower", f"a number or {size} numbers", lower) from exc
     return Box.of(OWNER, low, high)
-
-
-def rows_per_person(metadata: Metadata) -> int:
-    """The public bound of one person's rows (1 under row-level privacy)."""
-    return metadata.max_rows_per_person if metadata.person_column is not None else 1

@@ -17,6 +17,7 @@ gets); after the charge the fit answers a value or NR, never an error.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Final
@@ -86,7 +87,7 @@ def plan_ptr(
     count = default_ptr_blocks(epsilon, dlt, len(terms)) if blocks is None else blocks
     if count < 2:
         raise fail(OWNER, "blocks", ">= 2 for ptr_regression (a median of block fits)", count)
-    least = epsilon * LEAST_SHARE / len(terms)
+    least = epsilon * LEAST_SHARE / len(terms) / metadata.unit.estimator_steps(keyed_by_person=True)
     try:  # the count's and the widest release's noise at the least share of ε (free)
         Laplace.for_epsilon(least, 1)
         Laplace.for_epsilon_floats(least, Fraction(max(width, 1.0)), 1)
@@ -95,17 +96,22 @@ def plan_ptr(
             OWNER, "epsilon", f"large enough for the fit's noise ({exc})", "too small"
         ) from None
     cost = ApproxDP(epsilon, Fraction(dlt))
+    # group privacy over the estimator's steps (a person a step with person ids, else a row;
+    # two sides under replace-one): (ε/t, δ') for one step is (ε, t·e^((t-1)ε/t)·δ') for t
+    # steps (Dwork & Roth 2014, Theorem 2.2 and its (ε, δ) form), so δ' = δ/(t·e^ε) suffices
+    steps = metadata.unit.estimator_steps(keyed_by_person=True)
+    inner_delta = dlt / (steps * math.exp(float(epsilon))) if steps > 1 else dlt
 
     def run(table: FloatArray, person: Any, alpha: float, eps: Fraction, rng: Rng) -> Estimate:
         release = ptr_l1_regression(
-            table[:, :-1], table[:, -1], epsilon=float(eps), delta=dlt, lower=box.lower,
+            table[:, :-1], table[:, -1], epsilon=float(eps), delta=inner_delta, lower=box.lower,
             upper=box.upper, blocks=count, intercept=fit_intercept, person=person, alpha=alpha,
             rng=rng,
         )  # fmt: skip
         return replace(release, cost=cost)
 
     sample = block_sample(metadata, count, max_rows)
-    finish = rows_finish(metadata, metas, run, epsilon, sample)
+    finish = rows_finish(metadata, metas, run, epsilon / steps, sample)
     statistic = "the coordinate medians of the block L1 fits (propose-test-release)"
     return FitPlan(
         "ptr_regression", (*x, y), cost, rows_plan(metadata, metas, sample), finish, terms,

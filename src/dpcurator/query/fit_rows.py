@@ -98,9 +98,10 @@ def block_sample(
     ``max_rows`` cannot hold one person in each block."""
     limit = DEFAULT_MAX_ROWS if max_rows is None else max_rows
     check_int(OWNER, "max_rows", limit, minimum=1)
-    if metadata.person_column is None:
+    unit = metadata.unit
+    if not unit.user_level:
         return None
-    rows = metadata.max_rows_per_person
+    rows = unit.rows
     count = blocks if blocks is not None else max(1, min(ENGINE_BLOCKS, limit // rows))
     per_block = limit // (count * rows)
     if per_block < 1:
@@ -129,7 +130,7 @@ def rows_plan(
     names = [] if sample is None else [sample.column]
     names += ([] if person is None else [metadata.column(person).name]) + [m.name for m in metas]
     groups = tuple(ir.GroupColumn(f"c{i}", ir.Col(name)) for i, name in enumerate(names))
-    rows = metadata.max_rows_per_person
+    rows = metadata.unit.rows
     bound = replace(metadata.contribution_bound, max_groups=rows, max_rows_per_group=rows)
     return ir.AggregatePlan(
         metadata.table, (ir.ExactAggregate("n", "count"),), group_by=groups, bound=bound,
@@ -146,9 +147,9 @@ def rows_finish(
 ) -> Callable[[ir.ExactResult, float, Rng], Estimate]:
     """The post-processing of :func:`rows_plan`'s result: the rows as a float table (NULL -> the
     column's public fill), each person's first ``max_rows_per_person`` rows, then ``run``."""
-    has_person = metadata.person_column is not None
+    has_person = metadata.unit.user_level
     skip = 0 if sample is None else 1
-    limit = metadata.max_rows_per_person
+    limit = metadata.unit.rows
     fills = [null_fill(m) for m in metas]
 
     def finish(result: ir.ExactResult, alpha: float, rng: Rng) -> Estimate:

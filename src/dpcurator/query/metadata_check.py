@@ -229,7 +229,7 @@ def check_metadata(source: object, metadata: Metadata) -> MetadataCheck:
         needed_casts(metadata.column_types(), types, table=metadata.table)  # missing columns
         columns, rows = _column_checks(connection, metadata, types)
         over_rows, over_persons = _bounding(connection, metadata)
-        size = _data_size(connection, metadata, rows) if metadata.replace_one else None
+        size = _data_size(connection, metadata, rows) if metadata.unit.replace_one else None
     except duckdb.Error as exc:
         raise BackendError(f"DuckDB could not read the table {metadata.table!r}: {exc}") from exc
     finally:

@@ -80,6 +80,7 @@ from dpcurator.mechanisms.gaussian_threshold import GaussianPartitionSelection, 
 from dpcurator.query.builder import Query
 from dpcurator.query.plan_outputs import NoisyStatistic, OutputPlan
 from dpcurator.query.planner import Plan, plan_query
+from dpcurator.query.privacy_unit import grouped_l2_squared
 from dpcurator.query.schema import Metadata
 
 #: The noise families a query may name.
@@ -179,7 +180,7 @@ def _choose(laplace: Plan, gaussian: Plan) -> Plan:
 
 def _noised(plan: Plan) -> bool:
     """Whether any output of ``plan`` is released with noise (else the plan is free: only
-    replace-one public counts, see :mod:`dpcurator.query.neighbouring`)."""
+    replace-one public counts, see :mod:`dpcurator.query.privacy_unit`)."""
     return any(o.parts or o.quantile is not None for o in plan.outputs)
 
 
@@ -390,23 +391,22 @@ def _gaussian_outputs(
 
 
 def paired_counts(plan: Plan) -> bool:
-    """Whether ``plan``'s counts are grouped under replace-one, where a count vector's squared
-    L2 change is at most half of (Δ₁/g)²·g (:mod:`dpcurator.query.neighbouring`)."""
-    return plan.neighbouring == "replace_one" and bool(plan.group_columns)
+    """Whether ``plan``'s counts are grouped non-negative count vectors whose squared L2 change
+    the privacy unit bounds below g·(Δ₁/g)² (replace-one,
+    :meth:`~dpcurator.query.privacy_unit.PrivacyUnit.grouped_l2_squared`)."""
+    return plan.unit.replace_one and bool(plan.group_columns)
 
 
 def l2_squared(part: NoisyStatistic, groups: int, *, paired: bool = False) -> int:
-    """The squared L2 sensitivity of ``part`` over ``groups`` = g groups per person: g·(Δ₁/g)²
-    (module docstring), halved for a count when ``paired`` (:func:`paired_counts`: Δ₁/g is then
-    2r and the bound 2g·r², :mod:`dpcurator.query.neighbouring`)."""
+    """The squared L2 sensitivity of ``part`` over ``groups`` = g groups per person (module
+    docstring; :meth:`~dpcurator.query.privacy_unit.PrivacyUnit.grouped_l2_squared`)."""
     per_group, rest = divmod(part.sensitivity, groups)
     if rest:
         raise InternalInvariantError(
             f"The L1 sensitivity {part.sensitivity} of {part.exact} is not per-group sensitivity "
             f"times {groups} groups; please report this bug."
         )
-    squared = groups * per_group * per_group
-    return squared // 2 if paired and part.role == "count" else squared
+    return grouped_l2_squared(per_group, groups, paired_counts=paired and part.role == "count")
 
 
 def gaussian_statistic(

@@ -1,11 +1,10 @@
-"""Public facts the planner derives from an aggregate and the metadata alone: the value bounds,
-the fixed-point grid 2^k of a sum, its L1 sensitivity in grid units, and how many groups a person
-may contribute to (see :mod:`dpcurator.query.planner` for the rules and their reasons)."""
+"""Public facts the planner derives from an aggregate and the metadata alone: the value bounds and
+the fixed-point grid 2^k of a sum (see :mod:`dpcurator.query.planner` for the rules and their
+reasons; sensitivities come from :mod:`dpcurator.query.privacy_unit`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from fractions import Fraction
 
 from dpcurator.errors import DomainError
@@ -44,26 +43,6 @@ def unit_grid(expr: ir.Expr, metadata: Metadata, lower: float, upper: float) -> 
 def grid_units(value: float, exponent: int) -> int:
     """round_half_even(value / 2^exponent), exactly (the rounding rule of the IR)."""
     return round(Fraction(value) / Fraction(2) ** exponent)
-
-
-def sum_sensitivity(
-    lower: float, upper: float, exponent: int, contributions: int, offset: int = 0
-) -> int:
-    """L1 sensitivity in grid units of a clamped fixed-point sum of (grid value - ``offset``)
-    (rounding is monotone, so the extremes come from the bounds)."""
-    return contributions * max(
-        abs(grid_units(lower, exponent) - offset), abs(grid_units(upper, exponent) - offset), 1
-    )
-
-
-def groups_per_person(metadata: Metadata, grouped: bool, keys: Sequence[object] | None) -> int:
-    """How many groups a person may contribute to: 1 without grouping, else the metadata's
-    ``max_groups_per_person``, but at most the number of public keys when there are keys."""
-    if not grouped:
-        return 1
-    if keys is None:
-        return metadata.max_groups_per_person
-    return min(metadata.max_groups_per_person, max(len(keys), 1))
 
 
 def value_bounds(aggregate: Aggregate, metadata: Metadata) -> tuple[float, float]:

@@ -18,19 +18,13 @@ from dpcurator.query import ir
 from dpcurator.query.builder import Aggregate
 from dpcurator.query.histogram import histogram_cuts
 from dpcurator.query.limits import MAX_BOUND_MAGNITUDE, exceeded
-from dpcurator.query.neighbouring import (
-    count_factor,
-    public_count,
-    replace_one_row_change,
-    tight_sums,
-)
 from dpcurator.query.plan_facts import (
     choose_grid_exponent,
     grid_units,
-    sum_sensitivity,
     unit_grid,
     value_bounds,
 )
+from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.query.quantile_plan import QuantileStep, first_histogram, plan_step
 from dpcurator.query.schema import Metadata
 from dpcurator.query.split import moment_weights, reference_ratio, split
@@ -91,7 +85,7 @@ class OutputPlan:
         edges: the bin edges of a histogram, ``(lower, c1, ..., upper)``: integers for integer
             values (see :mod:`dpcurator.query.histogram`, which also labels the open edge bins).
         public_count: replace-one only: the public table size n, released as the count (no
-            parts, free) or dividing a mean's noisy sum (:mod:`dpcurator.query.neighbouring`).
+            parts, free) or dividing a mean's noisy sum (:mod:`dpcurator.query.privacy_unit`).
     """
 
     name: str
@@ -138,37 +132,34 @@ class ClippingCount:
 
 @dataclass(frozen=True)
 class PlanContext:
-    """What planning one output reads besides the aggregate: the metadata, the contribution
-    bounds (r rows per person per group, g groups per person, the replace-one factor), whether
-    the query reads the whole table, and a counter naming the exact aggregates uniquely."""
+    """What planning one output reads besides the aggregate: the metadata, the privacy unit
+    (every sensitivity, :mod:`dpcurator.query.privacy_unit`), the groups a person may
+    contribute to in this query, whether it reads the whole table, and a counter naming the
+    exact aggregates uniquely."""
 
     metadata: Metadata
-    rows: int  # r: rows per person per group
-    groups: int  # g: groups per person
+    unit: PrivacyUnit
+    groups: int  # g: groups per person in this query
     counter: list[int]
-    factor: int = 1  # 2 under replace-one (dpcurator.query.neighbouring)
     whole_table: bool = False  # no WHERE, no GROUP BY
-    grouped: bool = True  # the query has a GROUP BY (replace-one: dpcurator.query.neighbouring)
+    grouped: bool = True  # the query has a GROUP BY
 
     @property
     def contributions(self) -> int:
         """The L1 sensitivity of a vector of counts (groups, histogram bins)."""
-        return self.rows * self.groups * self.factor
+        return self.unit.count_l1(self.groups)
 
     @property
     def count_contributions(self) -> int:
-        """The L1 sensitivity of a count: r·g, doubled only for a grouped replace-one count."""
-        return self.rows * self.groups * count_factor(self.metadata, self.grouped)
+        """The L1 sensitivity of a count: of the count vector when grouped, else of one count."""
+        return self.contributions if self.grouped else self.unit.scalar_count()
 
     def sum_sensitivity(self, lower: float, upper: float, exponent: int, offset: int = 0) -> int:
-        """The L1 sensitivity in grid units of a clamped sum of (grid value - ``offset``):
-        :func:`~dpcurator.query.plan_facts.sum_sensitivity`, or under replace-one without
-        GROUP BY r·max(U - L, |L|, |U|) (:mod:`dpcurator.query.neighbouring`).
-        """
-        if tight_sums(self.metadata, self.grouped):
-            low, high = grid_units(lower, exponent) - offset, grid_units(upper, exponent) - offset
-            return self.rows * replace_one_row_change(low, high)
-        return sum_sensitivity(lower, upper, exponent, self.contributions, offset)
+        """The L1 sensitivity in grid units of a clamped sum of (grid value - ``offset``)
+        (rounding is monotone, so the extremes come from the bounds;
+        :meth:`~dpcurator.query.privacy_unit.PrivacyUnit.sum_l1`)."""
+        low, high = grid_units(lower, exponent) - offset, grid_units(upper, exponent) - offset
+        return self.unit.sum_l1(low, high, grouped=self.grouped, groups=self.groups)
 
     def name(self, label: str) -> str:
         self.counter[0] += 1
@@ -215,7 +206,7 @@ def plan_aggregate(
     kind = aggregate.kind
     name = aggregate.output_name
     metadata = context.metadata
-    free = public_count(aggregate, metadata, context.whole_table)
+    free = context.unit.public_count(aggregate, context.whole_table)
     if free is not None and kind != "mean":  # replace-one: the public n, exact
         return OutputPlan(name, kind, share, public_count=free), []
     if kind == "count" and aggregate.expr is None:
@@ -234,7 +225,7 @@ def plan_aggregate(
                 "use COUNT(*))."
             )
         exact = ir.ExactAggregate(context.name("persons"), "count_persons")
-        persons = context.groups * count_factor(metadata, context.grouped)
+        persons = context.unit.persons_count(context.grouped, context.groups)
         part = noisy(exact.name, "count", persons, 0, share)
         return OutputPlan(name, "count_persons", share, (part,)), [exact]
     assert aggregate.expr is not None  # value aggregates have an expression
@@ -265,7 +256,7 @@ def plan_aggregate(
             lower=lower,
             upper=upper,
             epsilon_per_group=share / context.groups,
-            rows_per_person=context.rows * context.factor,
+            rows_per_person=context.unit.rows_changed,
             integer=integer,
         )
         output = OutputPlan(name, "quantile", share, (), lower, upper, quantile=step)
@@ -329,7 +320,7 @@ def _plan_moments(
     )
     exact = [count, total]
     sensitivity = context.sum_sensitivity(*sum_bounds, k, offset)
-    n = public_count(aggregate, context.metadata, context.whole_table)
+    n = context.unit.public_count(aggregate, context.whole_table)
     if n is not None and count.kind == "count":  # replace-one: every row counts, n is public
         part = noisy(total.name, "sum", sensitivity, k, share)
         output = OutputPlan(

@@ -37,7 +37,7 @@ largest bound spans about 2^20 grid steps. Means and variances centre values at 
 their bounds first, which halves the sensitivity for ranges like [0, U]. Under the replace-one
 relation (bounded DP) grouped sensitivities double, ungrouped counts keep r and ungrouped sums
 take r·max(U − L, |L|, |U|), the whole table's count is the public n and its mean a noisy sum
-over n (:mod:`dpcurator.query.neighbouring`).
+over n (:mod:`dpcurator.query.privacy_unit`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from dpcurator._validation import check_nonnegative, check_positive, check_probability, fail
@@ -64,8 +64,6 @@ from dpcurator.query.analysis import public_keys
 from dpcurator.query.backends.plan_checks import check_plan
 from dpcurator.query.builder import Aggregate, Query
 from dpcurator.query.limits import MAX_PUBLIC_GROUPS, exceeded
-from dpcurator.query.neighbouring import check_selection, sensitivity_factor
-from dpcurator.query.plan_facts import groups_per_person
 from dpcurator.query.plan_outputs import (
     ClippingCount,
     OutputPlan,
@@ -73,6 +71,7 @@ from dpcurator.query.plan_outputs import (
     noisy,
     plan_aggregate,
 )
+from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.query.schema import Metadata
 from dpcurator.query.split import output_weight, reference_ratio, split
 from dpcurator.query.validation import check_epsilon, check_query
@@ -98,8 +97,8 @@ class Plan:
         event: the accounting event charged (None: the PureEvent/ApproxEvent of ``cost``; see
             :func:`plan_event`).
         noise: why the noise family was chosen (readable; empty for a Laplace-only plan).
-        neighbouring: the neighbouring relation of the guarantee (``add_remove`` or
-            ``replace_one``, from the metadata).
+        unit: the privacy unit of the guarantee (relation and contribution bounds, from the
+            metadata: :mod:`dpcurator.query.privacy_unit`).
         clipping: the opt-in clipping report's counts, one per clamped expression (empty unless
             asked for, :mod:`dpcurator.query.clipping_plan`).
     """
@@ -114,9 +113,14 @@ class Plan:
     order_by: tuple[tuple[str, bool], ...] = ()
     event: PrivacyEvent | None = None
     noise: str = ""
-    neighbouring: str = "add_remove"
+    unit: PrivacyUnit = field(default_factory=PrivacyUnit)
     selection_output: str = ""
     clipping: tuple[ClippingCount, ...] = ()
+
+    @property
+    def neighbouring(self) -> str:
+        """The neighbouring relation of the guarantee (``add_remove`` or ``replace_one``)."""
+        return self.unit.relation
 
 
 def plan_event(plan: Plan) -> PrivacyEvent:
@@ -175,20 +179,12 @@ def plan_query(
     where, groups = checked.where, checked.groups
     keys = _group_keys(groups, metadata)
     needs_selection = bool(groups) and keys is None
+    unit = metadata.unit
     if needs_selection:
-        check_selection(metadata, [g.name for g in groups])
-        _check_selection_possible(groups, metadata, dlt)
-    per_person = groups_per_person(metadata, bool(groups), keys)
+        _check_selection(groups, metadata, dlt)
+    per_person = unit.groups_per_person(bool(groups), keys)
     whole_table = where is None and not groups
-    context = PlanContext(
-        metadata,
-        metadata.max_rows_per_person,
-        per_person,
-        [0],
-        sensitivity_factor(metadata),
-        whole_table,
-        bool(groups),
-    )
+    context = PlanContext(metadata, unit, per_person, [0], whole_table, bool(groups))
     exact: list[ir.ExactAggregate] = []
     planned = []
     for aggregate in checked.aggregates:
@@ -245,7 +241,7 @@ def plan_query(
         selection_exact=selection_exact,
         cost=cost,
         order_by=query.order_by,
-        neighbouring=metadata.neighbouring,
+        unit=unit,
         selection_output="" if shared is None else outputs[shared].name,
     )
 
@@ -378,17 +374,10 @@ def _group_keys(
     return tuple(itertools.product(*(k for k in key_sets if k is not None)))
 
 
-def _check_selection_possible(
+def _check_selection(
     groups: tuple[ir.GroupColumn, ...], metadata: Metadata, delta: Fraction
 ) -> None:
+    """Refuse DP partition selection of the groups without public keys where the privacy unit
+    says it cannot run (free)."""
     missing = [g.name for g in groups if public_keys(g.expr, metadata) is None]
-    if delta == 0:
-        raise UnsupportedQueryError(
-            f"GROUP BY {', '.join(missing)} needs public keys: declare 'keys' for these columns "
-            "in the metadata, or pass delta > 0 to select groups with DP partition selection."
-        )
-    if metadata.person_column is None and metadata.max_rows_per_person > 1:
-        raise UnsupportedQueryError(
-            "DP partition selection needs a person column when a person may own several rows; "
-            f"declare public keys for {', '.join(missing)} instead."
-        )
+    metadata.unit.check_selection(missing, delta_positive=delta > 0)

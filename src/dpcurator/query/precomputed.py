@@ -12,7 +12,6 @@ from dpcurator.query.analysis import infer_bounds
 from dpcurator.query.builder import Aggregate
 from dpcurator.query.plan_facts import (
     choose_grid_exponent,
-    groups_per_person,
     unit_grid,
     value_bounds,
 )
@@ -58,9 +57,10 @@ def bounding_columns(
     if metadata.person_column is None:
         return ()
     bound = metadata.contribution_bound
-    specs = [ir.BoundingColumn(replace(bound, max_groups=groups_per_person(metadata, False, None)))]
+    unit = metadata.unit
+    specs = [ir.BoundingColumn(replace(bound, max_groups=unit.groups_per_person(False, None)))]
     for code in key_codes:
-        groups = groups_per_person(metadata, True, code.keys)
+        groups = unit.groups_per_person(True, code.keys)
         specs.append(ir.BoundingColumn(replace(bound, max_groups=groups), code))
     return tuple(specs)
 

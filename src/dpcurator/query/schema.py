@@ -42,6 +42,7 @@ import yaml
 from dpcurator._validation import check_int, check_real, fail
 from dpcurator.errors import DomainError
 from dpcurator.query.ir import ContributionBound, ScalarValue
+from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.query.public_tables import PublicTable, public_tables
 
 ColumnType = Literal["int", "float", "string", "bool"]
@@ -234,9 +235,16 @@ class Metadata:
             )
 
     @property
-    def replace_one(self) -> bool:
-        """Whether neighbouring tables differ by replacing one person (bounded DP)."""
-        return self.neighbouring == "replace_one"
+    def unit(self) -> PrivacyUnit:
+        """The privacy unit of the guarantee: the one object every release path asks how far
+        one neighbour moves a statistic (:mod:`dpcurator.query.privacy_unit`)."""
+        return PrivacyUnit(
+            self.neighbouring,
+            None if self.person_column is None else self.column(self.person_column).name,
+            self.max_rows_per_person,
+            self.max_groups_per_person,
+            self.public_size,
+        )
 
     # ------------------------------------------------------------------------------------------
     # Lookup
@@ -356,7 +364,7 @@ class Metadata:
         }
         if self.schema is not None:
             out["schema"] = self.schema
-        if self.replace_one:
+        if self.unit.replace_one:
             out["neighbouring"] = self.neighbouring
             out["public_size"] = self.public_size
         if self.public_tables:

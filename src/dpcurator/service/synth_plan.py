@@ -51,7 +51,6 @@ from dpcurator.synth.marginals import (
     plan_marginals,
     release_marginals,
 )
-from dpcurator.synth.measure import Contribution
 from dpcurator.synth.mst import mst, mst_cost
 from dpcurator.synth.mwem import mwem, mwem_round_epsilon
 
@@ -227,14 +226,14 @@ def _expected_errors(spec: SynthSpec, session: Session) -> list[dict[str, Any]]:
         frame = tables(spec, session).expected_error(ALPHA)
         return [{str(k): v for k, v in row.items()} for row in frame.to_dict(orient="records")]
     d = len(SynthDomain.from_metadata(session.metadata, spec.columns).names)
-    contribution = Contribution.of(session)
+    unit = session.metadata.unit
     if spec.kind == "mst":
-        one, two, _, _ = mst_cost(d, _zcdp_rho(spec), contribution)
+        one, two, _, _ = mst_cost(d, _zcdp_rho(spec), unit)
         return [_noise_row("each 1-way", one), _noise_row("each chosen 2-way", two)]
     if spec.kind == "aim":
-        first = Gaussian.for_rho(aim_round_rho(_zcdp_rho(spec), d), contribution.l2())
+        first = Gaussian.for_rho(aim_round_rho(_zcdp_rho(spec), d), unit.count_l2())
         return [_noise_row("each marginal of the first rounds", first)]
-    laplace = Laplace.for_epsilon(mwem_round_epsilon(_pure_epsilon(spec)), contribution.l1())
+    laplace = Laplace.for_epsilon(mwem_round_epsilon(_pure_epsilon(spec)), unit.count_l1())
     return [_noise_row("each measured marginal", laplace)]
 
 

@@ -67,7 +67,7 @@ from dpcurator.synth.compress import (
     second_one_ways,
 )
 from dpcurator.synth.domain import DEFAULT_MAX_BINS, Clique, SynthDomain
-from dpcurator.synth.measure import Contribution, exact_marginals
+from dpcurator.synth.measure import exact_marginals
 from dpcurator.synth.mst import positive_rho
 
 #: AIM's share of each round spent on measurement.
@@ -209,8 +209,8 @@ def aim(
     domain = SynthDomain.from_metadata(session.metadata, columns, max_bins=max_bins)
     names = domain.names
     weights = _candidates(domain, _workload(domain, workload), max_model_size)
-    contribution = Contribution.of(session)
-    l2, l1 = contribution.l2(), contribution.l1()
+    unit = session.metadata.unit
+    l2, l1 = unit.count_l2(), unit.count_l1()
     rounds = 16 * len(names)
     rho_m = aim_round_rho(total, len(names))
     gaussian = Gaussian.for_rho(rho_m, l2)

@@ -138,7 +138,12 @@ def round_counts_randomly(
 def round_counts(weights: npt.NDArray[np.float64], total: int) -> npt.NDArray[np.int64]:
     """Non-negative integers summing to ``total`` in proportion to ``weights`` (largest
     remainders; deterministic)."""
-    share = _shares(weights, total)
+    return largest_remainders(_shares(weights, total), total)
+
+
+def largest_remainders(share: npt.NDArray[np.float64], total: int) -> npt.NDArray[np.int64]:
+    """The floors of non-negative ``share``, plus one for the cells with the largest fractional
+    parts (ties to the lower index) until they sum to ``total`` (at least the floors' sum)."""
     counts = np.floor(share).astype(np.int64)
     extra = total - int(counts.sum())
     if extra > 0:

@@ -141,6 +141,17 @@ class Compression:
             out = np.moveaxis(np.tensordot(out, onehot, axes=([axis], [0])), -1, axis)
         return out
 
+    def largest_merge(self, clique: Clique) -> int:
+        """The most public cells of ``clique``'s marginal summed into one compressed cell: the
+        product over its columns of the largest number of codes merged into one (public: a
+        function of released counts and σ). One person's cells can all fall in such a cell, so
+        a compressed marginal's L2 sensitivity depends on it
+        (:meth:`~dpcurator.query.privacy_unit.PrivacyUnit.merged_count_l2`)."""
+        largest = 1
+        for name in clique:
+            largest *= int(np.bincount(self.codes[name]).max())
+        return largest
+
     def one_way(self, name: str, noisy: npt.ArrayLike, sigma: float) -> _mbi.Measurement:
         """The noisy 1-way counts of ``name`` as a measurement over the compressed codes: each
         cell's sum over sqrt(its number of codes), so every entry's noise has σ."""

@@ -17,7 +17,8 @@ inside some requested clique (the empty support is the total count).
 engine query (a person keeps r rows in each of at most g of its cells); its coefficients, divided
 by their norms, are the orthogonal projection of that marginal onto the span of the orthonormal
 ψ_b/|ψ_b|, so one person moves them by at most the marginal's L2 sensitivity Δ_S =
-r·sqrt(min(g, cells)) (:class:`~dpcurator.synth.measure.Contribution`). The total (the empty
+r·sqrt(s·min(g, cells)) (s = 2 under replace-one; :meth:`~dpcurator.query.privacy_unit.
+PrivacyUnit.count_l2`). The total (the empty
 support) is summed from the first 1-way marginal, Δ by :func:`derived_l2` (1 at row level).
 Coefficient b gets discrete Gaussian noise (Canonne, Kamath & Steinke 2020) of σ_b = c_S·s_b with
 s_b ≥ |ψ_b| a rational upper bound, so the block costs at most Δ_S²/(2c_S²) = ρ_S; the split of ρ
@@ -49,6 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -61,9 +63,10 @@ from dpcurator.accounting import ZCDPEvent
 from dpcurator.core.numbers import fraction_up, to_fraction
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.mechanisms import Gaussian
+from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.query.session import Session
 from dpcurator.random import Rng
-from dpcurator.synth.common import Progress, report
+from dpcurator.synth.common import Progress, largest_remainders, report
 from dpcurator.synth.domain import DEFAULT_MAX_BINS, Clique, SynthDomain
 from dpcurator.synth.marginals import (
     ContingencyTables,
@@ -71,7 +74,7 @@ from dpcurator.synth.marginals import (
     split_budget,
     tidy_table,
 )
-from dpcurator.synth.measure import Contribution, exact_marginals
+from dpcurator.synth.measure import exact_marginals
 
 #: The largest full domain (cells) of the requested columns the linear program is run over.
 MAX_LP_CELLS = 100_000
@@ -110,19 +113,12 @@ def _norm_bound(k: int) -> Fraction:
     return bound
 
 
-def derived_l2(contribution: Contribution, home_cells: int, cells: int) -> Fraction:
+def derived_l2(unit: PrivacyUnit, home_cells: int, cells: int) -> Fraction:
     """L2 sensitivity of a marginal of ``cells`` cells summed from a bounded marginal of
-    ``home_cells`` cells (each of whose cells sums m = home_cells / cells of them): a person
-    moves at most g' = min(g, home_cells) home cells by r, so at most ⌊g'/m⌋ summed cells by r·m
-    and one more by r·(g' mod m). Equal to r·sqrt(g') when the home is the marginal itself."""
-    moved = min(contribution.groups, home_cells)
-    per_cell = home_cells // cells
-    full, rest = divmod(moved, per_cell)
-    squared = full * per_cell * per_cell + rest * rest
-    root = math.isqrt(squared)
-    if root * root == squared:
-        return Fraction(contribution.rows * root)
-    return fraction_up(contribution.rows * math.sqrt(squared))
+    ``home_cells`` cells (each of whose cells sums m = home_cells / cells of them): a merge of
+    the home marginal's cells (:meth:`~dpcurator.query.privacy_unit.PrivacyUnit.
+    merged_count_l2`; r·sqrt(s·g') when the home is the marginal itself)."""
+    return unit.merged_count_l2(home_cells, home_cells // cells)
 
 
 def _variance_weight(domain: SynthDomain, support: Clique, cliques: Sequence[Clique]) -> float:
@@ -158,14 +154,17 @@ def _maximal(cliques: Sequence[Clique]) -> tuple[Clique, ...]:
     return tuple(kept)
 
 
-def _apply(
-    tensor: npt.NDArray[np.float64], matrices: Sequence[npt.NDArray[np.float64]]
-) -> npt.NDArray[np.float64]:
+def _apply(tensor: npt.NDArray[Any], matrices: Sequence[npt.NDArray[Any]]) -> npt.NDArray[Any]:
     """Multiply axis j of ``tensor`` by matrix j (out = A_j @ axis j)."""
     out = tensor
     for axis, matrix in enumerate(matrices):
         out = np.moveaxis(np.tensordot(matrix, out, axes=([1], [axis])), 0, axis)
     return out
+
+
+def _used(domain: SynthDomain, cliques: Sequence[Clique]) -> Clique:
+    """The columns of the requested marginals, in the domain's order (the LP's full domain)."""
+    return tuple(n for n in domain.names if any(n in c for c in cliques))
 
 
 @dataclass(frozen=True)
@@ -256,7 +255,7 @@ def plan_fourier(
     domain, chosen = choose_cliques(session, cliques, columns, max_bins, owner="plan_fourier")
     if not all(chosen):
         raise fail("plan_fourier", "cliques", "non-empty lists of columns", cliques)
-    used = tuple(n for n in domain.names if any(n in c for c in chosen))
+    used = _used(domain, chosen)
     full = domain.cells(used)
     if full > MAX_LP_CELLS:
         raise UnsupportedQueryError(
@@ -275,10 +274,10 @@ def plan_fourier(
             "fewer columns."
         )
     homes = (supports[1], *supports[1:])  # the total comes from the first 1-way marginal
-    contribution = Contribution.of(session)
+    unit = session.metadata.unit
     coefficients = [math.prod(domain.column(n).size - 1 for n in s) for s in supports]
     sens = [
-        derived_l2(contribution, domain.cells(home), domain.cells(s))
+        derived_l2(unit, domain.cells(home), domain.cells(s))
         for s, home in zip(supports, homes, strict=True)
     ]
     weights = [_variance_weight(domain, s, chosen) for s in supports]
@@ -299,12 +298,8 @@ def _coefficients(
     exact marginal of a clique containing it."""
     summed = marginal.sum(axis=tuple(i for i, n in enumerate(clique) if n not in support))
     kept = [n for n in clique if n in support]
-    out = summed
-    for axis, name in enumerate(kept):
-        basis = helmert(domain.column(name).size)[1:]
-        out = np.moveaxis(np.tensordot(basis, out, axes=([1], [axis])), 0, axis)
-    order = [kept.index(n) for n in support]
-    return np.asarray(np.transpose(out, order), dtype=np.int64)
+    out = _apply(summed, [helmert(domain.column(n).size)[1:] for n in kept])
+    return np.asarray(np.transpose(out, [kept.index(n) for n in support]), dtype=np.int64)
 
 
 def _noisy_marginal(
@@ -333,31 +328,20 @@ def _nonnegative_table(
     shape = plan.domain.shape(used)
     cells = math.prod(shape)
     codes = np.unravel_index(np.arange(cells), shape)
-    blocks, rhs, weights = [], [], []
+    projections, rhs, weights = [], [], []
     for clique, target in targets.items():
         rows = np.ravel_multi_index(tuple(codes[used.index(n)] for n in clique), target.shape)
-        projection = sparse.csr_matrix(
-            (np.ones(cells), (rows, np.arange(cells))), shape=(target.size, cells)
-        )
-        identity = sparse.identity(target.size, format="csr")
-        blocks.append((projection, identity))
+        ones = (np.ones(cells), (rows, np.arange(cells)))
+        projections.append(sparse.csr_matrix(ones, shape=(target.size, cells)))
         rhs.append(target.ravel())
         weights.append(1.0 / np.maximum(sds[clique].ravel(), 1e-9))
-    slack = sum(b.size for b in rhs)
-    rows_blocks = []
-    offset = 0
-    for (projection, identity), target in zip(blocks, rhs, strict=True):
-        before = sparse.csr_matrix((target.size, offset))
-        after = sparse.csr_matrix((target.size, slack - offset - target.size))
-        rows_blocks.append(
-            sparse.hstack([projection, before, -identity, after, before, identity, after])
-        )
-        offset += target.size
+    # variables: the table, then e+ and e- per target cell: margins - e+ + e- = targets
+    slack = sparse.identity(sum(b.size for b in rhs), format="csr")
     weight = np.concatenate(weights)
     objective = np.concatenate([np.zeros(cells), weight, weight])
     result = linprog(
         objective,
-        A_eq=sparse.vstack(rows_blocks, format="csr"),
+        A_eq=sparse.hstack([sparse.vstack(projections), -slack, slack], format="csr"),
         b_eq=np.concatenate(rhs),
         bounds=(0, None),
         method="highs",
@@ -370,14 +354,7 @@ def _nonnegative_table(
 def round_table(table: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
     """Integral counts summing to round(total): floors, plus one for the cells with the largest
     remainders (ties to the lower index)."""
-    flat = table.ravel()
-    floors = np.floor(flat)
-    missing = round(float(flat.sum())) - int(floors.sum())
-    counts = floors.astype(np.int64)
-    if missing > 0:
-        order = np.argsort(-(flat - floors), kind="stable")[:missing]
-        counts[order] += 1
-    return counts.reshape(table.shape)
+    return largest_remainders(table.ravel(), round(float(table.sum()))).reshape(table.shape)
 
 
 def release_fourier(
@@ -415,7 +392,7 @@ def release_fourier(
     report(progress, f"{sum(b.size for b in noisy.values())} Fourier coefficients measured", 0.3)
     values = {c: _noisy_marginal(plan, c, noisy) for c in plan.cliques}
     sds = {c: np.sqrt(plan.cell_variance(c)) for c in plan.cliques}
-    used = tuple(n for n in plan.domain.names if any(n in c for c in plan.cliques))
+    used = _used(plan.domain, plan.cliques)
     table = round_table(_nonnegative_table(plan, used, {c: values[c] for c in maximal}, sds))
     report(progress, "non-negative integral table found", 0.9)
     z = NormalDist().inv_cdf(1 - alpha / 2)

@@ -52,7 +52,7 @@ from dpcurator.random import Rng
 from dpcurator.synth import _mbi
 from dpcurator.synth.common import Progress, report
 from dpcurator.synth.domain import DEFAULT_MAX_BINS, Clique, SynthDomain
-from dpcurator.synth.measure import Contribution, exact_marginals
+from dpcurator.synth.measure import exact_marginals
 
 Mechanism = Gaussian | Laplace
 
@@ -165,13 +165,13 @@ def plan_marginals(
     if (rho is None) == (epsilon is None):
         raise fail("plan_marginals", "rho", "given, or epsilon given (exactly one)", rho)
     domain, chosen = choose_cliques(session, cliques, columns, max_bins, owner="plan_marginals")
-    contribution = Contribution.of(session)
+    unit = session.metadata.unit
     cells = [domain.cells(c) for c in chosen]
     zcdp = rho is not None
     budget = to_fraction(rho if zcdp else epsilon, owner="plan_marginals", name="budget")
     if budget <= 0:
         raise fail("plan_marginals", "rho" if zcdp else "epsilon", "> 0", budget)
-    sens = [contribution.l2(n) if zcdp else Fraction(contribution.l1(n)) for n in cells]
+    sens = [unit.count_l2(n) if zcdp else Fraction(unit.count_l1(n)) for n in cells]
     shares = split_budget(budget, cells, [float(s) for s in sens], zcdp=zcdp, weights=weights)
     event: PrivacyEvent
     if zcdp:

@@ -4,11 +4,12 @@ A marginal over a clique of columns is one GROUP BY query with public group keys
 the public domain, :mod:`dpcurator.synth.domain`) and one ``count`` per group, built as an
 :class:`~dpcurator.query.ir.AggregatePlan` and run by the session's engine (DuckDB, Polars,
 Spark, memory): a large table never enters pandas, only the cell counts come back. User-level
-contribution bounding applies as for any grouped query: each person keeps at most ``g =
-max_groups_per_person`` cells of each marginal and ``r = max_rows_per_person`` rows in each.
+contribution bounding applies as for any grouped query: each person keeps at most g cells of each
+marginal and r rows in each.
 
-Sensitivities of one marginal's count vector (add/remove one person): L1 = r·g', L2 = r·sqrt(g')
-with g' = min(g, cells) (each kept row moves one count by one). Row-level privacy is r = g = 1.
+Sensitivities of one marginal's count vector come from the table's privacy unit
+(:mod:`dpcurator.query.privacy_unit`): L1 = s·r·g', L2 = r·sqrt(s·g') with g' = min(g, cells)
+and s = 2 under replace-one, else 1 (each kept row moves one count by one).
 
 The charge is one event, derived from public inputs before any data is read, reserved through
 the session's budget filter (:meth:`~dpcurator.query.session.Session.compute_exact`); the
@@ -17,46 +18,15 @@ engine runs after it, and nothing leaves this module without noise.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
 
 from dpcurator.accounting.events import PrivacyEvent
-from dpcurator.core.numbers import fraction_up
 from dpcurator.query import ir
 from dpcurator.query.session import Session
 from dpcurator.synth.domain import Clique, SynthDomain
-
-
-@dataclass(frozen=True)
-class Contribution:
-    """How much one person can move a marginal: ``rows`` per cell, in at most ``groups`` cells."""
-
-    rows: int
-    groups: int
-
-    @classmethod
-    def of(cls, session: Session) -> Contribution:
-        """The session metadata's declared limits (r, g)."""
-        metadata = session.metadata
-        return cls(metadata.max_rows_per_person, metadata.max_groups_per_person)
-
-    def l1(self, cells: int | None = None) -> int:
-        """L1 sensitivity of a marginal of ``cells`` cells: r·min(g, cells) (None: r·g, for
-        every marginal)."""
-        return self.rows * (self.groups if cells is None else min(self.groups, cells))
-
-    def l2(self, cells: int | None = None) -> Fraction:
-        """L2 sensitivity r·sqrt(min(g, cells)), exact when the root is, else rounded up."""
-        groups = self.groups if cells is None else min(self.groups, cells)
-        root = math.isqrt(groups)
-        if root * root == groups:
-            return Fraction(self.rows * root)
-        return fraction_up(self.rows * math.sqrt(groups))
 
 
 def marginal_plan(session: Session, domain: SynthDomain, clique: Clique) -> ir.AggregatePlan:

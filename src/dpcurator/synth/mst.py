@@ -47,6 +47,7 @@ from dpcurator._validation import check_int, fail
 from dpcurator.accounting import ZCDPEvent
 from dpcurator.core.numbers import to_fraction
 from dpcurator.mechanisms import Gaussian
+from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.query.session import Session
 from dpcurator.random import Rng
 from dpcurator.synth import _mbi
@@ -68,7 +69,7 @@ from dpcurator.synth.compress import (
     second_one_ways,
 )
 from dpcurator.synth.domain import DEFAULT_MAX_BINS, Clique, SynthDomain
-from dpcurator.synth.measure import Contribution, exact_marginals
+from dpcurator.synth.measure import exact_marginals
 
 
 def positive_rho(owner: str, rho: object) -> Fraction:
@@ -80,10 +81,11 @@ def positive_rho(owner: str, rho: object) -> Fraction:
 
 
 def mst_cost(
-    d: int, rho: Fraction, contribution: Contribution
+    d: int, rho: Fraction, unit: PrivacyUnit
 ) -> tuple[Gaussian, Gaussian, Fraction, Fraction]:
-    """The public parameters of MST: the 1-way and 2-way Gaussians, the selection ε, the charge."""
-    l2 = contribution.l2()
+    """The public parameters of MST: the 1-way and 2-way Gaussians (the 2-way at the
+    uncompressed sensitivity, which fixes each edge's ρ), the selection ε, the charge."""
+    l2 = unit.count_l2()
     one = Gaussian.for_rho(rho / (3 * d), l2)
     two = Gaussian.for_rho(rho / (3 * (d - 1)), l2)
     epsilon = selection_epsilon(rho / (3 * (d - 1)))
@@ -119,12 +121,12 @@ def mst(
     ones: tuple[Clique, ...] = tuple((n,) for n in domain.names)
     for clique in pairs:
         domain.check_marginal(clique)
-    contribution = Contribution.of(session)
-    one, two, epsilon, total = mst_cost(d, rho_, contribution)
+    unit = session.metadata.unit
+    one, two, epsilon, total = mst_cost(d, rho_, unit)
     event = ZCDPEvent(total)
     source = rng if rng is not None else session.rng
     exact = exact_marginals(session, domain, ones + pairs, event, description=f"MST rho={rho_}")
-    l2 = contribution.l2()
+    l2 = unit.count_l2()
     steps = [Step("measure", c, one.rho(l2)) for c in ones]
     sigma = float(one.sigma)
     noisy = {c[0]: one.release_integers(exact[c], source) for c in ones}
@@ -151,7 +153,7 @@ def mst(
             },
             model=model,
             epsilon=epsilon,
-            contribution=contribution,
+            unit=unit,
             rng=source,
         )
         if enough_informative(domain.names, informative)
@@ -159,9 +161,13 @@ def mst(
     )
     steps += [Step("select", c, epsilon**2 / 8) for c in tree]
     for edge in tree:
-        released = two.release_integers(compression.marginal(edge, exact[edge]), source)
-        measured.append(_mbi.Measurement(edge, released.astype(float), float(two.sigma)))
-        steps.append(Step("measure", edge, two.rho(l2)))
+        # the compressed pair marginal merges cells: one person's g cells may fall in one, so
+        # its σ is calibrated to the merged sensitivity at the edge's planned ρ
+        merged = unit.merged_count_l2(domain.cells(edge), compression.largest_merge(edge))
+        noise = Gaussian.for_rho(two.rho(l2), merged)
+        released = noise.release_integers(compression.marginal(edge, exact[edge]), source)
+        measured.append(_mbi.Measurement(edge, released.astype(float), float(noise.sigma)))
+        steps.append(Step("measure", edge, noise.rho(merged)))
     del exact
     report(progress, "MST: spanning tree chosen and measured", 0.5)
     model = _mbi.estimate(small, measured, total=None if tree else compression.total(), iters=iters)
@@ -178,7 +184,7 @@ def _spanning_tree(
     exact: dict[Clique, np.ndarray],
     model: object,
     epsilon: Fraction,
-    contribution: Contribution,
+    unit: PrivacyUnit,
     rng: Rng | None,
 ) -> list[Clique]:
     """len(names)-1 private Kruskal steps over the pairs of ``names``: each chooses, among pairs
@@ -202,9 +208,7 @@ def _spanning_tree(
     chosen: Clique
     for _ in range(len(names) - 1):
         candidates = [c for c in pairs if root(c[0]) != root(c[1])]
-        chosen = candidates[
-            select([errors[c] for c in candidates], contribution.l1(), epsilon, rng)
-        ]
+        chosen = candidates[select([errors[c] for c in candidates], unit.count_l1(), epsilon, rng)]
         component[root(chosen[0])] = root(chosen[1])
         tree.append(chosen)
     return tree
@@ -223,8 +227,7 @@ def independent(
     rho_ = positive_rho("independent", rho)
     domain = SynthDomain.from_metadata(session.metadata, columns, max_bins=max_bins)
     ones = tuple((n,) for n in domain.names)
-    contribution = Contribution.of(session)
-    l2 = contribution.l2()
+    l2 = session.metadata.unit.count_l2()
     gaussian = Gaussian.for_rho(rho_ / len(ones), l2)
     event = ZCDPEvent(len(ones) * gaussian.rho(l2))
     source = rng if rng is not None else session.rng

@@ -44,7 +44,7 @@ from dpcurator.synth.common import (
     synthetic,
 )
 from dpcurator.synth.domain import DEFAULT_MAX_BINS, SynthDomain
-from dpcurator.synth.measure import Contribution, exact_marginals
+from dpcurator.synth.measure import exact_marginals
 
 #: The largest full domain MWEM keeps in memory (cells of float64: 80 MB).
 MAX_MWEM_CELLS = 10_000_000
@@ -101,8 +101,7 @@ def mwem(
     )
     if not chosen:
         raise fail("mwem", "workload", "at least one marginal", workload)
-    contribution = Contribution.of(session)
-    l1 = contribution.l1()
+    l1 = session.metadata.unit.count_l1()
     share = mwem_round_epsilon(eps, rounds)
     laplace = Laplace.for_epsilon(share, l1)
     cost = laplace.epsilon(l1)
