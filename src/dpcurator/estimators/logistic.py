@@ -48,7 +48,11 @@ from dpcurator._validation import check_int, check_positive, check_probability, 
 from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.core.numbers import to_fraction
 from dpcurator.estimators.clipping import clipping_pure, outside
-from dpcurator.estimators.objective_perturbation import Perturbation, perturbed_logistic
+from dpcurator.estimators.objective_perturbation import (
+    SOLVER_STEPS,
+    Perturbation,
+    perturbed_logistic,
+)
 from dpcurator.estimators.regression import Scaling
 from dpcurator.estimators.release import (
     Cost,
@@ -172,6 +176,7 @@ def logistic_regression(
     count_share: float = 0.1,
     spread_share: float = 0.25,
     clipping_share: float = 0.0,
+    solver_steps: int = SOLVER_STEPS,
     rng: Rng | None = None,
 ) -> Estimate:
     """DP logistic regression of a 0/1 ``y`` on ``X`` (numpy / pandas / Polars).
@@ -184,7 +189,9 @@ def logistic_regression(
     (:mod:`dpcurator.estimators.objective_perturbation`); ``jacobian_share`` of ε sets the
     ridge, ``hessian_share`` pays for the interval; with ``person`` ids each person's first
     ``rows_per_person`` rows are used (a public bound). ``coef_lower``/``coef_upper``, when
-    given, clamp the value and the interval (public, post-processing).
+    given, clamp the value and the interval (public, post-processing). ``solver_steps`` is the
+    public Newton budget before the solver's gradient certificate is checked (a deterministic
+    continuation follows when it is not reached; the charge never depends on it).
 
     ``method="sample_and_aggregate"``: ε-DP (module docstring); needs the coefficient box
     (scalars or one bound per coefficient, intercept first); ``count_share`` of ε chooses the
@@ -227,6 +234,7 @@ def logistic_regression(
                 owner, "jacobian_share", jacobian_share, open_low=True, open_high=True)),
             hessian_share=to_fraction(check_probability(
                 owner, "hessian_share", hessian_share, open_low=True, open_high=True)),
+            solver_steps=solver_steps,
         )  # fmt: skip
         keep = _rows_within(person, rows, rows_per_person)
         z = scaling.rows(design[keep], target[keep])
@@ -237,8 +245,12 @@ def logistic_regression(
         low, high = np.quantile(scaling.original(draws), [level / 2, 1 - level / 2], axis=0)
         if box is not None:
             value, low, high = (np.clip(v, box.lower, box.upper) for v in (value, low, high))
+        low, high = np.minimum(low, value), np.maximum(high, value)
         cost: Cost = ApproxDP(eps, delta) if delta > 0 else PureDP(eps)
-        name = "DP logistic regression (objective perturbation, Chaudhuri et al. 2011)"
+        name = (
+            "DP logistic regression (objective perturbation, Chaudhuri et al. 2011, with "
+            "approximate minima perturbation, Iyengar et al. 2019)"
+        )
         release = Estimate(value, low, high, Covers.NOISE_AND_SAMPLING, level, cost, name)
     else:
         if delta != 0:
