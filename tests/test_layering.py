@@ -145,3 +145,40 @@ def test_rule_catches_a_violation(tmp_path: Path) -> None:
     names = [name for name, _ in imports_of(tree, "dpcurator.core.numbers")]
     assert "numpy.random" in names
     assert layer_of("dpcurator.service.app") == 5 > (layer_of("dpcurator.core.numbers") or 0)
+
+
+#: The declared facts of the privacy unit, read only where the unit is built or reported.
+UNIT_FIELDS = ("max_rows_per_person", "max_groups_per_person", "neighbouring", "public_size")
+#: The modules that may read them: the metadata itself, the privacy unit, and the owner's
+#: metadata check (which reports the declared values against the data).
+UNIT_READERS = (
+    "dpcurator.query.schema",
+    "dpcurator.query.privacy_unit",
+    "dpcurator.query.metadata_check",
+)
+
+
+def _reads_unit_field(node: ast.AST) -> str | None:
+    """The unit field a ``metadata.<field>`` (or ``*.metadata.<field>``) read names, if any."""
+    if not isinstance(node, ast.Attribute) or node.attr not in UNIT_FIELDS:
+        return None
+    base = node.value
+    name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+    if node.attr.startswith("max_") or "meta" in name.lower():
+        return node.attr
+    return None
+
+
+def test_only_the_privacy_unit_reads_the_contribution_bounds() -> None:
+    """Sensitivity comes from one place (issue 29): no release path reads the declared relation
+    or contribution bounds from the metadata; each asks ``metadata.unit``."""
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        module = module_name(path)
+        if module in UNIT_READERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            field = _reads_unit_field(node)
+            if field is not None:
+                offenders.append(f"{module}:{getattr(node, 'lineno', '?')} reads {field}")
+    assert offenders == []

@@ -164,7 +164,7 @@ class KMeans:
         without one the default rule is refused, free."""
         if self.iterations is not None:
             return None
-        rows = self.rows if self.rows is not None else session.metadata.public_size
+        rows = self.rows if self.rows is not None else session.metadata.unit.public_size
         if rows is None:
             raise fail(
                 "KMeans",
