@@ -216,6 +216,29 @@ def test_authentication_roles_and_isolation(kit: Kit) -> None:
     schema = kit.alice.get("/v1/datasets/people").json()
     assert schema["schema"]["columns"]["sex"]["keys"] == ["F", "M"]
     assert schema["cap"] is None
+    _assert_stream_ownership(kit)
+
+
+def _assert_stream_ownership(kit: Kit) -> None:
+    """A stream is written (events, paid estimates) only by the owner who created it; other
+    owners read it (403 on writes); analysts, even granted the dataset, do not learn it exists
+    (404, as an unknown id); nothing a refused caller sends is ingested or spent."""
+    _, issued = kit.service.create_principal("second owner", "owner")
+    other_owner = kit.server.client(issued.token)
+    body = {"kind": "density", "epsilon": 1, "universe": 1000, "output_epsilon": 0.5}
+    created = kit.owner.post("/v1/datasets/people/streams", json={**body, "outputs": 2})
+    assert created.status_code == 201, created.text
+    path = f"/v1/streams/{created.json()['id']}"
+    for caller, status, slug in ((kit.alice, 404, "not-found"), (other_owner, 403, "forbidden")):
+        _assert_problem(caller.post(f"{path}/events", json={"values": [1, 2, 3]}), status, slug)
+        _assert_problem(caller.post(f"{path}/estimates"), status, slug)
+    _assert_problem(kit.alice.get(path), 404, "not-found")
+    _assert_problem(kit.alice.get("/v1/streams/no-such-stream"), 404, "not-found")
+    assert other_owner.get(path).json()["latest"] is None  # owners read every stream
+    assert kit.owner.post(f"{path}/events", json={"values": [4, 5]}).status_code == 200
+    estimate = kit.owner.post(f"{path}/estimates")
+    assert estimate.status_code == 200, estimate.text
+    assert estimate.json()["latest"]["outputs_used"] == 1  # the refused callers used none
 
 
 def test_revoked_and_expired_tokens_are_refused(kit: Kit) -> None:

@@ -113,15 +113,15 @@ def test_count_stream_is_charged_at_creation_and_releases_with_ci(
     assert stream["cost"]["epsilon_exact"] == "1"
     assert _spent(kit) == ApproxDP(1, 0)
     for _ in range(3):
-        posted = kit.alice.post(f"/v1/streams/{stream['id']}/events", json={"values": [1] * 100})
+        posted = kit.owner.post(f"/v1/streams/{stream['id']}/events", json={"values": [1] * 100})
         assert posted.status_code == 200, posted.text
-    latest = kit.alice.get(f"/v1/streams/{stream['id']}").json()["latest"]
+    latest = kit.owner.get(f"/v1/streams/{stream['id']}").json()["latest"]
     assert latest["time"] == 300
     assert latest["ci_low"] <= latest["value"] <= latest["ci_high"]
     assert latest["ci_low"] <= 300 <= latest["ci_high"]  # the 95% CI (seen fixed: alpha 0.05)
-    too_many = kit.alice.post(f"/v1/streams/{stream['id']}/events", json={"values": [1] * 701})
+    too_many = kit.owner.post(f"/v1/streams/{stream['id']}/events", json={"values": [1] * 701})
     assert too_many.status_code == 422
-    assert kit.alice.get(f"/v1/streams/{stream['id']}").json()["latest"]["time"] == 300
+    assert kit.owner.get(f"/v1/streams/{stream['id']}").json()["latest"]["time"] == 300
     assert _spent(kit) == ApproxDP(1, 0)  # ingesting and reading cost nothing more
 
 
@@ -142,15 +142,15 @@ def test_streams_survive_a_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPat
             "/v1/datasets/people/streams",
             json={"kind": "sum", "epsilon": 1, "horizon": 4096, "lower": 0, "upper": 10},
         ).json()
-        kit.alice.post(f"/v1/streams/{count['id']}/events", json={"values": [1] * 300})
-        kit.alice.post(f"/v1/streams/{total['id']}/events", json={"values": [5.0] * 300})
-        before = kit.alice.get(f"/v1/streams/{count['id']}").json()["latest"]
+        kit.owner.post(f"/v1/streams/{count['id']}/events", json={"values": [1] * 300})
+        kit.owner.post(f"/v1/streams/{total['id']}/events", json={"values": [5.0] * 300})
+        before = kit.owner.get(f"/v1/streams/{count['id']}").json()["latest"]
     with people_kit(tmp_path, tokens=tokens) as kit:
-        assert kit.alice.get(f"/v1/streams/{count['id']}").json()["latest"] == before
-        kit.alice.post(f"/v1/streams/{count['id']}/events", json={"values": [1] * 200})
-        kit.alice.post(f"/v1/streams/{total['id']}/events", json={"values": [5.0] * 200})
-        after = kit.alice.get(f"/v1/streams/{count['id']}").json()["latest"]
-        summed = kit.alice.get(f"/v1/streams/{total['id']}").json()["latest"]
+        assert kit.owner.get(f"/v1/streams/{count['id']}").json()["latest"] == before
+        kit.owner.post(f"/v1/streams/{count['id']}/events", json={"values": [1] * 200})
+        kit.owner.post(f"/v1/streams/{total['id']}/events", json={"values": [5.0] * 200})
+        after = kit.owner.get(f"/v1/streams/{count['id']}").json()["latest"]
+        summed = kit.owner.get(f"/v1/streams/{total['id']}").json()["latest"]
         assert _spent(kit) == ApproxDP(2, 0)
     replay = SeededRng(11)  # the same noise draws, in the same order, without a restart
     counter, summer = ContinualSum.counter(1, 4096), ContinualSum(1, 4096, 0, 10)
@@ -178,7 +178,7 @@ def test_pan_private_stream_keeps_no_raw_event_on_disk(kit: Kit, tmp_path: Path)
     stream_id = created.json()["id"]
     assert _spent(kit) == ApproxDP(2, 0)  # ε + outputs · output_epsilon
     users = list(range(1_357_000, 1_357_500))  # 7 digits: no timestamp holds such a run
-    posted = kit.alice.post(f"/v1/streams/{stream_id}/events", json={"values": users})
+    posted = kit.owner.post(f"/v1/streams/{stream_id}/events", json={"values": users})
     assert posted.status_code == 200, posted.text
     assert posted.json()["latest"] is None
     stored = b"".join(p.read_bytes() for p in tmp_path.glob("ledger.sqlite3*"))
@@ -186,12 +186,12 @@ def test_pan_private_stream_keeps_no_raw_event_on_disk(kit: Kit, tmp_path: Path)
         assert str(user).encode() not in stored
         assert user.to_bytes(8, "little") not in stored
     for _ in range(2):
-        estimate = kit.alice.post(f"/v1/streams/{stream_id}/estimates")
+        estimate = kit.owner.post(f"/v1/streams/{stream_id}/estimates")
         assert estimate.status_code == 200, estimate.text
     latest = estimate.json()["latest"]
     assert latest["ci_low"] <= 500 / 2_000_000 <= latest["ci_high"]
     assert latest["outputs_used"] == 2
-    assert kit.alice.post(f"/v1/streams/{stream_id}/estimates").status_code == 409
+    assert kit.owner.post(f"/v1/streams/{stream_id}/estimates").status_code == 409
     assert _spent(kit) == ApproxDP(2, 0)
 
 

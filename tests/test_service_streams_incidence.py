@@ -35,24 +35,24 @@ def test_incidence_stream_estimates_at_least_k_and_keeps_no_raw_event(
     assert kit.service.ledger.charged_total("people") == ApproxDP(2, 0)
     twice = list(range(1_357_000, 1_357_500))  # 7 digits: no timestamp holds such a run
     once = list(range(1_468_000, 1_468_500))
-    posted = kit.alice.post(f"/v1/streams/{stream['id']}/events", json={"values": twice + once})
+    posted = kit.owner.post(f"/v1/streams/{stream['id']}/events", json={"values": twice + once})
     assert posted.status_code == 200, posted.text
-    kit.alice.post(f"/v1/streams/{stream['id']}/events", json={"values": twice})
+    kit.owner.post(f"/v1/streams/{stream['id']}/events", json={"values": twice})
     stored = b"".join(p.read_bytes() for p in tmp_path.glob("ledger.sqlite3*"))
     for user in twice + once:
         assert str(user).encode() not in stored
         assert user.to_bytes(8, "little") not in stored
     estimates = f"/v1/streams/{stream['id']}/estimates"
     for refused in ("", "?at_least=4", "?at_least=0"):
-        assert kit.alice.post(estimates + refused).status_code == 422, refused
+        assert kit.owner.post(estimates + refused).status_code == 422, refused
     for k, truth in ((2, 500 / UNIVERSE), (1, 1000 / UNIVERSE)):
-        response = kit.alice.post(f"{estimates}?at_least={k}")
+        response = kit.owner.post(f"{estimates}?at_least={k}")
         assert response.status_code == 200, response.text
         latest = response.json()["latest"]
         assert latest["at_least"] == k
         assert latest["ci_low"] <= truth <= latest["ci_high"]  # 95% intervals (alpha 0.05)
     assert latest["outputs_used"] == 2
-    assert kit.alice.post(f"{estimates}?at_least=2").status_code == 409
+    assert kit.owner.post(f"{estimates}?at_least=2").status_code == 409
     assert kit.service.ledger.charged_total("people") == ApproxDP(2, 0)
 
 
@@ -71,10 +71,10 @@ def test_count_stream_releases_after_every_event_of_a_batch(kit: Kit) -> None:
         "/v1/datasets/people/streams", json={"kind": "count", "epsilon": 1, "horizon": 64}
     ).json()
     events = f"/v1/streams/{created['id']}/events"
-    kit.alice.post(events, json={"values": [1, 0, 1]})
-    posted = kit.alice.post(f"{events}?per_event=true", json={"values": [1, 1, 0, 1]}).json()
+    kit.owner.post(events, json={"values": [1, 0, 1]})
+    posted = kit.owner.post(f"{events}?per_event=true", json={"values": [1, 1, 0, 1]}).json()
     assert len(posted["releases"]) == 4
     assert posted["releases"][-1] == posted["latest"]["value"]
     assert posted["latest"]["time"] == 7
-    assert "releases" not in kit.alice.post(events, json={"values": [1]}).json()
+    assert "releases" not in kit.owner.post(events, json={"values": [1]}).json()
     assert kit.service.ledger.charged_total("people") == ApproxDP(1, 0)

@@ -16,20 +16,20 @@ def test_user_level_stream_caps_each_person_across_batches_and_a_restart(tmp_pat
         assert created.status_code == 201, created.text
         assert created.json()["params"]["max_events_per_person"] == 2
         path = f"/v1/streams/{created.json()['id']}/events"
-        reply = first.alice.post(path, json={"values": [1, 1, 1], "persons": [1, 1, 1]})
+        reply = first.owner.post(path, json={"values": [1, 1, 1], "persons": [1, 1, 1]})
         assert reply.status_code == 200, reply.text
         assert round(reply.json()["latest"]["value"]) == 2
         for bad in ({"values": [1]}, {"values": [1, 1], "persons": [1]}):
-            assert first.alice.post(path, json=bad).status_code == 422
+            assert first.owner.post(path, json=bad).status_code == 422
         event_level = {"kind": "count", "epsilon": 1, "horizon": 8}
         other = first.owner.post("/v1/datasets/people/streams", json=event_level).json()["id"]
-        refused = first.alice.post(
+        refused = first.owner.post(
             f"/v1/streams/{other}/events", json={"values": [1], "persons": [1]}
         )
         assert refused.status_code == 422
         tokens = first.tokens
     with people_kit(tmp_path, tokens=tokens) as second:  # a restart
-        reply = second.alice.post(path, json={"values": [1, 1], "persons": [1, "b"]})
+        reply = second.owner.post(path, json={"values": [1, 1], "persons": [1, "b"]})
         assert reply.status_code == 200, reply.text
         assert round(reply.json()["latest"]["value"]) == 3  # person 1 stays capped after restart
         assert reply.json()["latest"]["time"] == 5

@@ -36,6 +36,7 @@ from dpcurator.errors import (
 from dpcurator.service import schemas as s
 from dpcurator.service.errors import ConflictError, ForbiddenError, NotFoundError, RateLimitedError
 from dpcurator.service.json_response import FiniteJSONResponse
+from dpcurator.service.ledger_health import LedgerUnavailableError
 from dpcurator.service.operations import CuratorService
 from dpcurator.service.refusals import RefusalsLimitedError
 from dpcurator.service.routes import router
@@ -61,6 +62,7 @@ _PROBLEMS: list[tuple[type[Exception], int, str, str]] = [
     (ParameterError, 422, "invalid-parameter", "Invalid parameter"),
     (DomainError, 422, "invalid-data", "Invalid data or metadata"),
     (BackendError, 502, "engine-error", "The engine failed"),
+    (LedgerUnavailableError, 503, "ledger-unavailable", "The privacy ledger is unavailable"),
 ]
 
 
@@ -83,7 +85,7 @@ def _problem_for(exc: DPError) -> JSONResponse:
                     "remaining": _cost_dict(exc.remaining),
                 }
             response = problem(status, slug, title, str(exc), **extra)
-            if isinstance(exc, RateLimitedError):
+            if isinstance(exc, RateLimitedError | LedgerUnavailableError):
                 response.headers["Retry-After"] = str(exc.retry_after)
             return response
     return problem(500, "internal", "Internal error", "An internal invariant failed.")

@@ -13,11 +13,14 @@ its HMAC; a legacy token id that failed ``max_failures`` times recently is refus
 running argon2 until its window passes.
 
 A verified token is cached in memory for ``cache_seconds`` under a keyed BLAKE2b hash of the whole
-token (the key is drawn per process). After that time the same token is re-checked against the
-ledger for revocation and expiry only. Revoking a token through this server drops it from the
-cache at once (another server process sharing the ledger notices within ``cache_seconds``);
-expiry is checked on every request. The cache is bounded: expired entries are dropped when it
-grows past ``cache_size``.
+token (the key is drawn per process), with the ledger's revocation epoch read just before its row
+was (:mod:`dpcurator.service.ledger_epoch`: a counter that every change to a token or principal
+increments, whoever makes it). Every request reads the epoch again (one lock-free primary-key
+read) and trusts the cached entry only if it has not moved; otherwise, or after
+``cache_seconds``, the token's row is read again for revocation and expiry (no hashing). So a
+revocation made through any server process, by ``dpcurator admin`` or by hand in the database
+is honoured by every process from its next request on; expiry is checked on every request. The
+cache is bounded: expired entries are dropped when it grows past ``cache_size``.
 
 Failed sign-ins are counted per client address and per (existing) token id in a sliding window
 (:mod:`dpcurator.service.ratelimit`): past ``max_failures``, a failed sign-in is answered 429 with
@@ -133,7 +136,8 @@ class TokenAuthority:
         )
         self._cache_seconds = cache_seconds
         self._cache_size = cache_size
-        self._cache: dict[bytes, tuple[Identity, float, datetime | None]] = {}
+        # token hash -> (identity, trusted until (monotonic), expires at, revocation epoch)
+        self._cache: dict[bytes, tuple[Identity, float, datetime | None, int]] = {}
         self._lock = threading.Lock()
         self._failures = FailureWindow(max_failures, failure_window)
         self._audits = EventBudget(max_audits, failure_window)
@@ -162,20 +166,32 @@ class TokenAuthority:
                 del self._cache[key]
 
     def cached(self, authorization: str | None, client: str) -> Identity | None:
-        """The identity of a recently verified token (no database, no hashing), or None.
+        """The identity of a recently verified token whose cache entry is still trusted (no
+        hashing), or None: then :meth:`authenticate` decides, in the thread pool.
 
-        ``client`` is unused here (a verified token is never refused); it is taken so that both
-        doors of the authority read alike.
+        Trusting an entry needs the ledger's revocation epoch; this door reads it only where
+        that read cannot block (a SQLite ledger: a local file, microseconds), and otherwise
+        answers None. ``client`` is unused here (a verified token is never refused); it is
+        taken so that both doors of the authority read alike.
         """
         del client
+        if not self._ledger.epoch_reads_are_local:
+            return None
         if authorization is None or not authorization.startswith("Bearer "):
             return None
-        key = _fast_key(authorization.removeprefix("Bearer ").strip())
+        return self._trusted(_fast_key(authorization.removeprefix("Bearer ").strip()))[0]
+
+    def _trusted(
+        self, key: bytes
+    ) -> tuple[Identity | None, tuple[Identity, float, datetime | None, int] | None, int]:
+        """The identity of the cache entry ``key`` if it can be trusted now, the entry, and the
+        revocation epoch (read BEFORE any token row: see dpcurator.service.ledger_epoch)."""
+        epoch = self._ledger.revocation_epoch()
         with self._lock:
             cached = self._cache.get(key)
-        if cached is not None and cached[1] > time.monotonic() and not _expired(cached[2]):
-            return cached[0]
-        return None
+        if cached is None or cached[3] != epoch or cached[1] <= time.monotonic():
+            return None, cached, epoch
+        return (None if _expired(cached[2]) else cached[0]), cached, epoch
 
     def authenticate(self, authorization: str | None, client: str) -> Identity:
         """The identity behind an ``Authorization: Bearer <token>`` header.
@@ -184,34 +200,37 @@ class TokenAuthority:
             AuthError: no token, malformed, unknown, wrong secret, revoked or expired.
             RateLimitedError: instead of AuthError, once ``client`` or the token id failed too
                 often recently (never for a token that verifies).
+            LedgerUnavailableError: the ledger cannot be read (answered 503).
         """
-        identity = self.cached(authorization, client)
-        if identity is not None:
-            return identity
         if authorization is None or not authorization.startswith("Bearer "):
             raise AuthError("Missing credentials: send 'Authorization: Bearer <token>'.")
         token = authorization.removeprefix("Bearer ").strip()
         key = _fast_key(token)
+        # A revocation that commits after the epoch is read is seen by the row read below, or
+        # moves the epoch (the entry is then read again at the next request).
+        trusted, cached, epoch = self._trusted(key)
+        if trusted is not None:
+            return trusted
         now = time.monotonic()
-        with self._lock:
-            stale = self._cache.pop(key, None)
         parts = token.split("_", 2)
         token_id = parts[1] if len(parts) == 3 and parts[0] == TOKEN_PREFIX else None
         try:
             # A token verified before (this very token: the key hashes all of it) needs no
             # hashing again; only whether it was revoked or has expired may have changed.
-            if stale is not None:
-                identity, expires_at = self._recheck(stale[0])
+            if cached is not None:
+                identity, expires_at = self._recheck(cached[0])
             else:
                 identity, expires_at = self._verify(token_id, parts[-1])
         except AuthError as exc:
+            with self._lock:
+                self._cache.pop(key, None)
             self._refuse(exc, client, token_id)
         with self._lock:
             if len(self._cache) >= self._cache_size:
                 self._cache = {k: v for k, v in self._cache.items() if v[1] > now}
                 if len(self._cache) >= self._cache_size:
                     self._cache.clear()
-            self._cache[key] = (identity, now + self._cache_seconds, expires_at)
+            self._cache[key] = (identity, now + self._cache_seconds, expires_at, epoch)
         return identity
 
     def _refuse(self, error: AuthError, client: str, token_id: str | None) -> NoReturn:

@@ -23,8 +23,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Mapped, mapped_column
 from sqlalchemy.orm import Session as OrmSession
 
-from dpcurator.service import ledger_postgres
+from dpcurator.service import ledger_epoch, ledger_postgres
 from dpcurator.service.errors import NotFoundError
+from dpcurator.service.ledger_health import OutageWatch
 from dpcurator.service.ledger_lease import add_lease_column
 from dpcurator.service.models import Base, utcnow
 
@@ -201,6 +202,14 @@ class LedgerDatabase:
             self._engine = create_engine(url, pool_size=10, max_overflow=30, pool_recycle=1800)
         Base.metadata.create_all(self._engine)
         add_lease_column(self._engine, postgres=self._postgres)
+        ledger_epoch.install(self._engine, postgres=self._postgres)
+        self._outages = OutageWatch(self._engine.url.get_backend_name())
+        database = self._engine.url.database
+        local = not self._postgres and database not in (None, "", ":memory:")
+        self._epoch_path = database if local else None
+        self._epoch_readers = threading.local()
+        self._epoch_lock = threading.Lock()
+        self._epoch_connections: list[sqlite3.Connection] = []
         if self._postgres:
             ledger_postgres.install(self._engine)
         if url.startswith("sqlite"):
@@ -213,6 +222,10 @@ class LedgerDatabase:
             self._checkpointer = None
         if self._write_lock is not None:
             self._write_lock.close()
+        with self._epoch_lock:
+            for reader in self._epoch_connections:
+                reader.close()
+            self._epoch_connections.clear()
         self._engine.dispose()
 
     @contextmanager
@@ -224,9 +237,39 @@ class LedgerDatabase:
         else:
             yield
 
+    @property
+    def epoch_reads_are_local(self) -> bool:
+        """Whether :meth:`revocation_epoch` reads a local file (SQLite: microseconds, never
+        waiting for a writer, so it may run on the event loop) rather than a server."""
+        return self._epoch_path is not None
+
+    def revocation_epoch(self) -> int:
+        """The revocation epoch (:mod:`dpcurator.service.ledger_epoch`): one primary-key read
+        that takes no lock. On SQLite each thread reads on a connection of its own, opened once
+        outside the pool (~5 µs instead of ~100 µs through a pooled connection); in WAL mode a
+        reader never waits for a writer. On PostgreSQL one autocommit statement."""
+        with self._outages.watch(write=False):
+            if self._epoch_path is None:
+                with self._engine.connect() as conn:
+                    auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+                    return int(auto.exec_driver_sql(ledger_epoch.READ_EPOCH).scalar_one())
+            reader: sqlite3.Connection | None = getattr(self._epoch_readers, "conn", None)
+            if reader is None:
+                reader = sqlite3.connect(
+                    self._epoch_path, isolation_level=None, check_same_thread=False
+                )
+                reader.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+                self._epoch_readers.conn = reader
+                with self._epoch_lock:
+                    self._epoch_connections.append(reader)
+            # fetchall: the statement runs to its end, so no read transaction stays open (one
+            # would pin the WAL: no checkpoint could pass it).
+            rows = reader.execute(ledger_epoch.READ_EPOCH).fetchall()
+            return int(rows[0][0])
+
     @contextmanager
     def _connection(self, *, write: bool) -> Iterator[Connection]:
-        with self._writer(write), self._engine.connect() as conn:
+        with self._outages.watch(write=write), self._writer(write), self._engine.connect() as conn:
             conn.execution_options(dpcurator_write=write)
             with conn.begin():
                 yield conn
@@ -239,12 +282,12 @@ class LedgerDatabase:
             with self._connection(write=write) as conn:
                 yield conn
             return
-        with self._engine.connect() as conn:
+        with self._outages.watch(write=write), self._engine.connect() as conn:
             yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[OrmSession]:
-        with self._writer(write), self._engine.connect() as conn:
+        with self._outages.watch(write=write), self._writer(write), self._engine.connect() as conn:
             conn.execution_options(dpcurator_write=write)
             with OrmSession(bind=conn, expire_on_commit=False) as session, session.begin():
                 yield session
@@ -255,7 +298,7 @@ class LedgerDatabase:
         connection, rolled back on any error. The write lock is taken before the connection, as
         by every writer: a writer holding the lock may open a second connection, so a writer
         holding a connection must never wait for the lock (the pool could run dry)."""
-        with self._writer(True), self._engine.connect() as conn:
+        with self._outages.watch(write=True), self._writer(True), self._engine.connect() as conn:
             dbapi = conn.connection.dbapi_connection
             assert dbapi is not None
             cursor = cast("sqlite3.Cursor", dbapi.cursor())
@@ -264,7 +307,8 @@ class LedgerDatabase:
                 try:
                     yield cursor
                 except BaseException:
-                    cursor.execute("ROLLBACK")
+                    if dbapi.in_transaction:  # SQLite rolls back by itself on a full disk
+                        cursor.execute("ROLLBACK")
                     raise
                 cursor.execute("COMMIT")
             finally:

@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from dpcurator.service import schemas as s
 from dpcurator.service.auth import Identity
+from dpcurator.service.errors import ForbiddenError, NotFoundError
 from dpcurator.service.ledger_budgets import cost_of
 from dpcurator.service.models import Stream, Survey
 from dpcurator.service.operations import CuratorService
@@ -104,9 +105,25 @@ def _survey_out(survey: Survey) -> dict[str, Any]:
 
 
 def _visible_stream(service: CuratorService, who: Identity, stream_id: str) -> Stream:
-    """The stream, if the caller may see its dataset (else 404, as for an unknown id)."""
+    """The stream, if the caller may read it: owners read every stream (only owners create
+    them), nobody else any (else 404, as for an unknown id: an analyst does not learn that it
+    exists)."""
     stream = StreamStore(service.ledger).get(stream_id)
+    if not who.is_owner and stream.created_by != who.principal_id:
+        raise NotFoundError(f"No stream with id {stream_id!r}.")
     service.visible_dataset(who, stream.dataset_id)
+    return stream
+
+
+def _writable_stream(service: CuratorService, who: Identity, stream_id: str) -> Stream:
+    """The stream, if the caller may post events to it and release its estimates: only the
+    owner who created it (other owners, who may read it: 403; anyone else: 404)."""
+    stream = _visible_stream(service, who, stream_id)
+    if stream.created_by != who.principal_id:
+        raise ForbiddenError(
+            f"Only the owner who created stream {stream_id!r} may post its events and release "
+            "its estimates; ask that owner, or create a stream of your own."
+        )
     return stream
 
 
@@ -164,7 +181,7 @@ def post_events(
 ) -> dict[str, Any]:
     """Ingest a batch of events; count/sum streams release their running total after every
     event (``per_event=true``: all of the batch's releases; always: the last, with its CI)."""
-    _visible_stream(service, who, stream_id)
+    _writable_stream(service, who, stream_id)
     stream, releases = StreamStore(service.ledger).ingest(stream_id, body.values, body.persons)
     out = {**_stream_out(stream), "accepted": len(body.values)}
     if per_event:
@@ -181,7 +198,7 @@ def release_estimate(
 ) -> dict[str, Any]:
     """Release a density stream's next paid estimate, or an incidence stream's fraction of
     users seen ``at_least`` times."""
-    _visible_stream(service, who, stream_id)
+    _writable_stream(service, who, stream_id)
     return _stream_out(StreamStore(service.ledger).estimate(stream_id, at_least))
 
 
