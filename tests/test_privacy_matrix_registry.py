@@ -1,0 +1,126 @@
+"""The conformance matrix covers every release kind the library offers (issue 29), and objective
+perturbation, whose noise perturbs an objective rather than a statistic, gets its own brute force:
+the rows in which neighbouring tables differ never exceed the k its calibration assumed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, get_args
+
+import numpy as np
+import pytest
+
+import dpcurator as dpc
+from dpcurator import mining
+from dpcurator.estimators.logistic import METHODS
+from dpcurator.query import fit as fit_module
+from dpcurator.query.builder import AggregateKind
+from dpcurator.query.fit import FIT_KINDS
+from dpcurator.random import SeededRng
+from dpcurator.service.synth_plan import KINDS as SYNTH_KINDS
+from tests.privacy_matrix import LEVELS, RELATIONS, _base, frame, metadata, neighbours
+from tests.test_privacy_matrix import KINDS
+
+#: Where each offered kind is checked: a text that names its row(s) in the matrix, or
+#: ``test_objective_perturbation_rows`` for objective perturbation.
+SQL_ROWS = {
+    "count": "COUNT(*)",
+    "count_persons": "COUNT(DISTINCT",
+    "sum": "SUM(",
+    "mean": "AVG(",
+    "variance": "VARIANCE(",
+    "stddev": "VARIANCE(",  # the square root of the same noisy variance (post-processing)
+    "quantile": "MEDIAN(",
+    "histogram": "HISTOGRAM(",
+}
+OP_ROW = "objective perturbation (test_objective_perturbation_rows)"
+
+
+def offered() -> dict[str, str]:
+    """Every release kind the library offers, with the text naming its row."""
+    kinds = {f"sql {kind}": SQL_ROWS.get(kind, kind) for kind in get_args(AggregateKind)}
+    kinds |= {"sql clipping report": "clipping=", "sql gaussian noise": "rho=", "dp_bounds": ""}
+    kinds |= {f"fit {kind}": f"fit: {kind} " for kind in FIT_KINDS}
+    kinds |= {f"fit logistic {method}": method for method in METHODS}
+    kinds["fit logistic objective_perturbation"] = OP_ROW
+    kinds |= {f"synth {kind}": f"synth: {kind}" for kind in (*SYNTH_KINDS, "independent")}
+    kinds |= {f"mining {name}": name for name in mining.__all__}
+    return kinds
+
+
+def _row_name(text: str) -> str:
+    aliases = {"GaussianNB": "naive_bayes", "KMeans": "kmeans", "PCA": "pca", "ID3": "id3"}
+    return aliases.get(text, text)
+
+
+def test_every_release_kind_has_a_row() -> None:
+    """A kind added to the library without a row in the matrix fails here."""
+    missing = [
+        kind
+        for kind, text in offered().items()
+        if text != OP_ROW and not any(_row_name(text) in name for name in KINDS)
+    ]
+    assert missing == []
+    assert SQL_ROWS.keys() == set(get_args(AggregateKind))
+
+
+# ----------------------------------------------------------------------------------------------
+# Objective perturbation: k against the rows that differ
+
+
+def _fitted_rows(
+    table: Any, meta: dpc.Metadata, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Counter[tuple[float, ...]], int]:
+    """The rows objective perturbation receives on ``table`` and the k it is calibrated for."""
+    seen: dict[str, Any] = {}
+    original = fit_module.logistic_regression
+
+    def recording(features: Any, labels: Any, **options: Any) -> Any:
+        rows = np.column_stack([np.asarray(features), np.asarray(labels)])
+        seen["rows"] = Counter(tuple(float(v) for v in row) for row in rows)
+        seen["k"] = options["rows_per_person"]
+        return original(features, labels, **options)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(fit_module, "logistic_regression", recording)
+        session = dpc.Session.from_data(
+            table, metadata=meta, budget=dpc.Budget(4.0, 1e-3), rng=SeededRng(7)
+        )
+        try:
+            session.fit("logistic_regression", y="y", x=["x"], epsilon=1.0, delta=1e-6)
+        finally:
+            session.close()
+    return seen["rows"], seen["k"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("relation", RELATIONS)
+@pytest.mark.parametrize("level", LEVELS)
+def test_objective_perturbation_rows(
+    relation: str, level: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Objective perturbation's calibration assumes neighbours differ in at most k rows of the
+    objective (k gradient terms shift it, k rank-one terms its Hessian): checked on every pair of
+    worst-case neighbours (the multiset difference of the rows the estimator receives)."""
+    meta = metadata(relation, level, len(_base(level)))
+    for table, other in neighbours(relation, level):
+        rows, k = _fitted_rows(table, meta, monkeypatch)
+        other_rows, other_k = _fitted_rows(other, meta, monkeypatch)
+        assert k == other_k  # public: from the metadata alone
+        changed = sum(((rows - other_rows) + (other_rows - rows)).values())
+        assert changed <= k, f"{changed} rows differ, calibrated for {k}"
+
+
+def test_the_worst_case_neighbours_reach_the_unit_bound() -> None:
+    """Power: the neighbours do change as many rows as the unit allows (else the checks above
+    could not fail), e.g. 2r rows under replace-one with r = 2."""
+    meta = metadata("replace_one", "rows", len(_base("rows")))
+    assert meta.unit.rows_changed == 4
+    sizes = [abs(len(a) - len(b)) for a, b in neighbours("add_remove", "rows")]
+    assert max(sizes) == 2
+    table, other = next(iter(neighbours("replace_one", "rows")))
+    before = Counter(map(tuple, table.to_numpy().tolist()))
+    after = Counter(map(tuple, other.to_numpy().tolist()))
+    assert sum(((before - after) + (after - before)).values()) == 4
+    assert frame(_base("row"), "row").shape[0] == len(_base("row"))
