@@ -28,7 +28,8 @@ def _sql(text: str, **options: object) -> Kind:
     def release(session: dpc.Session, rng: SeededRng) -> object:
         return session.sql(text, **options)  # type: ignore[arg-type]
 
-    return Kind(f"sql: {text}", release)
+    budget = ", ".join(f"{k}={v}" for k, v in options.items())
+    return Kind(f"sql: {text} [{budget}]", release)
 
 
 def _persons(session: dpc.Session, rng: SeededRng) -> object:
