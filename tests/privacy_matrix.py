@@ -11,7 +11,15 @@ mechanism's privacy loss on that pair of tables exactly:
 * discrete Laplace of scale b on integers (or on a float grid): ‖x − x'‖₁ / b (ε);
 * discrete Gaussian of σ: ‖x − x'‖₂² / (2σ²) (ρ);
 * permute-and-flip / the exponential mechanism at ε for scores of sensitivity Δ:
-  ε·‖s − s'‖∞ / Δ (ε), and for zCDP accounting its bounded-range ρ, (that ε)²/8.
+  ε·‖s − s'‖∞ / Δ (ε), and for zCDP accounting its bounded-range ρ, (that ε)²/8;
+* one run of AboveThreshold (sparse vector) at ε for answers of sensitivity Δ, recorded as
+  one draw (its noisy threshold) holding every answer the run tested, on the mechanism's own
+  grid (u = its grid sensitivity, floor(Δ/2^k) + 1 steps): ε·‖a − a'‖∞ / u (ε), and ε²/2 of
+  ρ. The rule: the run is ε-DP for answers that move by at most u steps (Lyu, Su & Li 2017,
+  Theorem 2, with threshold noise 2u/ε and query noise 4u/ε); answers that move by at most
+  m steps face the same noise as the mechanism for sensitivity m at ε·m/u, so the pair's loss
+  is at most ε·m/u — a safe bound, not the exact loss (AboveThreshold's loss is not additive
+  in its inputs).
 
 The sum over the mechanisms of a release (basic composition, up to the first point where the two
 runs ask different questions) must not exceed the release's charge (read from the session's
@@ -38,8 +46,10 @@ from dpcurator.accounting import PrivacyFilter, ZCDPAccountant
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators import noisy_wide, regression
-from dpcurator.mechanisms import Gaussian, Laplace
+from dpcurator.mechanisms import AboveThreshold, Gaussian, Laplace
+from dpcurator.mechanisms._grid import to_grid
 from dpcurator.mechanisms.exponential import PermuteAndFlip
+from dpcurator.mechanisms.sparse_vector import AboveThresholdRun
 from dpcurator.random import SeededRng
 
 RELATIONS = ("add_remove", "replace_one")
@@ -135,8 +145,9 @@ def neighbours(relation: str, level: str) -> Iterator[tuple[pd.DataFrame, pd.Dat
 
 @dataclass
 class Draw:
-    """One mechanism invocation: its kind (``laplace``, ``gaussian``, ``select``), its scale
-    (b, σ or ε/Δ), its exact input and its output."""
+    """One mechanism invocation: its kind (``laplace``, ``gaussian``, ``select``,
+    ``threshold``), its scale (b, σ, ε/Δ or ε/u), its exact input and its output (a threshold
+    run: the answers tested, on the grid, and the list of the tests' outcomes)."""
 
     kind: str
     scale: Fraction
@@ -201,14 +212,60 @@ class Tap:
         wide = recorder(noisy_wide.release_wide, "gaussian", lambda m: Fraction(m.sigma))
         for module in (noisy_wide, regression):
             monkeypatch.setattr(module, "release_wide", wide)
+        self._tap_above_threshold(monkeypatch)
         yield self
+
+    def _tap_above_threshold(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """AboveThreshold: a run's start (its noisy threshold) opens one ``threshold`` draw;
+        each test appends its answer (on the mechanism's grid) and outcome to it. Replaying, the
+        j-th test of a run is made on the first run's j-th answer and returns its outcome."""
+        runs: dict[int, tuple[AboveThresholdRun, Draw, Draw | None]] = {}
+        start, test = AboveThreshold.start, AboveThresholdRun.test
+
+        def starting(mechanism: AboveThreshold, rng: Any = None) -> AboveThresholdRun:
+            units = mechanism.threshold_scale * mechanism.epsilon / 2  # the grid sensitivity u
+            draw = Draw("threshold", mechanism.epsilon / units, np.zeros(0), [], [])
+            index = len(self.draws)
+            self.draws.append(draw)
+            first = None
+            if self.replay is not None and index < len(self.replay):
+                candidate = self.replay[index]
+                if (candidate.kind, candidate.scale) == ("threshold", draw.scale):
+                    first = candidate
+            run = start(mechanism, rng)
+            runs[id(run)] = (run, draw, first)
+            return run
+
+        def testing(run: AboveThresholdRun, answer: float) -> bool:
+            if id(run) not in runs:  # a run restored from saved state: not started here
+                raise AssertionError("tap: an AboveThreshold run the tap did not see start")
+            _, draw, first = runs[id(run)]
+            grid = run._mechanism.grid
+            draw.values = np.append(draw.values, float(int(to_grid([answer], grid)[0])))
+            draw.values_in.append(answer)
+            j = len(draw.output)
+            if first is not None and j < len(first.output):
+                test(run, first.values_in[j])
+                run.halted = first.output[j]
+            else:
+                test(run, answer)
+            draw.output.append(run.halted)
+            return run.halted
+
+        def batch(mechanism: AboveThreshold, answers: Any, rng: Any = None) -> int | None:
+            raise AssertionError("tap: first_above_batch is not tapped; add it to the tap")
+
+        monkeypatch.setattr(AboveThreshold, "start", starting)
+        monkeypatch.setattr(AboveThresholdRun, "test", testing)
+        monkeypatch.setattr(AboveThreshold, "first_above_batch", batch)
 
 
 @dataclass(frozen=True)
 class Loss:
-    """The privacy loss of one release on one pair of tables: the ε of its Laplace draws and
-    of its selections, their ρ under zCDP accounting (ε²/2 and the bounded-range ε²/8 of each),
-    the ρ of its Gaussian draws, and how many draws paired."""
+    """The privacy loss of one release on one pair of tables: the ε of its Laplace draws, of
+    its selections and of its AboveThreshold runs, their ρ under zCDP accounting (ε²/2, the
+    bounded-range ε²/8 and ε²/2 of each), the ρ of its Gaussian draws, and how many draws
+    paired."""
 
     laplace: float
     selection: float
@@ -216,12 +273,13 @@ class Loss:
     pure_rho: float
     paired: int
     draws: int
+    threshold: float = 0.0
 
 
 def loss(first: list[Draw], second: list[Draw]) -> Loss:
     """The loss of the paired draws, up to the first pair that asks a different question
     (another mechanism, scale or shape)."""
-    laplace = selection = rho = pure_rho = 0.0
+    laplace = selection = rho = pure_rho = threshold = 0.0
     paired = 0
     for a, b in zip(first, second, strict=False):
         if (a.kind, a.scale, a.values.shape) != (b.kind, b.scale, b.values.shape):
@@ -233,18 +291,23 @@ def loss(first: list[Draw], second: list[Draw]) -> Loss:
             pure_rho += used**2 / 2
         elif a.kind == "gaussian":
             rho += float((difference**2).sum()) / (2 * float(a.scale) ** 2)
+        elif a.kind == "threshold":
+            used = float(np.abs(difference).max(initial=0.0)) * float(a.scale)
+            threshold += used
+            pure_rho += used**2 / 2
         else:
             used = float(np.abs(difference).max(initial=0.0)) * float(a.scale)
             selection += used
             pure_rho += used**2 / 8
         paired += 1
-    return Loss(laplace, selection, rho, pure_rho, paired, min(len(first), len(second)))
+    draws = min(len(first), len(second))
+    return Loss(laplace, selection, rho, pure_rho, paired, draws, threshold)
 
 
 def within(charge: object, observed: Loss) -> bool:
     """Whether the observed loss fits the charge (a 10^-9 relative float margin)."""
     tolerance = 1 + 1e-9
-    pure = observed.laplace + observed.selection
+    pure = observed.laplace + observed.selection + observed.threshold
     if isinstance(charge, PureDP):
         return observed.rho == 0 and pure <= float(charge.epsilon) * tolerance
     if isinstance(charge, ZCDP):

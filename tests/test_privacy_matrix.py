@@ -8,20 +8,31 @@ inputs against the charge). A kind the library offers without a row here fails
 from __future__ import annotations
 
 import contextlib
+import math
+from decimal import Context, Decimal, localcontext
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
 
 import dpcurator as dpc
-from dpcurator.errors import DomainError
+from dpcurator.accounting import PureEvent
+from dpcurator.core.measures import PureDP
+from dpcurator.errors import BudgetExceededError, DomainError
+from dpcurator.interactive import PrivateMultiplicativeWeights
+from dpcurator.mechanisms import randomized_response
+from dpcurator.mechanisms.randomized_response import KaryRandomizedResponse
 from dpcurator.mining import ID3, PCA, GaussianNB, KMeans
 from dpcurator.random import SeededRng
+from dpcurator.service.sparse import SparseQuestion, _numeric_values, plan_sparse, sparse_flags
+from dpcurator.streams import ContinualSum
 from dpcurator.synth.aim import aim
 from dpcurator.synth.fourier import plan_fourier, release_fourier
 from dpcurator.synth.marginals import plan_marginals, release_marginals
 from dpcurator.synth.mst import independent, mst
 from dpcurator.synth.mwem import mwem
-from tests.privacy_matrix import LEVELS, RELATIONS, Kind, audit
+from tests.privacy_matrix import LEVELS, RELATIONS, Kind, Tap, audit, loss, within
 
 
 def _sql(text: str, **options: object) -> Kind:
@@ -91,6 +102,51 @@ def _synth(name: str) -> Kind:
     return Kind(f"synth: {name}", release, budget=budget, amount=2.0)
 
 
+def _pmw(session: dpc.Session, rng: SeededRng) -> object:
+    """Private multiplicative weights over g × h: its prior marginals at construction, then
+    counting queries (the total first: a newcomer moves it by all of their rows; AboveThreshold
+    tests and, above the threshold, a Laplace update) until
+    the update budget is spent (a public refusal, free: its outcome is released)."""
+    curator = PrivateMultiplicativeWeights(
+        session, ["g", "h"], epsilon=1.0, max_updates=2, threshold=1.0, passes=2
+    )
+    answers = []
+    for where in ({}, {"g": "a"}, {"h": ["v", "w"]}, {}, {"g": "b", "h": "v"}):
+        with contextlib.suppress(BudgetExceededError):
+            answers.append(curator.count(where))
+    return answers
+
+
+#: The sparse vector request of the rows: two counts and a sum (Δ is the largest, the sum's).
+SPARSE_QUERIES = [
+    "SELECT COUNT(*) AS n FROM t WHERE y = 1",
+    "SELECT SUM(x) AS s FROM t",
+    "SELECT COUNT(*) AS n FROM t WHERE g = 'a'",
+    "SELECT COUNT(*) AS n FROM t WHERE h = 'z'",
+]
+
+
+def _sparse(numeric: bool) -> Kind:
+    """Sparse vector (Sparse, and numeric sparse) as the service answers it
+    (:func:`dpcurator.service.sparse.answer_sparse`'s body on a library session, no HTTP: the
+    library offers no other entry point): the plans, one charge of ε, the exact answers, then
+    ``c`` AboveThreshold runs and, numeric, a Laplace value of each positive."""
+
+    def release(session: dpc.Session, rng: SeededRng) -> object:
+        question = SparseQuestion(SPARSE_QUERIES, 4.0, 2, Fraction(1), numeric=numeric)
+        scalars, mechanism, values = plan_sparse(session, question)
+        results = session.compute_exact(
+            [s.exact for s in scalars], PureEvent(question.epsilon), description="sparse vector"
+        )
+        answers = [s.value(r) for s, r in zip(scalars, results, strict=True)]
+        flags = sparse_flags(answers, mechanism, question.positives)
+        if values is None:
+            return flags
+        return flags, _numeric_values(answers, flags, values)
+
+    return Kind(f"sparse vector (numeric={numeric})", release)
+
+
 #: Every release kind of the library, with the relations and units it supports.
 KINDS: dict[str, Kind] = {
     kind.name: kind
@@ -126,6 +182,9 @@ KINDS: dict[str, Kind] = {
         _synth("aim"),
         _synth("independent"),
         _synth("mwem"),
+        Kind("pmw", _pmw),
+        _sparse(numeric=False),
+        _sparse(numeric=True),
     ]
 }  # fmt: skip
 
@@ -144,3 +203,132 @@ def test_release_kind_conforms(
 ) -> None:
     """On every pair of worst-case neighbours, the release loses at most what it charges."""
     assert audit(KINDS[name], relation, level, monkeypatch) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# Outside the table: streams and local-model surveys. Hypothesis tests
+# (dpcurator.estimators.hypothesis_tests) take arrays, not a session, so they have no row here.
+
+#: A tiny stream of 8 time slots (two batches: 5 then 3 events), values in [0, 10], and each
+#: event's person (user level caps every person at 2 events).
+STREAM = (4.0, 10.0, 0.0, 7.5, 10.0, 2.0, 10.0, 1.0)
+STREAM_PERSONS = (0, 1, 2, 1, 3, 1, 4, 5)
+
+
+def _stream_neighbours(
+    relation: str, level: str
+) -> list[tuple[list[float], list[int | str], list[float], list[int | str]]]:
+    """(values, persons) of the stream and its neighbours. The tree's clock is public, so a
+    removed event leaves its slot holding the null value 0 (from a person of its own), and a
+    replaced one holds 10 if it held 0, else 0 (a counter's event flips). Event level: one event
+    (slots 0 or 2, 3, 6). User level:
+    every event of person 1 (slots 1, 3, 5: three events, more than the cap of 2)."""
+    values, persons = list(STREAM), list[int | str](STREAM_PERSONS)
+    first = 2 if relation == "replace_one" else 0  # a 0 to replace by 10; a non-zero to remove
+    slots = [[first], [3], [6]] if level == "event" else [[1, 3, 5]]
+    pairs = []
+    for chosen in slots:
+        other, who = list(values), list(persons)
+        for slot in chosen:
+            if relation == "add_remove":
+                other[slot], who[slot] = 0.0, f"empty {slot}"
+            else:
+                other[slot] = 10.0 if other[slot] == 0.0 else 0.0
+        pairs.append((values, persons, other, who))
+        if relation == "add_remove":  # and the other way round: the event added
+            pairs.append((other, who, values, persons))
+    return pairs
+
+
+def _stream_draws(  # noqa: PLR0917 (the stream, its neighbour's data and the run's seed)
+    counting: bool,
+    level: str,
+    values: list[float],
+    persons: list[int | str],
+    seed: int,
+    patch: pytest.MonkeyPatch,
+    *,
+    replay: Any = None,
+) -> tuple[Any, ContinualSum]:
+    cap = 2 if level == "user" else None
+    if counting:
+        stream = ContinualSum.counter(1.0, 8, max_events_per_person=cap)
+    else:
+        stream = ContinualSum(1.0, 8, 0.0, 10.0, max_events_per_person=cap)
+    rng = SeededRng(seed)
+    who = persons if cap else None
+    with patch.context() as scoped, Tap(replay).installed(scoped) as tap:
+        stream.update(values[:5], rng, who[:5] if who else None)
+        stream.update(values[5:], rng, who[5:] if who else None)
+    return tap.draws, stream
+
+
+@pytest.mark.parametrize("relation", RELATIONS)
+@pytest.mark.parametrize("level", ["event", "user"])
+@pytest.mark.parametrize("counting", [True, False], ids=["counter", "sum"])
+def test_tree_stream_conforms(
+    counting: bool, level: str, relation: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The binary tree mechanism (:class:`~dpcurator.streams.ContinualSum`) on the stream's
+    own neighbouring relation: one event added/removed or replaced (event level), all events of
+    one person (user level, ``max_events_per_person=2``). Both streams run with the same seed
+    (the second replaying the first's outputs); the recorded node sums' Laplace loss must fit
+    the stream's ε (``epsilon_spent``), summed over both batches."""
+    for index, (values, persons, other, who) in enumerate(_stream_neighbours(relation, level)):
+        draws, stream = _stream_draws(counting, level, values, persons, index, monkeypatch)
+        other_draws, _ = _stream_draws(
+            counting, level, other, who, index, monkeypatch, replay=draws
+        )
+        observed = loss(draws, other_draws)
+        assert observed.paired == len(draws) == 2 * stream.levels
+        assert observed.laplace > 0, "the neighbours should differ in some node"
+        assert within(PureDP(stream.epsilon_spent), observed), (index, observed)
+
+
+def _exact_ln(ratio: Fraction) -> Decimal:
+    with localcontext(Context(prec=60)):
+        return (Decimal(ratio.numerator) / Decimal(ratio.denominator)).ln()
+
+
+@pytest.mark.parametrize(("epsilon", "k"), [(1, 2), (Fraction(1, 2), 4), (3, 7), (1e-6, 3)])
+def test_randomized_response_conforms(
+    epsilon: object, k: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Local-model surveys (:mod:`dpcurator.service.surveys`) are not a row of the table
+    matrix: each respondent randomises their own answer before it reaches the server, which
+    holds no table and charges no central budget, so the unit is the respondent and the
+    relation is their true answer replaced by any other (local DP). The check is by exact
+    probabilities: a tap on the coins of :meth:`KaryRandomizedResponse.randomize` records the
+    truth's probability p and the number of other categories the shift is drawn from; the
+    channel is then P[r | v] = p if r = v else (1 - p)/(k - 1), and the largest
+    ln P[r | v] / P[r | v'] over every pair of answers and report must be at most ε (and
+    within 10^-12 of it: the budget is used, not wasted)."""
+    mechanism = KaryRandomizedResponse(epsilon, k)
+    coins: list[Fraction] = []
+    shifts: list[int] = []
+    biased = randomized_response.bernoulli_rational
+
+    def coin(rng: Any, numerator: int, denominator: int, size: int) -> Any:
+        coins.append(Fraction(numerator, denominator))
+        return biased(rng, numerator, denominator, size)
+
+    monkeypatch.setattr(randomized_response, "bernoulli_rational", coin)
+    rng = SeededRng(7)
+    below = rng.integers_below
+
+    def shift(bound: int, size: int) -> Any:
+        shifts.append(bound)
+        return below(bound, size)
+
+    monkeypatch.setattr(rng, "integers_below", shift)
+    reports = mechanism.randomize(np.arange(k, dtype=np.int64), rng)
+    assert len(set(coins)) == 1
+    assert set(shifts) == {k - 1}
+    assert set(reports.tolist()) <= set(range(k))
+    p = coins[0]
+    channel = [[p if r == v else (1 - p) / shifts[0] for r in range(k)] for v in range(k)]
+    worst = max(channel[v][r] / channel[w][r] for v in range(k) for w in range(k) for r in range(k))
+    eps = Fraction(epsilon)  # type: ignore[arg-type]
+    used = _exact_ln(worst)
+    assert used <= Decimal(eps.numerator) / Decimal(eps.denominator)
+    assert math.isclose(float(used), float(eps), rel_tol=1e-12)
