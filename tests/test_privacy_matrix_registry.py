@@ -46,6 +46,11 @@ def offered() -> dict[str, str]:
     kinds["fit logistic objective_perturbation"] = OP_ROW
     kinds |= {f"synth {kind}": f"synth: {kind}" for kind in (*SYNTH_KINDS, "independent")}
     kinds |= {f"mining {name}": name for name in mining.__all__}
+    kinds |= {
+        "pmw": "pmw",
+        "sparse vector": "sparse vector",
+        "sparse vector numeric": "numeric=True",
+    }
     return kinds
 
 
