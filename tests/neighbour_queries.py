@@ -22,7 +22,7 @@ import contextlib
 import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from unittest import mock
 
@@ -52,10 +52,22 @@ RNG_SEED = 20240601
 # The demo table and its neighbours
 
 
+#: The metadata the neighbour tests declare for the demo table: its own (a person column,
+#: add/remove), the same table declared replace-one (public n = its 5,000 persons), and
+#: row-level with r = 2 rows a person and no person column (issue 29).
+VARIANTS = ("demo", "replace_one", "rows")
+
+
 @functools.cache
-def demo_metadata() -> dpc.Metadata:
-    """The public metadata of the demo table."""
-    return dpc.Metadata.from_yaml(dpc.demo_path("people.yaml"))
+def demo_metadata(variant: str = "demo") -> dpc.Metadata:
+    """The public metadata of the demo table, as declared by ``variant`` (:data:`VARIANTS`)."""
+    metadata = dpc.Metadata.from_yaml(dpc.demo_path("people.yaml"))
+    if variant == "replace_one":
+        return replace(metadata, neighbouring="replace_one", public_size=len(_demo_frame()))
+    if variant == "rows":
+        return replace(metadata, person_column=None, max_rows_per_person=2)
+    assert variant == "demo", variant
+    return metadata
 
 
 @functools.cache
@@ -128,9 +140,9 @@ class EngineConfig:
     precompute: bool = False
     result_cache: bool = False
 
-    def open(self, frame: pd.DataFrame) -> Backend:
+    def open(self, frame: pd.DataFrame, variant: str = "demo") -> Backend:
         """The table on this engine, opened as :meth:`dpcurator.Session.from_data` opens it."""
-        metadata = demo_metadata()
+        metadata = demo_metadata(variant)
         return open_backend(
             frame,
             table=metadata.table,
@@ -183,11 +195,16 @@ class Observation:
 
 
 def public_plan(
-    query: NeighbourQuery, *, noise: str | None = None, rho: float | None = None
+    query: NeighbourQuery,
+    *,
+    noise: str | None = None,
+    rho: float | None = None,
+    variant: str = "demo",
 ) -> Plan | None:
-    """The plan of ``query`` from the metadata alone, with the session's automatic noise family
-    or ``noise``, at ``rho`` instead of ε if given (None when the planner refuses it)."""
-    metadata = demo_metadata()
+    """The plan of ``query`` from the metadata alone (of ``variant``), with the session's
+    automatic noise family or ``noise``, at ``rho`` instead of ε if given (None when the planner
+    refuses it)."""
+    metadata = demo_metadata(variant)
     epsilon = None if rho is not None else query.epsilon
     try:
         return plan_with_noise(
@@ -263,24 +280,27 @@ def release_shape(
     }
 
 
-def new_session(backend: Backend, result_cache: bool) -> dpc.Session:
+def new_session(backend: Backend, result_cache: bool, variant: str = "demo") -> dpc.Session:
     """A session over ``backend`` with a fresh budget and the seeded RNG."""
     return dpc.Session(
         backend,
-        demo_metadata(),
+        demo_metadata(variant),
         budget=BUDGET,
         rng=SeededRng(RNG_SEED),
         result_cache=LruCache(64) if result_cache else None,
     )
 
 
-def observe_session(session: dpc.Session, query: NeighbourQuery) -> Observation:
-    """Release ``query`` through ``session`` and observe everything but the noisy numbers."""
+def observe_session(
+    session: dpc.Session, query: NeighbourQuery, variant: str = "demo"
+) -> Observation:
+    """Release ``query`` through ``session`` (over the metadata of ``variant``) and observe
+    everything but the noisy numbers."""
     try:
         release: Release = session.sql(query.sql, epsilon=query.epsilon, delta=query.delta)
     except Exception as exc:  # every exception is an observable outcome
         return Observation(type(exc).__name__, str(exc), repr(session.spent()))
-    plan = public_plan(query)
+    plan = public_plan(query, variant=variant)
     results = session._results  # cache eligibility is what is observed
     cached = None if results is None or plan is None else results.get(plan.exact) is not None
     return Observation(
@@ -330,10 +350,13 @@ class PairRunner:
 
     config: EngineConfig
     open_table: Callable[[pd.DataFrame], Backend] | None = None
+    variant: str = "demo"
     _base: Backend | None = field(default=None, repr=False)
 
     def _open(self, frame: pd.DataFrame) -> Backend:
-        return (self.open_table or self.config.open)(frame)
+        if self.open_table is not None:
+            return self.open_table(frame)
+        return self.config.open(frame, self.variant)
 
     def base(self) -> Backend:
         """The backend of D (opened on first use)."""
@@ -343,7 +366,8 @@ class PairRunner:
 
     def observe(self, backend: Backend, query: NeighbourQuery) -> Observation:
         """The observation of ``query`` on ``backend`` in a fresh session."""
-        return observe_session(new_session(backend, self.config.result_cache), query)
+        session = new_session(backend, self.config.result_cache, self.variant)
+        return observe_session(session, query, self.variant)
 
     def check(self, query: NeighbourQuery, neighbour: Neighbour | None) -> list[str]:
         """Differences between D and ``neighbour`` (None: D itself, the harness sanity check)."""

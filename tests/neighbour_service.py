@@ -33,10 +33,14 @@ DATASET = "people"
 class ServedTable:
     """A curator service serving ``frame`` (a context manager; :meth:`observe` queries it);
     ``accounting`` of its cap and grant (``concentrated``: events replayed through the zCDP
-    filter, which ρ queries need)."""
+    filter, which ρ queries need); ``variant`` the metadata declared (:data:`~tests.
+    neighbour_queries.VARIANTS`)."""
 
-    def __init__(self, frame: pd.DataFrame, *, accounting: str = "basic") -> None:
+    def __init__(
+        self, frame: pd.DataFrame, *, accounting: str = "basic", variant: str = "demo"
+    ) -> None:
         self._accounting = accounting
+        self._variant = variant
         self._dir = tempfile.TemporaryDirectory(prefix="dpc-neighbour-")
         root = Path(self._dir.name)
         self._csv = root / "people.csv"
@@ -56,7 +60,7 @@ class ServedTable:
             json={
                 "id": DATASET,
                 "source": {"path": str(self._csv)},
-                "metadata": demo_metadata().to_dict(),
+                "metadata": demo_metadata(self._variant).to_dict(),
                 "cap_epsilon": 1e6,
                 "cap_delta": 0.5,
                 "accounting": self._accounting,
@@ -108,7 +112,7 @@ class ServedTable:
             "HTTP 200",
             charge=json.dumps({"answer": body, "budget": budget}, sort_keys=True),
             **release_shape(
-                public_plan(query, noise=noise, rho=rho),
+                public_plan(query, noise=noise, rho=rho, variant=self._variant),
                 release["group_columns"],
                 release["value_columns"],
                 rows,

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from tests.backends_fixtures import spark
 from tests.neighbour_queries import (
     ENGINES,
+    VARIANTS,
     Neighbour,
     PairRunner,
     demo_frame,
@@ -95,6 +96,33 @@ def test_neighbours_observe_the_same(
     _assert_same(runners[engine], query, neighbour)
 
 
+@pytest.fixture(scope="module")
+def declared_runners() -> Iterator[dict[str, PairRunner]]:
+    """The service's engine (DuckDB, precomputed columns, result cache) under each declared
+    metadata variant other than the demo's (replace-one; row-level with r = 2)."""
+    opened = {
+        variant: PairRunner(ENGINES["duckdb"], variant=variant)
+        for variant in VARIANTS
+        if variant != "demo"
+    }
+    yield opened
+    for runner in opened.values():
+        runner.close()
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "demo"])
+@_settings(20)
+@given(query=queries(), neighbour=neighbours())
+def test_neighbours_observe_the_same_under_each_declared_unit(
+    declared_runners: dict[str, PairRunner],
+    variant: str,
+    query: NeighbourQuery,
+    neighbour: Neighbour,
+) -> None:
+    """The rule holds whatever relation and unit the metadata declare (issue 29)."""
+    _assert_same(declared_runners[variant], query, neighbour)
+
+
 @pytest.mark.spark
 @_settings(8)
 @given(query=queries(), neighbour=neighbours())
@@ -112,12 +140,15 @@ def test_neighbours_observe_the_same_on_spark(
 SERVED_NEIGHBOURS = (Neighbour(VICTIM), Neighbour(VICTIM, "age=int64 max"))
 
 
-@pytest.fixture(scope="module")
-def served() -> Iterator[dict[Neighbour | None, ServedTable]]:
-    """One curator service per table: D (key None) and each of SERVED_NEIGHBOURS."""
+@pytest.fixture(scope="module", params=VARIANTS)
+def served(request: pytest.FixtureRequest) -> Iterator[dict[Neighbour | None, ServedTable]]:
+    """One curator service per table: D (key None) and each of SERVED_NEIGHBOURS, under each
+    declared metadata variant (the demo's, replace-one, row-level r = 2)."""
     tables: dict[Neighbour | None, pd.DataFrame] = {None: demo_frame()}
     tables.update({n: n.frame() for n in SERVED_NEIGHBOURS})
-    services = {key: ServedTable(frame).__enter__() for key, frame in tables.items()}
+    services = {
+        key: ServedTable(frame, variant=request.param).__enter__() for key, frame in tables.items()
+    }
     yield services
     for service in services.values():
         service.__exit__(None, None, None)
