@@ -21,10 +21,11 @@ is added coordinate-wise, using |z_ij| <= 1 nowhere (the bound uses the actual r
   it), plus an absolute 2^-1000 per row for underflow;
 * the products rᵢ·z_ij, Λθ_j and the final fsum: one rounding each (<= u relative).
 
-All of these are below 2^-46 (= 128 u) times Σ_i |z_ij|(|rᵢ| + p·Σ_j|z_ij θ_j|) + Λ|θ_j| +
-|g_j|; that sum is itself computed with a relative error below n·u <= 1/2 (n <= 2^52), so the
-bound uses 2^-45. The returned number is (‖ĝ‖ + ‖E‖)(1 + 2^-40) >= ‖∇F(θ)‖, or +inf when
-anything is not finite.
+All of these are below Σ_i |z_ij|(2^-46·|rᵢ| + 2^-53·p·Σ_j|z_ij θ_j|) + 2^-46·(Λ|θ_j| + |g_j|)
+(2^-46 = 128 u covers the residual's and the roundings' ulps, 2^-53 the quarter of η's error
+with room); that sum is itself computed with a relative error below n·u <= 1/2 (n <= 2^52), so
+the bound doubles both constants. The returned number is (‖ĝ‖ + ‖E‖)(1 + 2^-40) >= ‖∇F(θ)‖,
+or +inf when anything is not finite.
 
 **The solver** (:func:`solve`): a deterministic damped Newton method from θ = 0 for a public
 number of ``steps`` (fewer when no step lowers the float gradient any more; each step solves
@@ -59,6 +60,7 @@ BACKTRACKS = 40
 CONTINUATION_STEPS = 200
 
 _ERROR_SCALE = 2.0**-45
+_ETA_SCALE = 2.0**-52
 _TINY = 2.0**-1000
 
 
@@ -95,9 +97,9 @@ def gradient_bound(
             ]
         )
         size = np.abs(z) @ np.abs(theta)
-        weight = np.abs(res) + p * size
-        spread = np.abs(z).T @ weight + np.abs(ridge_terms) + np.abs(grad)
-        error = _ERROR_SCALE * spread + z.shape[0] * _TINY
+        weight = _ERROR_SCALE * np.abs(res) + _ETA_SCALE * p * size
+        spread = np.abs(z).T @ weight + _ERROR_SCALE * (np.abs(ridge_terms) + np.abs(grad))
+        error = spread + z.shape[0] * _TINY
         total = (float(np.linalg.norm(grad)) + float(np.linalg.norm(error))) * (1 + 2.0**-40)
     if not (math.isfinite(total) and np.all(np.isfinite(theta))):
         return grad, math.inf

@@ -14,8 +14,8 @@ is defined for add/remove neighbours without a known n. A person adds at most k 
 1. b = s·G with G ∈ Z^p exact integer noise (discrete Gaussian for δ > 0, discrete Laplace for
    pure ε; CKS20 samplers) and s = 2^k the noise's public power-of-two step;
 2. θ_a = :func:`~dpcurator.estimators.certified_solver.solve`: a point with a CERTIFIED bound
-   ‖∇F_b(θ_a)‖ <= γ = 2^-:data:`GRADIENT_BITS`·√p (rigorous float-error margin; a public
-   ``solver_steps`` budget, then a deterministic continuation; see that module);
+   ‖∇F_b(θ_a)‖ <= γ = 2^-20·min(√p, 2^10·Λ) (:data:`GRADIENT_BITS`; rigorous float-error
+   margin; a public ``solver_steps`` budget, then a deterministic continuation; see there);
 3. the release θ_out = h·(round(θ_a/h) + Z), Z ∈ Z^p exact discrete Gaussian (δ > 0) or discrete
    Laplace (pure ε) in units of the public grid h (:attr:`Perturbation.grid`). Every released
    coordinate is an integer multiple of h: the released float has exactly the output noise's
@@ -120,8 +120,11 @@ BOOTSTRAP_REPLICATES = 2000
 #: The ridge Λ is at least about λ·2^-RIDGE_FLOOR_BITS.
 RIDGE_FLOOR_BITS = 20
 
-#: The certified gradient norm is γ = 2^-GRADIENT_BITS·√p.
+#: The certified gradient norm is γ = 2^-GRADIENT_BITS·min(√p, 2^RIDGE_GRADIENT_BITS·Λ): the
+#: output noise's sensitivity 2γ/Λ stays below 2^(1 - GRADIENT_BITS + RIDGE_GRADIENT_BITS) when
+#: a huge ε makes the ridge Λ tiny, and γ stays above the solver's float error.
 GRADIENT_BITS = 20
+RIDGE_GRADIENT_BITS = 10
 
 #: Share of the objective's ε (after the ridge's ``jacobian_share``) for the output noise.
 OUTPUT_SHARE = Fraction(1, 32)
@@ -129,7 +132,8 @@ OUTPUT_SHARE = Fraction(1, 32)
 #: Share of δ for the output noise (δ > 0).
 OUTPUT_DELTA_SHARE = Fraction(1, 8)
 
-#: The output grid h is 2^-OUTPUT_GRID_BITS of the output sensitivity's scale 2γ̃/Λ.
+#: The output grid h is about 2^-OUTPUT_GRID_BITS of (2γ̃/Λ)/max(ε_out, 1): below the output
+#: noise's scale and below its sensitivity.
 OUTPUT_GRID_BITS = 10
 
 Noise = Gaussian | Laplace
@@ -243,9 +247,9 @@ class Perturbation:
         else:
             noise = Laplace.for_epsilon_floats(eps_noise, k * p, p)
         root = _sqrt_up(p)
-        gamma = root / 2**GRADIENT_BITS
+        gamma = min(root, Fraction(ridge) * 2**RIDGE_GRADIENT_BITS) / 2**GRADIENT_BITS
         spread = 2 * (gamma + Fraction(2) ** _step(noise) * root / 2) / Fraction(ridge)
-        exponent = grid_exponent(spread) + GRID_BITS + 1 - OUTPUT_GRID_BITS
+        exponent = grid_exponent(spread / max(eps_out, Fraction(1))) + GRID_BITS - OUTPUT_GRID_BITS
         units = spread / Fraction(2) ** exponent
         output: Noise
         if delta > 0:
