@@ -3,10 +3,10 @@ filters (charge before release) and calibration (noise scale <-> privacy paramet
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from dpcurator.accounting.accountants import Accountant, BasicAccountant, ZCDPAccountant
 from dpcurator.accounting.accountants_advanced import AdvancedCompositionAccountant
-from dpcurator.accounting.accountants_pld import PLDAccountant
-from dpcurator.accounting.accountants_rdp import RDPAccountant
 from dpcurator.accounting.budget import Budget
 from dpcurator.accounting.calibration import (
     gaussian_delta,
@@ -64,3 +64,21 @@ __all__ = [
     "laplace_scale",
     "parallel_composition",
 ]
+
+if TYPE_CHECKING:
+    from dpcurator.accounting.accountants_pld import PLDAccountant
+    from dpcurator.accounting.accountants_rdp import RDPAccountant
+
+
+def __getattr__(name: str) -> Any:
+    """PLDAccountant and RDPAccountant, imported on first use: they load dp_accounting (about
+    2.3 s), which a server worker does not need to start."""
+    if name == "PLDAccountant":
+        from dpcurator.accounting.accountants_pld import PLDAccountant  # noqa: PLC0415
+
+        return PLDAccountant
+    if name == "RDPAccountant":
+        from dpcurator.accounting.accountants_rdp import RDPAccountant  # noqa: PLC0415
+
+        return RDPAccountant
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

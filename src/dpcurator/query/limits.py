@@ -25,9 +25,19 @@ limit                         value           what it bounds
 ``MAX_FIT_FEATURES``          16              feature columns of one fit (a Gram plan has
                                               (d + 2)(d + 3)/2 aggregates; objective
                                               perturbation a (d + 1)² Hessian)
-``MAX_FIT_BLOCKS``            100,000         blocks of one sample-and-aggregate fit (the block
-                                              estimates are a blocks × parameters matrix)
+``MAX_FIT_BLOCKS``            20,000          blocks of one block-based fit (sample-and-aggregate
+                                              fits one model per block: about 0.2 ms of CPU per
+                                              block, 4.8 CPU-s at the limit; also caps the PTR
+                                              default k = 200·T)
+``MAX_SPARSE_QUERIES``        200             queries of one sparse vector request (each is
+                                              parsed and planned: about 4 ms of CPU each)
+``MAX_STREAM_TRACKED``        2,000,000       users a density or incidence stream keeps a state
+                                              for (its universe, or its public ``sample_size``):
+                                              the state is rewritten whole by every batch
 ============================  ==============  ====================================================
+
+The CPU times were measured on a 2-core machine (docs/sql.md, "Public limits"): the limits keep
+each request under about 5 CPU-seconds, so that one request cannot tie a worker for long.
 
 Why 32 levels: sqlglot parses by recursive descent and spends about 24 Python frames per
 parenthesis; 32 levels keep a parse well inside Python's default limit of 1,000 frames.
@@ -50,7 +60,9 @@ MAX_KEYS_FROM_BOUNDS: Final = 1_000
 MIN_EPSILON: Final = 1e-9
 MAX_BOUND_MAGNITUDE: Final = 1e300
 MAX_FIT_FEATURES: Final = 16
-MAX_FIT_BLOCKS: Final = 100_000
+MAX_FIT_BLOCKS: Final = 20_000
+MAX_SPARSE_QUERIES: Final = 200
+MAX_STREAM_TRACKED: Final = 2_000_000
 
 Node = TypeVar("Node")
 

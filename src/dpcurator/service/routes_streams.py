@@ -47,14 +47,16 @@ class SparseIn(_Strict):
 
 class StreamIn(_Strict):
     """A new stream: ``count``/``sum`` (horizon, bounds), ``density`` (universe, outputs) or
-    ``incidence`` (universe, outputs, modulus)."""
+    ``incidence`` (universe, outputs, modulus); a pan-private stream tracks its universe, or a
+    public random ``sample_size`` of it (at most ``MAX_STREAM_TRACKED`` users either way)."""
 
     kind: Annotated[str, Field(pattern=r"^(count|sum|density|incidence)$")]
     epsilon: s.Epsilon
     horizon: Annotated[int, Field(ge=1, le=10**12)] | None = None
     lower: Finite = 0.0
     upper: Finite = 1.0
-    universe: Annotated[int, Field(ge=1, le=10**8)] | None = None
+    universe: Annotated[int, Field(ge=1, le=10**15)] | None = None
+    sample_size: Annotated[int, Field(ge=1)] | None = None  # tracked users (at most the universe)
     output_epsilon: s.Epsilon | None = None
     outputs: Annotated[int, Field(ge=1, le=10_000)] = 1
     max_events_per_person: Annotated[int, Field(ge=1, le=10**6)] | None = None
@@ -160,6 +162,7 @@ def create_stream(service: Service, who: Owner, dataset_id: str, body: StreamIn)
         outputs=body.outputs,
         max_events_per_person=body.max_events_per_person,
         modulus=body.modulus,
+        sample_size=body.sample_size,
     )
     stream = StreamStore(service.ledger).create(who, dataset_id, spec)
     return {**_stream_out(stream), "cost": s.cost_json(spec.cost())}

@@ -49,6 +49,15 @@ DEFAULT_THREADS = 8
 #: serve about alike: 400-547 q/s at 5 ms, 422-525 at 1 ms). With SQLite the default serves
 #: best (measured).
 POSTGRES_SWITCH_INTERVAL = 0.001
+#: Seconds a worker of a multi-process server may take to answer its supervisor's health-check
+#: ping before it is killed and replaced (uvicorn's default is 5). The ping is answered by a
+#: thread of the worker, which needs the worker's GIL and a CPU: on a saturated machine (or while
+#: a request's C code holds the GIL) 5 s were exceeded, and each replacement re-imported
+#: everything and reopened the datasets, which saturated the machine further: a restart loop.
+#: Every request's work is bounded (:mod:`dpcurator.query.limits`), so a worker silent for a
+#: minute is hung, not busy. The same bound is the time a replacement has to start (SIGHUP).
+WORKER_HEALTHCHECK_TIMEOUT = 60
+
 #: The environment variable through which a multi-process server configures its workers.
 WORKER_CONFIG_ENV = "DPCURATOR_WORKER_CONFIG"
 
@@ -122,7 +131,8 @@ def serve(
 
     With ``workers`` > 1, ``service`` is closed and that many worker processes serve the port,
     each with its own service on the same ledger (uvicorn's supervisor restarts a worker that
-    dies). They share the ledger's boot id, so a retried request that is still running in
+    dies, or that leaves its health-check ping unanswered for :data:`WORKER_HEALTHCHECK_TIMEOUT`
+    seconds). They share the ledger's boot id, so a retried request that is still running in
     another worker is refused (409), never run twice. Each worker opens the datasets itself
     (memory: one copy per worker) and keeps its own caches and failed-sign-in counts.
     """
@@ -156,7 +166,13 @@ def serve(
         )
         service.close()  # each worker opens its own ledger connections and datasets
         os.environ[WORKER_CONFIG_ENV] = json.dumps(asdict(worker))
-        uvicorn.run("dpcurator.service.server:worker_app", factory=True, workers=workers, **options)
+        uvicorn.run(
+            "dpcurator.service.server:worker_app",
+            factory=True,
+            workers=workers,
+            timeout_worker_healthcheck=WORKER_HEALTHCHECK_TIMEOUT,
+            **options,
+        )
         return
     config = uvicorn.Config(create_app(service, threads=threads), **options)
     _settle(switch_interval)

@@ -22,6 +22,20 @@ Kinds (public parameters fixed at creation by an owner):
   1 <= k < ``modulus``; counts wrap mod the public modulus). Persisted, charged and limited to
   ``outputs`` estimates like a density stream; only its ε-DP counters touch disk.
 
+Bounded work (issue 24, item 4): a pan-private stream tracks its whole universe, or with the
+public ``sample_size`` a uniformly random sample of it chosen at creation, and at most
+:data:`~dpcurator.query.limits.MAX_STREAM_TRACKED` users either way (refused free, before the
+charge, above it). Its state is one row rewritten whole by every batch: O(tracked) bytes per
+batch, whatever the universe. That is deliberate. A state kept as per-user (or per-chunk) rows,
+with each batch touching only the rows of the users it names, would leave the batch's users in
+the database itself: PostgreSQL stamps each row version with the transaction that wrote it
+(``xmin``) and SQLite's write-ahead log holds the pages a transaction changed, so an intrusion
+would learn who appeared and when, which the pan-private design (the state at any moment is
+ε-DP, free of raw events) forbids. A write whose extent depends only on public parameters
+reveals nothing of the kind; the limit bounds its cost. (Old row versions of the whole state
+can outlive a write, as any database page can: erase the database file securely when that
+matters.)
+
 Every change of a stream's state is one write transaction that reads the row (locked), updates
 the mechanism and writes it back, so concurrent batches are serialised and a restart resumes
 where the last committed batch left it.
@@ -39,6 +53,7 @@ from sqlalchemy import select
 
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import ParameterError
+from dpcurator.query.limits import MAX_STREAM_TRACKED
 from dpcurator.service.auth import Identity, random_id
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.ledger import Ledger
@@ -65,6 +80,7 @@ class StreamSpec:
     outputs: int = 1
     max_events_per_person: int | None = None
     modulus: int | None = None
+    sample_size: int | None = None
 
     def params(self) -> dict[str, Any]:
         """The parameters as stored (exact fractions as text)."""
@@ -77,6 +93,8 @@ class StreamSpec:
             }
             if self.kind == "incidence":
                 params["modulus"] = self.modulus
+            if self.sample_size is not None:
+                params["sample_size"] = self.sample_size
             return params
         params = {"epsilon": str(self.epsilon), "horizon": self.horizon}
         if self.max_events_per_person is not None:
@@ -122,12 +140,37 @@ def new_state(spec: StreamSpec) -> bytes:
             raise ParameterError(f"outputs must be >= 1; got {spec.outputs}.")
         if spec.max_events_per_person is not None:
             raise ParameterError("max_events_per_person applies to count and sum streams only.")
+        _check_tracked(spec.kind, spec.universe, spec.sample_size)
         if spec.modulus is not None:
-            return PanPrivateIncidence(spec.epsilon, spec.universe, spec.modulus).to_bytes()
-        return PanPrivateDensity(spec.epsilon, spec.universe).to_bytes()
+            return PanPrivateIncidence(
+                spec.epsilon, spec.universe, spec.modulus, sample_size=spec.sample_size
+            ).to_bytes()
+        return PanPrivateDensity(spec.epsilon, spec.universe, spec.sample_size).to_bytes()
+    if spec.sample_size is not None:
+        raise ParameterError("sample_size applies to density and incidence streams only.")
     if spec.horizon is None:
         raise ParameterError(f"A {spec.kind} stream needs a horizon (the public maximum T).")
     return _encode_tree(_tree(spec.kind, spec.params()))
+
+
+def _check_tracked(kind: str, universe: int, sample_size: int | None) -> None:
+    """Refuse (free, before the charge) a pan-private stream that would track more than
+    :data:`~dpcurator.query.limits.MAX_STREAM_TRACKED` users, or a sample above the universe."""
+    if sample_size is not None and not 1 <= sample_size <= universe:
+        raise ParameterError(
+            f"sample_size must be between 1 and the universe ({universe:,}); got {sample_size:,}."
+        )
+    tracked = universe if sample_size is None else sample_size
+    if tracked > MAX_STREAM_TRACKED:
+        given = f"universe={universe:,}" + (
+            "" if sample_size is None else f" and sample_size={sample_size:,}"
+        )
+        raise ParameterError(
+            f"A {kind} stream with {given} would keep a state for {tracked:,} users, over the "
+            f"limit MAX_STREAM_TRACKED = {MAX_STREAM_TRACKED:,} (every batch rewrites the whole "
+            f"state): set sample_size to at most {MAX_STREAM_TRACKED:,} to track a public "
+            "uniformly random sample of the universe."
+        )
 
 
 def _encode_tree(tree: ContinualSum) -> bytes:

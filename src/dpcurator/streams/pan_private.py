@@ -219,15 +219,35 @@ def release_fraction(
 def sample_without_replacement(
     owner: str, rng: Rng, universe: int, sample_size: int | None
 ) -> npt.NDArray[np.int64] | None:
-    """A uniformly random ``sample_size``-subset of {0..universe-1}, sorted (Floyd's algorithm),
-    drawn from ``rng`` only (never from the data); None (track everyone) without a size."""
+    """A uniformly random ``sample_size``-subset of {0..universe-1}, sorted, drawn from ``rng``
+    only (never from the data); None (track everyone) without a size.
+
+    The subset is the first ``sample_size`` distinct values of a sequence of independent uniform
+    draws (drawn in vectorised batches): the sequence's law is invariant under any permutation of
+    the universe, so every subset of that size is equally likely. When the sample is more than
+    half the universe, its complement is drawn that way instead (the complement of a uniform
+    subset is uniform). Expected draws: at most about 2.3 per sampled user; work and memory
+    O(sample_size) in the first case, O(universe) <= O(2 sample_size) in the second.
+    """
     if sample_size is None:
         return None
     size = check_int(owner, "sample_size", sample_size, minimum=1)
     if size > universe:
         raise fail(owner, "sample_size", f"<= universe ({universe})", sample_size)
-    chosen: set[int] = set()
-    for j in range(universe - size, universe):
-        pick = int(rng.integers_below(j + 1, 1)[0])
-        chosen.add(j if pick in chosen else pick)
-    return np.array(sorted(chosen), dtype=np.int64)
+    if 2 * size > universe:
+        left_out = _first_distinct(rng, universe, universe - size)
+        return np.setdiff1d(np.arange(universe, dtype=np.int64), left_out, assume_unique=True)
+    return np.sort(_first_distinct(rng, universe, size))
+
+
+def _first_distinct(rng: Rng, universe: int, size: int) -> npt.NDArray[np.int64]:
+    """The first ``size`` distinct values of independent uniform draws from {0..universe-1}."""
+    chosen = np.empty(0, dtype=np.int64)
+    while chosen.size < size:
+        need = size - chosen.size
+        fresh = universe - size  # the least share of the universe still unchosen (size <= N/2)
+        more = need * universe // fresh + need // 8 + 16
+        draws = np.concatenate((chosen, rng.integers_below(universe, more)))
+        _, first = np.unique(draws, return_index=True)
+        chosen = draws[np.sort(first)][:size]
+    return chosen
