@@ -16,7 +16,7 @@ from dpcurator.mechanisms import (
     exponential_mechanism,
     permute_and_flip,
 )
-from dpcurator.random import SecureRng
+from dpcurator.random import SecureRng, SeededRng
 from tests.stat_tools import ALPHA, chi_square_pvalue
 
 pytestmark = pytest.mark.statistical
@@ -95,7 +95,7 @@ def test_kary_randomized_response_spreads_uniformly_over_other_categories() -> N
 def test_kary_estimator_confidence_interval_covers_at_nominal_rate() -> None:
     """Over 400 surveys the 90% CI covers the true share a Binomial(400, 0.9) number of times."""
     mech = KaryRandomizedResponse(1.0, 3)
-    rng = SecureRng()
+    rng = SeededRng(95)  # seeded: the binomial test rejects a correct CI in ALPHA of seeds
     truth = np.repeat([0, 1, 2], [2000, 1000, 1000])
     covered = 0
     trials = 400

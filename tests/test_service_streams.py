@@ -12,6 +12,7 @@ import pytest
 
 from dpcurator.core.measures import ApproxDP
 from dpcurator.random import SeededRng
+from dpcurator.random import rng as rng_module
 from dpcurator.service.client import CuratorClient
 from dpcurator.streams import ContinualSum
 from dpcurator.streams import tree as tree_module
@@ -163,7 +164,13 @@ def test_streams_survive_a_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPat
                           "ci_high": value + half, "alpha": 0.05}  # fmt: skip
 
 
-def test_pan_private_stream_keeps_no_raw_event_on_disk(kit: Kit, tmp_path: Path) -> None:
+def test_pan_private_stream_keeps_no_raw_event_on_disk(
+    kit: Kit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Seeded (every draw of the server: the bits, the coins, the output noise): the unseeded
+    # 95% check below failed ~5% of runs (issue 24 item 9). Coverage at a declared α is
+    # tests/test_streams_pan_private.py's job; here one seeded run, alpha 0.05.
+    monkeypatch.setattr(rng_module, "_DEFAULT", SeededRng(24))
     created = kit.owner.post(
         "/v1/datasets/people/streams",
         json={
@@ -189,7 +196,8 @@ def test_pan_private_stream_keeps_no_raw_event_on_disk(kit: Kit, tmp_path: Path)
         estimate = kit.owner.post(f"/v1/streams/{stream_id}/estimates")
         assert estimate.status_code == 200, estimate.text
     latest = estimate.json()["latest"]
-    assert latest["ci_low"] <= 500 / 2_000_000 <= latest["ci_high"]
+    assert 0 <= latest["ci_low"] <= 500 / 2_000_000 <= latest["ci_high"] <= 1
+    assert 0 <= latest["value"] <= 1
     assert latest["outputs_used"] == 2
     assert kit.owner.post(f"/v1/streams/{stream_id}/estimates").status_code == 409
     assert _spent(kit) == ApproxDP(2, 0)
@@ -200,11 +208,12 @@ def test_pan_private_stream_keeps_no_raw_event_on_disk(kit: Kit, tmp_path: Path)
 
 def test_survey_estimates_from_client_randomised_reports(kit: Kit) -> None:
     created = kit.owner.post(
-        "/v1/surveys", json={"name": "q1", "categories": ["yes", "no", "maybe"], "epsilon": 2}
+        "/v1/surveys",
+        json={"name": "q1", "categories": ["yes", "no", "maybe", "never"], "epsilon": 2},
     )
     assert created.status_code == 201, created.text
     survey_id = created.json()["id"]
-    truth = {"yes": 0.6, "no": 0.3, "maybe": 0.1}
+    truth = {"yes": 0.6, "no": 0.3, "maybe": 0.1, "never": 0.0}
     answers = [c for c, share in truth.items() for _ in range(int(share * 4000))]
     with CuratorClient(kit.server.url, kit.tokens[1]) as client:
         sent = client.answer_survey(survey_id, answers, rng=SeededRng(7))
@@ -214,6 +223,8 @@ def test_survey_estimates_from_client_randomised_reports(kit: Kit) -> None:
     # Seeded (deterministic); each interval is a 95% CI (alpha 0.05).
     for row in out["rows"]:
         assert row["ci_low"] <= truth[row["category"]] <= row["ci_high"], row
+        # A share's interval lies in [0, 1] (the unclipped one of "never" went below 0).
+        assert 0 <= row["ci_low"] <= row["ci_high"] <= 1, row
     assert _spent(kit) == ApproxDP(0, 0)
-    bad = kit.alice.post(f"/v1/surveys/{survey_id}/responses", json={"reports": [3]})
+    bad = kit.alice.post(f"/v1/surveys/{survey_id}/responses", json={"reports": [4]})
     assert bad.status_code == 422

@@ -44,6 +44,7 @@ from dpcurator.service.curator import (
     NoiseRequest,
 )
 from dpcurator.service.errors import ConflictError, NotFoundError
+from dpcurator.service.idempotency import request_fingerprint, stored_result
 from dpcurator.service.ledger import Access, Ledger
 from dpcurator.service.ledger_accounts import basic_cost, basic_event
 from dpcurator.service.ledger_budgets import BudgetView, Cost, dataset_budget
@@ -300,18 +301,26 @@ class CuratorService:
         *,
         request_key: str | None,
         requested: dict[str, str],
+        kind: str = "query",
+        replayable: bool = True,
     ) -> Answer:
         """Replay, or reserve -> ``run`` -> commit, for any release on a dataset (a query, a
-        fit): ``run`` plans, reserves through the given filter and returns the release as JSON.
-        ``text`` is the ledger's description and ``print_`` its replay fingerprint. A refusal
-        changes nothing; after the charge any failure is the constant engine failure."""
+        fit, a sparse vector): ``run`` plans, reserves through the given filter and returns the
+        release as JSON. ``text`` is the ledger's description, ``print_`` its replay (and
+        request key) fingerprint and ``kind`` the ledger entry's kind; ``replayable``: whether
+        a dataset's replay switch may answer it from an earlier release. A refusal changes
+        nothing; after the charge any failure is the constant engine failure."""
         self.refusals.check(identity.principal_id)
         access = self.access(identity, dataset_id)
         dataset = access.dataset
         runtime = self.catalog.runtime(dataset)
-        if dataset.replay_enabled and (
-            request_key is None
-            or self.ledger.charge_by_key(identity.principal_id, request_key) is None
+        if (
+            replayable
+            and dataset.replay_enabled
+            and (
+                request_key is None
+                or self.ledger.charge_by_key(identity.principal_id, request_key) is None
+            )
         ):
             original = self.ledger.find_replay(identity.principal_id, dataset.id, print_)
             if original is not None:
@@ -320,7 +329,7 @@ class CuratorService:
         template = ChargeRequest(
             principal_id=identity.principal_id,
             dataset_id=dataset.id,
-            kind="query",
+            kind=kind,
             query_text=text,
             fingerprint=print_,
             cost=ApproxDP(0, 0),
@@ -335,6 +344,8 @@ class CuratorService:
             charge = self.ledger.charge(done.charge_id)
             return self._keyed_answer(dataset, charge, print_, access.budget)
         except BudgetExceededError as exc:
+            if charge_filter.charge_id is not None:  # not a refusal: the charge stands
+                raise self._failed(charge_filter.charge_id, exc) from None
             self.refusals.spend(identity.principal_id)
             self.ledger.audit(
                 "query_refused",
@@ -422,9 +433,17 @@ class CuratorService:
     # -- batch releases ---------------------------------------------------------------------
 
     def publish(
-        self, identity: Identity, dataset_id: str, name: str, queries: list[BatchQuery]
+        self,
+        identity: Identity,
+        dataset_id: str,
+        name: str,
+        queries: list[BatchQuery],
+        *,
+        request_key: str | None = None,
     ) -> PublishedRelease:
-        """Run a batch once, charged as one entry against the global cap, and publish it."""
+        """Run a batch once, charged as one entry against the global cap, and publish it; a
+        ``request_key`` makes a retry return the release published first
+        (:mod:`dpcurator.service.idempotency`)."""
         identity.require_owner()
         dataset = self.ledger.dataset(dataset_id)
         runtime = self.catalog.runtime(dataset)
@@ -432,18 +451,25 @@ class CuratorService:
         for query in queries:
             total = total + basic_cost(runtime.estimate(query.sql, query.epsilon, query.delta)[2])
         text = json.dumps([q.sql for q in queries])
+        asked = [[q.sql, str(q.epsilon), str(q.delta)] for q in queries]
         reservation = self.ledger.reserve(
             ChargeRequest(
                 principal_id=identity.principal_id,
                 dataset_id=dataset.id,
                 kind="batch",
                 query_text=text,
-                fingerprint=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                fingerprint=request_fingerprint("releases", name=name, queries=asked),
                 cost=total,
                 events=[basic_event(total).to_dict()],
+                request_key=request_key,
                 charge_grant=False,
             )
         )
+        stored = stored_result(reservation)
+        if stored is not None:
+            return self.ledger.release(str(stored["release_id"]))
+        if request_key is not None:
+            self.ledger.hold_claim(reservation.charge_id)
         prepaid = self.catalog.prepaid_filter(total)
         results = []
         try:
@@ -452,6 +478,8 @@ class CuratorService:
                 results.append({"sql": query.sql, "release": release})
         except Exception as exc:
             raise self._failed(reservation.charge_id, exc) from None
+        finally:
+            self.ledger.drop_claim(reservation.charge_id)
         return self.ledger.publish(
             f"rel_{random_id(9)}",
             dataset_id=dataset.id,

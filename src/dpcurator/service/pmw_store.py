@@ -41,20 +41,26 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, cast
 
 from sqlalchemy import select
 
 from dpcurator.core.measures import ApproxDP
-from dpcurator.errors import ParameterError, UnsupportedQueryError
+from dpcurator.errors import (
+    ENGINE_FAILURE_MESSAGE,
+    BackendError,
+    ParameterError,
+    UnsupportedQueryError,
+)
 from dpcurator.interactive import PrivateMultiplicativeWeights, counting_query, counting_where
 from dpcurator.interactive.linear import Weights
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
 from dpcurator.service.auth import Identity, random_id
-from dpcurator.service.curator import LedgerFilter
+from dpcurator.service.curator import AlreadyCharged, LedgerFilter
+from dpcurator.service.idempotency import request_fingerprint
 from dpcurator.service.ledger_budgets import BudgetView
 from dpcurator.service.ledger_charges import ChargeRequest
 from dpcurator.service.ledger_database import PmwMode, found
@@ -118,9 +124,17 @@ class PmwStore:
         self.service = service
         self.ledger = service.ledger
 
-    def open(self, identity: Identity, dataset_id: str, spec: PmwSpec) -> PmwOpened:
+    def open(
+        self,
+        identity: Identity,
+        dataset_id: str,
+        spec: PmwSpec,
+        *,
+        request_key: str | None = None,
+    ) -> PmwOpened:
         """Check everything (free), charge ε to the dataset's cap, compute the histogram once,
-        store the mode (owners only)."""
+        store the mode (owners only); a retry with the same ``request_key`` returns the mode
+        opened first (:mod:`dpcurator.service.idempotency`)."""
         identity.require_owner()
         if spec.when_exhausted not in EXHAUSTED_RULES:
             raise ParameterError(
@@ -134,17 +148,19 @@ class PmwStore:
         public = {"epsilon": str(spec.epsilon), "threshold": spec.threshold}
         public.update(max_updates=spec.max_updates, columns=spec.columns)
         text = json.dumps({"pmw": mode_id, **public}, sort_keys=True)
-        charge_filter = LedgerFilter(
-            self.ledger,
-            ChargeRequest.owner_release(
-                identity.principal_id,
-                dataset.id,
-                kind="pmw",
-                text=text,
-                cost=ApproxDP(0, 0),
-                events=[],
-            ),
+        template = ChargeRequest.owner_release(
+            identity.principal_id,
+            dataset.id,
+            kind="pmw",
+            text=text,
+            cost=ApproxDP(0, 0),
+            events=[],
         )
+        asked = {**public, "when_exhausted": spec.when_exhausted}
+        template = replace(
+            template, fingerprint=request_fingerprint("pmw", **asked), request_key=request_key
+        )
+        charge_filter = LedgerFilter(self.ledger, template)
         session = Session(runtime.backend, runtime.metadata, budget_filter=charge_filter)
         try:
             curator = PrivateMultiplicativeWeights(
@@ -166,12 +182,26 @@ class PmwStore:
             )
             with self.ledger._transaction(write=True) as s:
                 s.add(mode)
+        except AlreadyCharged as done:  # a retry of a keyed request answered before
+            return self._opened(done.charge_id, spec)
         except Exception as exc:
             if charge_filter.charge_id is None:  # refused before the charge: free
                 raise
             raise service._failed(charge_filter.charge_id, exc) from None
+        finally:
+            if charge_filter.charge_id is not None:
+                self.ledger.drop_claim(charge_filter.charge_id)
         self.ledger.complete(charge_filter.require_charge(), {"pmw_id": mode_id})
         return PmwOpened(mode, ApproxDP(spec.epsilon, 0), charge_filter.budget)
+
+    def _opened(self, charge_id: int, spec: PmwSpec) -> PmwOpened:
+        """The mode opened by an earlier request with the same key (its charge released)."""
+        charge = self.ledger.charge(charge_id)
+        if charge.status != "released" or charge.result is None:
+            raise BackendError(ENGINE_FAILURE_MESSAGE)
+        with self.ledger._transaction(write=False) as s:
+            mode = found(s.get(PmwMode, str(charge.result["pmw_id"])), "PMW mode", charge_id)
+        return PmwOpened(mode, ApproxDP(spec.epsilon, 0), self.ledger.cap_view(mode.dataset_id))
 
     def get(self, identity: Identity, mode_id: str) -> tuple[PmwMode, Dataset]:
         """The mode and its dataset, if the caller may see the dataset (else 404, as for an

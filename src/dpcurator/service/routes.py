@@ -19,13 +19,15 @@ from dpcurator.service import schemas as s
 from dpcurator.service.auth import Identity
 from dpcurator.service.curator import NoiseRequest
 from dpcurator.service.errors import NotFoundError
+from dpcurator.service.idempotency import IdempotencyKey
 from dpcurator.service.json_response import FiniteJSONResponse as _Json
 from dpcurator.service.ledger_accounts import charge_cost
 from dpcurator.service.ledger_budgets import BudgetView, Cost, cost_of, grant_budget
 from dpcurator.service.models import Charge, Dataset, Principal, PublishedRelease
 from dpcurator.service.operations import BatchQuery, CuratorService
+from dpcurator.service.problem_docs import document_problems
 
-router = APIRouter(prefix="")
+router = APIRouter(prefix="", dependencies=[Depends(s.refuse_nul_parameters)])
 
 
 async def _service(request: Request) -> CuratorService:
@@ -200,7 +202,7 @@ async def run_query(
     who: Caller,
     dataset_id: str,
     body: s.QueryIn,
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> _Json:
     """Answer a query: reserve the budget atomically, run, release.
 
@@ -276,10 +278,18 @@ def query_history(
 
 
 @router.post("/v1/datasets/{dataset_id}/releases", tags=["releases"], status_code=201)
-def publish(service: Service, who: Owner, dataset_id: str, body: s.BatchIn) -> s.ReleaseOut:
-    """Run a batch once against the global cap and publish it (owners)."""
+def publish(
+    service: Service,
+    who: Owner,
+    dataset_id: str,
+    body: s.BatchIn,
+    idempotency_key: IdempotencyKey = None,
+) -> s.ReleaseOut:
+    """Run a batch once against the global cap and publish it (owners). A retry with the same
+    ``Idempotency-Key`` and body returns the release published first, charged once."""
     queries = [BatchQuery(q.sql, s.exact(q.epsilon), s.exact(q.delta)) for q in body.queries]
-    return _release_out(service.publish(who, dataset_id, body.name, queries))
+    published = service.publish(who, dataset_id, body.name, queries, request_key=idempotency_key)
+    return _release_out(published)
 
 
 @router.get("/v1/datasets/{dataset_id}/releases", tags=["releases"])
@@ -409,3 +419,6 @@ def ledger_entries(
 ) -> list[s.HistoryEntry]:
     """Every ledger entry (charges and replays), newest first."""
     return [_history_out(c) for c in service.ledger.history(limit=limit)]
+
+
+document_problems(router)

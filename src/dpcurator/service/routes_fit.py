@@ -14,9 +14,9 @@ and whether it fits the budgets, from public inputs only.
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Annotated, Any, cast
+from typing import Any, cast
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Depends
 from starlette.concurrency import run_in_threadpool
 
 from dpcurator.accounting.filter import BudgetFilter
@@ -25,12 +25,14 @@ from dpcurator.query.fit import FitRequest
 from dpcurator.query.fit_release import estimate_fit, fit_on
 from dpcurator.service import schemas as s
 from dpcurator.service.curator import DatasetRuntime
+from dpcurator.service.idempotency import IdempotencyKey
 from dpcurator.service.json_response import FiniteJSONResponse
 from dpcurator.service.ledger_budgets import cost_of
 from dpcurator.service.operations import fingerprint, fits_budget
+from dpcurator.service.problem_docs import document_problems
 from dpcurator.service.routes import Caller, Service
 
-router = APIRouter(prefix="")
+router = APIRouter(prefix="", dependencies=[Depends(s.refuse_nul_parameters)])
 
 _KINDS = {"linear": "linear_regression", "logistic": "logistic_regression"}
 
@@ -64,7 +66,7 @@ async def run_fit(
     who: Caller,
     dataset_id: str,
     body: s.FitIn,
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> FiniteJSONResponse:
     """Fit a model: reserve its cost atomically, compute, release the coefficients with CIs."""
     request = fit_request(body)
@@ -121,3 +123,6 @@ def estimate_fit_route(
         fits=fits_budget(access, cost),
         estimate=estimate_fit(plan, body.alpha),
     )
+
+
+document_problems(router)

@@ -9,43 +9,49 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Depends
+from pydantic import Field
 
 from dpcurator.service import schemas as s
+from dpcurator.service.idempotency import IdempotencyKey
 from dpcurator.service.pmw_store import PmwSpec, PmwStore, mode_json
+from dpcurator.service.problem_docs import document_problems
 from dpcurator.service.routes import Caller, Owner, Service
 
-router = APIRouter(prefix="")
+router = APIRouter(prefix="", dependencies=[Depends(s.refuse_nul_parameters)])
 
 Scalar = str | bool | int | float
 Values = Scalar | Annotated[list[Scalar], Field(max_length=1_000)]
 
 
-class PmwIn(BaseModel):
+class PmwIn(s.RequestModel):
     """A new PMW mode: columns (public keys), total ε, threshold T (rows), max updates c."""
 
-    model_config = ConfigDict(extra="forbid")
-
     epsilon: s.Epsilon
-    threshold: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    threshold: Annotated[float, Field(gt=0, le=s.BOUND_MAX, allow_inf_nan=False)]
     max_updates: Annotated[int, Field(ge=1, le=10_000)]
     columns: Annotated[list[s.Name], Field(min_length=1, max_length=32)] | None = None
     when_exhausted: Annotated[str, Field(pattern=r"^(refuse|synthetic)$")] = "refuse"
 
 
-class PmwQueryIn(BaseModel):
+class PmwQueryIn(s.RequestModel):
     """One counting query: ``sql`` or ``where`` ({column: value or [values]}), not both."""
-
-    model_config = ConfigDict(extra="forbid")
 
     sql: s.Sql | None = None
     where: Annotated[dict[s.Name, Values], Field(max_length=32)] | None = None
 
 
 @router.post("/v1/datasets/{dataset_id}/pmw", tags=["pmw"], status_code=201)
-def open_pmw(service: Service, who: Owner, dataset_id: str, body: PmwIn) -> dict[str, Any]:
-    """Open a PMW mode on a dataset; its whole ε is charged to the dataset's cap now (owners)."""
+def open_pmw(
+    service: Service,
+    who: Owner,
+    dataset_id: str,
+    body: PmwIn,
+    idempotency_key: IdempotencyKey = None,
+) -> dict[str, Any]:
+    """Open a PMW mode on a dataset; its whole ε is charged to the dataset's cap now (owners).
+    A retry with the same ``Idempotency-Key`` and body returns the mode opened first, charged
+    once."""
     spec = PmwSpec(
         epsilon=s.exact(body.epsilon),
         threshold=body.threshold,
@@ -53,7 +59,7 @@ def open_pmw(service: Service, who: Owner, dataset_id: str, body: PmwIn) -> dict
         columns=body.columns,
         when_exhausted=body.when_exhausted,
     )
-    opened = PmwStore(service).open(who, dataset_id, spec)
+    opened = PmwStore(service).open(who, dataset_id, spec, request_key=idempotency_key)
     cap = None if opened.cap is None else s.budget_json(opened.cap)
     return {**mode_json(opened.mode), "cost": s.cost_json(opened.cost), "cap": cap}
 
@@ -69,3 +75,6 @@ def ask_pmw(service: Service, who: Caller, mode_id: str, body: PmwQueryIn) -> di
     """Answer one counting query (free for the caller: the mode's ε was paid when it opened)."""
     answer = PmwStore(service).answer(who, mode_id, body.sql, body.where)
     return {"value": answer.value, "source": answer.source, **mode_json(answer.mode)}
+
+
+document_problems(router)

@@ -8,31 +8,33 @@ latest release or a survey's estimates costs nothing (post-processing).
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Depends, Query
+from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from dpcurator.service import schemas as s
 from dpcurator.service.auth import Identity
 from dpcurator.service.errors import ForbiddenError, NotFoundError
+from dpcurator.service.idempotency import IdempotencyKey, changed_once, request_fingerprint
 from dpcurator.service.ledger_budgets import cost_of
 from dpcurator.service.models import Stream, Survey
 from dpcurator.service.operations import CuratorService
+from dpcurator.service.problem_docs import document_problems
 from dpcurator.service.routes import Caller, Owner, Service
 from dpcurator.service.sparse import MAX_QUERIES, SparseQuestion, answer_sparse
 from dpcurator.service.streams_store import StreamSpec, StreamStore
 from dpcurator.service.surveys import SurveyStore
 
-router = APIRouter(prefix="")
+router = APIRouter(prefix="", dependencies=[Depends(s.refuse_nul_parameters)])
 
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+Finite = s.Bound
 MAX_BATCH = 100_000
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_Strict = s.RequestModel
 
 
 class SparseIn(_Strict):
@@ -131,17 +133,25 @@ def _writable_stream(service: CuratorService, who: Identity, stream_id: str) -> 
 
 @router.post("/v1/datasets/{dataset_id}/sparse-vector", tags=["queries"])
 async def sparse_vector(
-    service: Service, who: Caller, dataset_id: str, body: SparseIn
+    service: Service,
+    who: Caller,
+    dataset_id: str,
+    body: SparseIn,
+    idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
-    """Sparse vector: flags for the queries above the threshold, stopping after ``c``."""
+    """Sparse vector: flags for the queries above the threshold, stopping after ``c``. A retry
+    with the same ``Idempotency-Key`` and body gets the first answer, charged once."""
     question = SparseQuestion(
         body.queries, body.threshold, body.c, s.exact(body.epsilon), body.numeric
     )
-    answer = await run_in_threadpool(answer_sparse, service, who, dataset_id, question)
+    answer = await run_in_threadpool(
+        partial(answer_sparse, request_key=idempotency_key), service, who, dataset_id, question
+    )
     charge = answer.charge
     return {
         "charge_id": charge.id,
         "dataset_id": charge.dataset_id,
+        "replayed": answer.replayed,
         "cost": s.cost_json(cost_of(charge.epsilon, charge.delta)),
         "remaining": None if answer.remaining is None else s.budget_json(answer.remaining),
         "release": charge.result or {},
@@ -149,8 +159,15 @@ async def sparse_vector(
 
 
 @router.post("/v1/datasets/{dataset_id}/streams", tags=["streams"], status_code=201)
-def create_stream(service: Service, who: Owner, dataset_id: str, body: StreamIn) -> dict[str, Any]:
-    """Create a stream; its whole ε is charged to the dataset's cap now (owners)."""
+def create_stream(
+    service: Service,
+    who: Owner,
+    dataset_id: str,
+    body: StreamIn,
+    idempotency_key: IdempotencyKey = None,
+) -> dict[str, Any]:
+    """Create a stream; its whole ε is charged to the dataset's cap now (owners). A retry with
+    the same ``Idempotency-Key`` and body returns the stream created first, charged once."""
     spec = StreamSpec(
         kind=body.kind,
         epsilon=s.exact(body.epsilon),
@@ -164,7 +181,7 @@ def create_stream(service: Service, who: Owner, dataset_id: str, body: StreamIn)
         modulus=body.modulus,
         sample_size=body.sample_size,
     )
-    stream = StreamStore(service.ledger).create(who, dataset_id, spec)
+    stream = StreamStore(service.ledger).create(who, dataset_id, spec, request_key=idempotency_key)
     return {**_stream_out(stream), "cost": s.cost_json(spec.cost())}
 
 
@@ -180,16 +197,36 @@ def post_events(
     who: Caller,
     stream_id: str,
     body: EventsIn,
+    *,
     per_event: Annotated[bool, Query()] = False,
+    idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
     """Ingest a batch of events; count/sum streams release their running total after every
-    event (``per_event=true``: all of the batch's releases; always: the last, with its CI)."""
-    _writable_stream(service, who, stream_id)
-    stream, releases = StreamStore(service.ledger).ingest(stream_id, body.values, body.persons)
-    out = {**_stream_out(stream), "accepted": len(body.values)}
-    if per_event:
-        out["releases"] = releases
-    return out
+    event (``per_event=true``: all of the batch's releases; always: the last, with its CI).
+    A retry with the same ``Idempotency-Key`` and body gets the first answer; its events are
+    ingested once."""
+    visible = _writable_stream(service, who, stream_id)
+
+    def ingest() -> dict[str, Any]:
+        stream, releases = StreamStore(service.ledger).ingest(stream_id, body.values, body.persons)
+        out = {**_stream_out(stream), "accepted": len(body.values)}
+        if per_event:
+            out["releases"] = releases
+        return out
+
+    out, replayed = changed_once(
+        service.ledger,
+        who,
+        visible.dataset_id,
+        key=idempotency_key,
+        kind="events",
+        text=f"EVENTS {stream_id} ({len(body.values)} events)",
+        fingerprint=request_fingerprint(
+            "events", stream=stream_id, body=body.model_dump(), per_event=per_event
+        ),
+        change=ingest,
+    )
+    return {**out, "replayed": replayed}
 
 
 @router.post("/v1/streams/{stream_id}/estimates", tags=["streams"])
@@ -232,3 +269,6 @@ def survey_estimates(service: Service, _who: Caller, survey_id: str) -> dict[str
     """Unbiased frequency estimates with (1-α) CIs (free: post-processing)."""
     out = SurveyStore(service.ledger).estimate(survey_id)
     return {"reports": out.reports, "alpha": out.alpha, "rows": out.rows}
+
+
+document_problems(router)

@@ -12,31 +12,31 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dpcurator.service import schemas as s
 from dpcurator.service.auth import Identity
+from dpcurator.service.idempotency import IdempotencyKey
 from dpcurator.service.operations import fits_budget
+from dpcurator.service.problem_docs import document_problems
 from dpcurator.service.routes import Caller, Owner, Service, _identity
 from dpcurator.service.synth_plan import KINDS, SynthSpec
 from dpcurator.service.synth_store import FORMATS, SynthStore, encode, release_json
 
-router = APIRouter(prefix="")
+router = APIRouter(prefix="", dependencies=[Depends(s.refuse_nul_parameters)])
 
 Columns = Annotated[list[s.Name], Field(min_length=1, max_length=64)]
 
 
-class SynthIn(BaseModel):
+class SynthIn(s.RequestModel):
     """A synthetic release: the kind, the budget ((ε, δ) or ρ with δ), columns (default: every
     column), marginals (kind ``marginals``: the tables, default every 1- and 2-way one; AIM and
     MWEM: the workload, default every 2-way one), rows to sample (default: the noisy total)."""
 
-    model_config = ConfigDict(extra="forbid")
-
     kind: Annotated[str, Field(pattern=rf"^({'|'.join(KINDS)})$")]
     epsilon: s.Epsilon | None = None
     delta: s.Delta = 0.0
-    rho: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] | None = None
+    rho: s.Rho | None = None
     columns: Columns | None = None
     marginals: Annotated[list[Columns], Field(min_length=1, max_length=1_000)] | None = None
     rows: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
@@ -94,12 +94,19 @@ def estimate_synthetic(
 
 @router.post("/v1/datasets/{dataset_id}/synthetic", tags=["synthetic"], status_code=202)
 def publish_synthetic(
-    service: Service, who: Owner, dataset_id: str, body: PublishIn
+    service: Service,
+    who: Owner,
+    dataset_id: str,
+    body: PublishIn,
+    idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
     """Charge the dataset's cap once and start computing the release (owners); poll
-    ``GET /v1/synthetic/{id}`` for its progress."""
+    ``GET /v1/synthetic/{id}`` for its progress. A retry with the same ``Idempotency-Key`` and
+    body returns the release started first (running or finished), charged once."""
     store = SynthStore(service)
-    published = store.publish(who, dataset_id, body.spec(), public=body.public)
+    published = store.publish(
+        who, dataset_id, body.spec(), public=body.public, request_key=idempotency_key
+    )
     cap = None if published.cap is None else s.budget_json(published.cap)
     return {**release_json(published.release, store.cost(published.release)), "cap": cap}
 
@@ -129,3 +136,6 @@ def get_synthetic_data(
     """The released table (free: post-processing)."""
     body, media = encode(SynthStore(service).get(who, release_id), fmt)
     return Response(body, media_type=media)
+
+
+document_problems(router)

@@ -14,18 +14,85 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from dpcurator.accounting.concentrated import Concentrated
 from dpcurator.core.measures import ZCDP, ApproxDP
-from dpcurator.query.limits import MAX_FIT_BLOCKS
+from dpcurator.query.limits import MAX_FIT_BLOCKS, MIN_EPSILON
 from dpcurator.service.ledger_budgets import BudgetView, Cost
 
-Epsilon = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False, description="ε > 0")]
-Delta = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False, description="δ in [0, 1)")]
-BudgetEpsilon = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
-Rho = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False, description="ρ > 0 (zCDP)")]
-BudgetRho = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False, description="ρ (zCDP)")]
+#: The numeric input policy (issue 24, item 6), enforced here for every request body:
+#:
+#: * numbers are JSON numbers: every request model is strict, so ``true`` or ``"0.1"`` where a
+#:   number is expected is refused (422 naming the field), never read as 1 or 0.1;
+#: * a privacy parameter (ε, ρ, and a budget's ε or ρ) is 0 (budgets only) or lies in
+#:   [:data:`PRIVACY_MIN`, :data:`PRIVACY_MAX`]; δ is 0 or lies in [:data:`DELTA_MIN`, 1). Read
+#:   as the decimal the client wrote (at most 17 significant digits), such a value is an exact
+#:   fraction of under 70 characters, which the ledger's text columns hold with room to spare
+#:   (and sums of them, whose denominators are powers of ten no larger);
+#: * a bound or threshold in table units is finite with magnitude at most :data:`BOUND_MAX`
+#:   (every engine then represents it, and its sums over 10^12 events, within a double);
+#: * no string anywhere in a body, a path or a query parameter holds a NUL character (no
+#:   ledger database stores one).
+PRIVACY_MIN = MIN_EPSILON  # 1e-9: the planner's least ε (noise scales stay exact)
+PRIVACY_MAX = 1e6
+DELTA_MIN = 1e-30
+BOUND_MAX = 1e15
+
+
+def _zero_or_at_least(least: float, what: str) -> AfterValidator:
+    def check(value: float) -> float:
+        if value != 0 and value < least:
+            raise ValueError(f"{what} must be 0 or at least {least:g}; got {value!r}")
+        return value
+
+    return AfterValidator(check)
+
+
+Epsilon = Annotated[
+    float,
+    Field(
+        ge=PRIVACY_MIN,
+        le=PRIVACY_MAX,
+        allow_inf_nan=False,
+        description=f"ε in [{PRIVACY_MIN:g}, {PRIVACY_MAX:g}]",
+    ),
+]
+Delta = Annotated[
+    float,
+    Field(ge=0, lt=1, allow_inf_nan=False, description=f"δ = 0 or δ in [{DELTA_MIN:g}, 1)"),
+    _zero_or_at_least(DELTA_MIN, "delta"),
+]
+BudgetEpsilon = Annotated[
+    float,
+    Field(ge=0, le=PRIVACY_MAX, allow_inf_nan=False, description="a budget's ε (0 or more)"),
+    _zero_or_at_least(PRIVACY_MIN, "epsilon"),
+]
+Rho = Annotated[
+    float,
+    Field(
+        ge=PRIVACY_MIN,
+        le=PRIVACY_MAX,
+        allow_inf_nan=False,
+        description=f"ρ (zCDP) in [{PRIVACY_MIN:g}, {PRIVACY_MAX:g}]",
+    ),
+]
+BudgetRho = Annotated[
+    float,
+    Field(ge=0, le=PRIVACY_MAX, allow_inf_nan=False, description="a budget's ρ (zCDP)"),
+    _zero_or_at_least(PRIVACY_MIN, "rho"),
+]
+Bound = Annotated[
+    float,
+    Field(
+        ge=-BOUND_MAX,
+        le=BOUND_MAX,
+        allow_inf_nan=False,
+        description=f"a value in table units, |x| <= {BOUND_MAX:g}",
+    ),
+]
 Clipping = Annotated[
     float,
     Field(
@@ -52,7 +119,8 @@ Sql = Annotated[str, Field(min_length=1, max_length=20_000)]
 Accuracy = Annotated[
     dict[
         Annotated[str, Field(min_length=1, max_length=200)],
-        Annotated[float, Field(ge=0, allow_inf_nan=False)] | Annotated[str, Field(max_length=64)],
+        Annotated[float, Field(ge=0, le=BOUND_MAX, allow_inf_nan=False)]
+        | Annotated[str, Field(max_length=64)],
     ],
     Field(
         min_length=1,
@@ -78,8 +146,47 @@ def exact(value: float) -> Fraction:
     return Fraction(repr(value))
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+def _nul_free(value: Any, where: str) -> None:
+    """Refuse a NUL character in any string of ``value`` (keys included), naming where."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError(f"{where} holds a NUL character (\\u0000); remove it")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _nul_free(key, f"a key of {where}")
+            _nul_free(item, f"{where}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _nul_free(item, f"{where}[{i}]")
+
+
+class RequestModel(BaseModel):
+    """The base of every request body: unknown fields refused, numbers strict (JSON numbers
+    only) and no NUL character in any string (see the numeric input policy above)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, value in data.items():
+                _nul_free(value, str(key))
+        return data
+
+
+async def refuse_nul_parameters(request: Request) -> None:
+    """A router dependency: refuse a NUL character in a path or query parameter (422)."""
+    params = [("path", k, v) for k, v in request.path_params.items()]
+    params += [("query", k, v) for k, v in request.query_params.multi_items()]
+    bad = [
+        {"loc": (where, name), "msg": "holds a NUL character (\\u0000); remove it"}
+        | {"type": "value_error", "input": value}
+        for where, name, value in params
+        if "\x00" in str(value)
+    ]
+    if bad:
+        raise RequestValidationError(bad)
 
 
 def budget_of(epsilon: float | None, delta: float, rho: float | None) -> Cost:
@@ -187,7 +294,7 @@ class BudgetOut(BaseModel):
     native: NativeOut | None = None
 
 
-class QueryIn(_Strict):
+class QueryIn(RequestModel):
     """A SQL query and the privacy cost the analyst is willing to pay for it: ``epsilon`` (with
     ``delta``), ``rho`` (a zCDP cost: discrete Gaussian noise), or ``accuracy`` (95% CI
     half-width per output column, e.g. ``{"n": 50}``) for the smallest cost meeting those
@@ -250,7 +357,7 @@ class HistoryEntry(BaseModel):
     error: str | None
 
 
-class DatasetIn(_Strict):
+class DatasetIn(RequestModel):
     """Register a dataset: where its rows are, its public metadata and its global cap."""
 
     id: DatasetId
@@ -276,7 +383,7 @@ class DatasetIn(_Strict):
         return budget_of(self.cap_epsilon, self.cap_delta, self.cap_rho)
 
 
-class DatasetPatch(_Strict):
+class DatasetPatch(RequestModel):
     """Change the global cap or the replay switch of a dataset."""
 
     cap_epsilon: BudgetEpsilon | None = None
@@ -299,7 +406,7 @@ class DatasetOut(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
 
-class AnalystIn(_Strict):
+class AnalystIn(RequestModel):
     """Create an analyst (a token is issued and shown once)."""
 
     name: Name
@@ -334,13 +441,13 @@ class IssuedTokenOut(BaseModel):
     expires_at: UtcTime | None
 
 
-class TokenIn(_Strict):
+class TokenIn(RequestModel):
     """Issue another token for a principal."""
 
     expires_in: Annotated[float, Field(gt=0, le=3.2e7, allow_inf_nan=False)] | None = None
 
 
-class GrantIn(_Strict):
+class GrantIn(RequestModel):
     """Set an analyst's total budget on a dataset: ``epsilon`` (with ``delta``) or ``rho``."""
 
     epsilon: BudgetEpsilon | None = None
@@ -367,7 +474,7 @@ class GrantOut(BaseModel):
     budget: BudgetOut
 
 
-class BatchQueryIn(_Strict):
+class BatchQueryIn(RequestModel):
     """One query of a published batch, at a given ε (accuracy targets are for queries)."""
 
     sql: Sql
@@ -375,7 +482,7 @@ class BatchQueryIn(_Strict):
     delta: Delta = 0.0
 
 
-class BatchIn(_Strict):
+class BatchIn(RequestModel):
     """A batch of queries to run once and publish."""
 
     name: Name
@@ -417,7 +524,7 @@ class MeOut(BaseModel):
 ColumnName = Annotated[str, Field(min_length=1, max_length=200)]
 
 
-class FitIn(_Strict):
+class FitIn(RequestModel):
     """A model fit on the dataset's table (:mod:`dpcurator.query.fit`): the response, the
     predictors, the cost (ε, and δ > 0 for ``linear``) and the level 1-``alpha`` of the
     coefficients' intervals. ``coef_bound`` is a public parameter of ``logistic``: every

@@ -34,8 +34,8 @@ from numbers import Integral
 from typing import Any, cast
 
 from dpcurator.accounting.events import PureEvent
-from dpcurator.core.measures import ApproxDP
-from dpcurator.errors import BudgetExceededError, ParameterError, UnsupportedQueryError
+from dpcurator.accounting.filter import BudgetFilter
+from dpcurator.errors import ParameterError, UnsupportedQueryError
 from dpcurator.mechanisms.laplace import Laplace
 from dpcurator.mechanisms.sparse_vector import AboveThreshold
 from dpcurator.query.ir import AggregatePlan, ExactResult
@@ -43,12 +43,8 @@ from dpcurator.query.limits import MAX_SPARSE_QUERIES
 from dpcurator.query.planner import Plan
 from dpcurator.query.session import Session
 from dpcurator.service.auth import Identity
-from dpcurator.service.curator import LedgerFilter
-from dpcurator.service.ledger_budgets import BudgetView
-from dpcurator.service.ledger_charges import ChargeRequest
-from dpcurator.service.models import Charge
-from dpcurator.service.operations import CuratorService
-from dpcurator.service.refusals import audited_sql
+from dpcurator.service.curator import DatasetRuntime
+from dpcurator.service.operations import Answer, CuratorService
 
 #: The most queries one sparse vector request may carry (each is parsed and planned, about 4 ms
 #: of CPU: 1,000 distinct queries took 4 CPU-s and 10-15 s of wall time on a busy 2-core machine).
@@ -83,14 +79,6 @@ class SparseQuestion:
             return None
         share = self.epsilon * (1 - NUMERIC_SPARSE_SHARE) / self.positives
         return Laplace.for_epsilon_floats(share, sensitivity)
-
-
-@dataclass(frozen=True)
-class SparseAnswer:
-    """The completed ledger entry and the caller's budget afterwards."""
-
-    charge: Charge
-    remaining: BudgetView | None
 
 
 @dataclass(frozen=True)
@@ -177,37 +165,29 @@ def sparse_flags(answers: list[float], mechanism: AboveThreshold, positives: int
 
 
 def answer_sparse(
-    service: CuratorService, identity: Identity, dataset_id: str, question: SparseQuestion
-) -> SparseAnswer:
-    """Plan (free) -> reserve ε once in the ledger -> compute the exact answers -> Sparse."""
-    service.refusals.check(identity.principal_id)
-    access = service.access(identity, dataset_id)
-    runtime = service.catalog.runtime(access.dataset)
+    service: CuratorService,
+    identity: Identity,
+    dataset_id: str,
+    question: SparseQuestion,
+    *,
+    request_key: str | None = None,
+) -> Answer:
+    """Plan (free) -> reserve ε once in the ledger -> compute the exact answers -> Sparse, as
+    every charged release is (:meth:`CuratorService.charged`): a retry with the same
+    ``request_key`` gets the first answer, charged once; never replayed from another request."""
     text = question.text()
-    template = ChargeRequest(
-        principal_id=identity.principal_id,
-        dataset_id=access.dataset.id,
-        kind="sparse_vector",
-        query_text=text,
-        fingerprint=hashlib.sha256(f"{text}\x00{question.epsilon}".encode()).hexdigest(),
-        cost=ApproxDP(0, 0),
-        events=[],
-        charge_grant=not identity.is_owner,
-    )
-    charge_filter = LedgerFilter(service.ledger, template)
-    session = Session(
-        runtime.backend,
-        runtime.metadata,
-        budget_filter=charge_filter,
-        plan_cache=runtime.plans,
-        result_cache=runtime.results,
-    )
-    scalars, mechanism, values = plan_sparse(session, question)
-    try:
+
+    def run(runtime: DatasetRuntime, budget: BudgetFilter) -> dict[str, Any]:
+        session = Session(
+            runtime.backend,
+            runtime.metadata,
+            budget_filter=budget,
+            plan_cache=runtime.plans,
+            result_cache=runtime.results,
+        )
+        scalars, mechanism, values = plan_sparse(session, question)
         results = session.compute_exact(
-            [s.exact for s in scalars],
-            PureEvent(question.epsilon),
-            description="sparse vector",
+            [s.exact for s in scalars], PureEvent(question.epsilon), description="sparse vector"
         )
         answers = [s.value(r) for s, r in zip(scalars, results, strict=True)]
         flags = sparse_flags(answers, mechanism, question.positives)
@@ -215,25 +195,19 @@ def answer_sparse(
         if values is not None:
             release["values"] = _numeric_values(answers, flags, values)
             release["ci_halfwidth"] = values.ci_halfwidth_floats(0.05)
-    except BudgetExceededError as exc:
-        if charge_filter.charge_id is not None:
-            raise service._failed(charge_filter.charge_id, exc) from None
-        service.refusals.spend(identity.principal_id)
-        service.ledger.audit(
-            "query_refused",
-            identity.principal_id,
-            access.dataset.id,
-            **audited_sql(text),
-            requested={"epsilon": str(question.epsilon), "delta": "0"},
-            reason=str(exc),
-        )
-        raise
-    except Exception as exc:
-        if charge_filter.charge_id is None:
-            raise
-        raise service._failed(charge_filter.charge_id, exc) from None
-    charge = service.ledger.complete(charge_filter.require_charge(), release)
-    return SparseAnswer(charge, charge_filter.budget)
+        return release
+
+    return service.charged(
+        identity,
+        dataset_id,
+        text,
+        hashlib.sha256(f"{text}\x00{question.epsilon}".encode()).hexdigest(),
+        run,
+        request_key=request_key,
+        requested={"epsilon": str(question.epsilon), "delta": "0"},
+        kind="sparse_vector",
+        replayable=False,
+    )
 
 
 def _numeric_values(answers: list[float], flags: list[Any], values: Laplace) -> list[float | None]:

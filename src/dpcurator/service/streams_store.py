@@ -43,7 +43,6 @@ where the last committed batch left it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from fractions import Fraction
@@ -56,6 +55,7 @@ from dpcurator.errors import ParameterError
 from dpcurator.query.limits import MAX_STREAM_TRACKED
 from dpcurator.service.auth import Identity, random_id
 from dpcurator.service.errors import ConflictError, NotFoundError
+from dpcurator.service.idempotency import request_fingerprint, stored_result
 from dpcurator.service.ledger import Ledger
 from dpcurator.service.ledger_charges import ChargeRequest
 from dpcurator.service.models import Stream
@@ -202,8 +202,17 @@ class StreamStore:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
 
-    def create(self, identity: Identity, dataset_id: str, spec: StreamSpec) -> Stream:
-        """Check the parameters (free), charge the whole stream's ε to the dataset, store it."""
+    def create(
+        self,
+        identity: Identity,
+        dataset_id: str,
+        spec: StreamSpec,
+        *,
+        request_key: str | None = None,
+    ) -> Stream:
+        """Check the parameters (free), charge the whole stream's ε to the dataset, store it;
+        a retry with the same ``request_key`` returns the stream created first
+        (:mod:`dpcurator.service.idempotency`)."""
         identity.require_owner()
         state = new_state(spec)
         stream_id = f"str_{random_id(9)}"
@@ -214,12 +223,16 @@ class StreamStore:
                 dataset_id=dataset_id,
                 kind="stream",
                 query_text=text,
-                fingerprint=hashlib.sha256(text.encode()).hexdigest(),
+                fingerprint=request_fingerprint("streams", kind=spec.kind, **spec.params()),
                 cost=spec.cost(),
                 events=[{"epsilon": str(spec.cost().epsilon), "delta": "0"}],
+                request_key=request_key,
                 charge_grant=False,
             )
         )
+        stored = stored_result(reservation)
+        if stored is not None:
+            return self.get(str(stored["stream_id"]))
         stream = Stream(
             id=stream_id,
             dataset_id=dataset_id,

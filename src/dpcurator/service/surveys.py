@@ -88,7 +88,10 @@ class SurveyStore:
             return sum(survey.counts)
 
     def estimate(self, survey_id: str, alpha: float = 0.05) -> SurveyEstimate:
-        """Unbiased frequency estimates with CIs (post-processing; costs nothing)."""
+        """Unbiased frequency estimates with CIs (post-processing; costs nothing). A share lies
+        in [0, 1], so its interval is clipped to [0, 1]: the clipped interval holds the truth
+        whenever the normal-approximation one does (same coverage, never wider); the estimate
+        itself stays unbiased (it may lie slightly outside)."""
         survey = self.get(survey_id)
         counts = np.asarray(survey.counts, dtype=np.int64)
         total = int(counts.sum())
@@ -100,8 +103,8 @@ class SurveyStore:
             {
                 "category": category,
                 "estimate": float(out.estimate[j]),
-                "ci_low": float(out.ci_low[j]),
-                "ci_high": float(out.ci_high[j]),
+                "ci_low": min(max(float(out.ci_low[j]), 0.0), 1.0),
+                "ci_high": min(max(float(out.ci_high[j]), 0.0), 1.0),
             }
             for j, category in enumerate(survey.categories)
         ]

@@ -25,7 +25,7 @@ import io
 import json
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -36,6 +36,7 @@ from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import ENGINE_FAILURE_MESSAGE
 from dpcurator.service.auth import Identity, random_id
 from dpcurator.service.errors import ConflictError, NotFoundError
+from dpcurator.service.idempotency import request_fingerprint, same_request, stored_result
 from dpcurator.service.ledger_budgets import BudgetView, cost_of
 from dpcurator.service.ledger_charges import ChargeRequest
 from dpcurator.service.ledger_database import SyntheticRelease, found
@@ -74,24 +75,41 @@ class SynthStore:
         return plan_release(spec, runtime.backend, runtime.metadata)
 
     def publish(
-        self, identity: Identity, dataset_id: str, spec: SynthSpec, *, public: bool
+        self,
+        identity: Identity,
+        dataset_id: str,
+        spec: SynthSpec,
+        *,
+        public: bool,
+        request_key: str | None = None,
     ) -> Published:
-        """Plan (free refusals), charge the dataset's cap, then compute in the background."""
+        """Plan (free refusals), charge the dataset's cap, then compute in the background. A
+        retry with the same ``request_key`` returns the release started first, running or
+        done (:mod:`dpcurator.service.idempotency`)."""
         plan = self.plan(identity, dataset_id, spec)
         dataset = self.service.visible_dataset(identity, dataset_id)
         runtime = self.service.catalog.runtime(dataset)
+        print_ = request_fingerprint("synthetic", public=public, **spec.to_json())
+        if request_key is not None:
+            earlier = self._keyed(identity, request_key, print_, dataset.id)
+            if earlier is not None:
+                return earlier
         release_id = f"syn_{random_id(9)}"
         text = json.dumps({"synthetic": release_id, **spec.to_json()}, sort_keys=True)
-        reserved = self.ledger.reserve(
-            ChargeRequest.owner_release(
-                identity.principal_id,
-                dataset.id,
-                kind="synthetic",
-                text=text,
-                cost=plan.cost,
-                events=[plan.event.to_dict()],
-            )
+        request = ChargeRequest.owner_release(
+            identity.principal_id,
+            dataset.id,
+            kind="synthetic",
+            text=text,
+            cost=plan.cost,
+            events=[plan.event.to_dict()],
         )
+        reserved = self.ledger.reserve(
+            replace(request, fingerprint=print_, request_key=request_key)
+        )
+        done = stored_result(reserved)
+        if done is not None:  # finished between the look-up and the reservation
+            return Published(self._row(str(done["synthetic_id"])), None)
         self.ledger.hold_claim(reserved.charge_id)
         params = {**spec.to_json(), "expected_errors": plan.errors, "event": plan.event.to_dict()}
         row = SyntheticRelease(
@@ -119,6 +137,21 @@ class SynthStore:
         )
         job.start()
         return Published(row, reserved.budget)
+
+    def _keyed(
+        self, identity: Identity, key: str, print_: str, dataset_id: str
+    ) -> Published | None:
+        """The release of an earlier request with this key, once its row exists (409 if the
+        key was used for another request)."""
+        charge = self.ledger.charge_by_key(identity.principal_id, key)
+        if charge is None:
+            return None
+        same_request(charge, print_, dataset_id)
+        with self.ledger._transaction(write=False) as s:
+            row = s.scalar(
+                select(SyntheticRelease).where(SyntheticRelease.charge_id == charge.id).limit(1)
+            )
+        return None if row is None else Published(row, self.ledger.cap_view(dataset_id))
 
     def _compute(self, release_id: str, plan: SynthPlan, runtime: Any) -> None:
         """The job: compute, store the frame, complete the charge (or record the failure)."""
