@@ -54,7 +54,15 @@ LAYERS: list[tuple[str, int]] = [
     ("dpcurator.demo", 1),
 ]
 ENTROPY_MODULES = ("random", "secrets", "numpy.random")
-LAZY_IMPORT_ALLOWED = ("pyspark", "dpcurator.query.backends.spark", "matplotlib")
+#: Lazy imports allowed: the optional PySpark engine and matplotlib, and the PLD/RDP accountants
+#: (they load dp_accounting, ~2.3 s, which a server worker does not need to start).
+LAZY_IMPORT_ALLOWED = (
+    "pyspark",
+    "dpcurator.query.backends.spark",
+    "matplotlib",
+    "dpcurator.accounting.accountants_pld",
+    "dpcurator.accounting.accountants_rdp",
+)
 #: The command-line entry point defers each command's imports so that ``dpcurator --help``
 #: starts at once (tests/test_cli.py checks what importing it loads).
 DEFERRED_IMPORTS_MODULES = (

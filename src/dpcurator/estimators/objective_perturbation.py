@@ -14,7 +14,7 @@ is defined for add/remove neighbours without a known n. A person adds at most k 
 1. b = s·G with G ∈ Z^p exact integer noise (discrete Gaussian for δ > 0, discrete Laplace for
    pure ε; CKS20 samplers) and s = 2^k the noise's public power-of-two step;
 2. θ_a = :func:`~dpcurator.estimators.certified_solver.solve`: a point with a CERTIFIED bound
-   ‖∇F_b(θ_a)‖ <= γ = 2^-20·min(√p, 2^10·Λ) (:data:`GRADIENT_BITS`; rigorous float-error
+   ‖∇F_b(θ_a)‖ <= γ = 2^-20·max(min(√p, 2^10·Λ), Λ/16) (:data:`GRADIENT_BITS`; float-error
    margin; a public ``solver_steps`` budget, then a deterministic continuation; see there);
 3. the release θ_out = h·(round(θ_a/h) + Z), Z ∈ Z^p exact discrete Gaussian (δ > 0) or discrete
    Laplace (pure ε) in units of the public grid h (:attr:`Perturbation.grid`). Every released
@@ -106,8 +106,6 @@ from dpcurator.estimators.release import Cost, FloatArray, noisy, standard_norma
 from dpcurator.mechanisms import Gaussian, Laplace
 from dpcurator.mechanisms._grid import GRID_BITS, add_noise, from_grid, grid_exponent, to_grid
 from dpcurator.random import Rng
-from dpcurator.random.samplers.gaussian import discrete_gaussian
-from dpcurator.random.samplers.laplace import discrete_laplace
 
 IntArray = npt.NDArray[np.int64]
 
@@ -120,9 +118,10 @@ BOOTSTRAP_REPLICATES = 2000
 #: The ridge Λ is at least about λ·2^-RIDGE_FLOOR_BITS.
 RIDGE_FLOOR_BITS = 20
 
-#: The certified gradient norm is γ = 2^-GRADIENT_BITS·min(√p, 2^RIDGE_GRADIENT_BITS·Λ): the
-#: output noise's sensitivity 2γ/Λ stays below 2^(1 - GRADIENT_BITS + RIDGE_GRADIENT_BITS) when
-#: a huge ε makes the ridge Λ tiny, and γ stays above the solver's float error.
+#: The certified gradient norm is γ = 2^-GRADIENT_BITS·max(min(√p, 2^RIDGE_GRADIENT_BITS·Λ), Λ/16):
+#: the output noise's sensitivity 2γ/Λ stays below 2^(1 - GRADIENT_BITS + RIDGE_GRADIENT_BITS)
+#: when a huge ε makes the ridge Λ tiny, and γ stays above the solver's float error (which
+#: grows with n and with Λ|θ| when a tiny ε makes Λ huge).
 GRADIENT_BITS = 20
 RIDGE_GRADIENT_BITS = 10
 
@@ -192,9 +191,10 @@ def _step(noise: Noise) -> int:
 
 def _integers(noise: Noise, rng: Rng, size: int, unit: Fraction = Fraction(1)) -> IntArray:
     """``size`` exact integer draws of the noise, in units of ``unit``."""
+    zeros = np.zeros(size, np.int64)
     if isinstance(noise, Gaussian):
-        return discrete_gaussian(rng, noise.sigma / unit, size)
-    return discrete_laplace(rng, noise.scale / unit, size)
+        return Gaussian(noise.sigma / unit).release_integers(zeros, rng)
+    return Laplace(noise.scale / unit).release_integers(zeros, rng)
 
 
 @dataclass(frozen=True)
@@ -247,7 +247,10 @@ class Perturbation:
         else:
             noise = Laplace.for_epsilon_floats(eps_noise, k * p, p)
         root = _sqrt_up(p)
-        gamma = min(root, Fraction(ridge) * 2**RIDGE_GRADIENT_BITS) / 2**GRADIENT_BITS
+        lam_exact = Fraction(ridge)
+        gamma = (
+            max(min(root, lam_exact * 2**RIDGE_GRADIENT_BITS), lam_exact / 16) / 2**GRADIENT_BITS
+        )
         spread = 2 * (gamma + Fraction(2) ** _step(noise) * root / 2) / Fraction(ridge)
         exponent = grid_exponent(spread / max(eps_out, Fraction(1))) + GRID_BITS - OUTPUT_GRID_BITS
         units = spread / Fraction(2) ** exponent
