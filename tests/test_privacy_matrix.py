@@ -57,7 +57,10 @@ def _fit(kind: str, **options: object) -> Kind:
     def release(session: dpc.Session, rng: SeededRng) -> object:
         return session.fit(kind, epsilon=1.0, **options)  # type: ignore[arg-type]
 
-    return Kind(f"fit: {kind} {sorted(options)}", release)
+    # the sample-and-aggregate fits and PTR pay for r rows (no ids) or two sides by ε/steps
+    blocked = kind != "linear_regression"
+    seeds = 4 if kind == "sample_and_aggregate" else 1  # rows of one person in distinct blocks
+    return Kind(f"fit: {kind} {sorted(options)}", release, total_only=blocked, seeds=seeds)
 
 
 def _mining(name: str) -> Kind:
@@ -73,9 +76,11 @@ def _mining(name: str) -> Kind:
     return Kind(f"mining: {name}", release)
 
 
-def _block_mean(block: object) -> object:
-    """A user estimator of sample-and-aggregate: the block's column means."""
-    return np.asarray(block, dtype=np.float64).mean(axis=0)
+def _extreme_flag(block: object) -> object:
+    """An adversarial user estimator of sample-and-aggregate: 10 when the block holds a row at
+    the upper bound of x (only newcomers have one), else 0, so every block a newcomer's rows
+    reach moves by the whole width of the box."""
+    return np.array([10.0 if (np.asarray(block)[:, 0] >= 10).any() else 0.0])
 
 
 def _synth(name: str) -> Kind:
@@ -90,8 +95,8 @@ def _synth(name: str) -> Kind:
             return release_marginals(session, plan, rng=rng, iters=50)
         if name == "fourier":
             return release_fourier(session, plan_fourier(session, [columns], rho=0.5), rng=rng)
-        if name == "mst":
-            return mst(session, rho=2.0, columns=columns, rng=rng, iters=50)
+        if name == "mst":  # ρ large enough that the common codes survive compression
+            return mst(session, rho=20.0, columns=columns, rng=rng, iters=10)
         if name == "aim":
             return aim(session, rho=0.5, columns=columns, rng=rng, iters=50, round_iters=20)
         if name == "independent":
@@ -99,7 +104,7 @@ def _synth(name: str) -> Kind:
         return mwem(session, epsilon=0.5, columns=columns, rounds=2, rng=rng)
 
     budget = "epsilon" if name in ("mwem", "marginals_pure") else "rho"
-    return Kind(f"synth: {name}", release, budget=budget, amount=2.0)
+    return Kind(f"synth: {name}", release, budget=budget, amount=20.0 if name == "mst" else 2.0)
 
 
 def _pmw(session: dpc.Session, rng: SeededRng) -> object:
@@ -144,7 +149,8 @@ def _sparse(numeric: bool) -> Kind:
             return flags
         return flags, _numeric_values(answers, flags, values)
 
-    return Kind(f"sparse vector (numeric={numeric})", release)
+    # the numeric values: one Laplace for c values, each Δ-sensitive at ε/c
+    return Kind(f"sparse vector (numeric={numeric})", release, total_only=numeric)
 
 
 #: Every release kind of the library, with the relations and units it supports.
@@ -168,8 +174,8 @@ KINDS: dict[str, Kind] = {
         _fit("logistic_regression", y="y", x=["x"], method="sample_and_aggregate", blocks=2,
              lower=-5, upper=5),
         _fit("mle", y="x", model="gaussian", lower=[0, 0.1], upper=[10, 10], blocks=2),
-        _fit("sample_and_aggregate", x=["x"], estimator=_block_mean, lower=[0], upper=[10],
-             blocks=2),
+        _fit("sample_and_aggregate", x=["x"], estimator=_extreme_flag, lower=[0], upper=[10],
+             blocks=4),
         _fit("ptr_regression", y="x", x=["y"], lower=-20, upper=20, blocks=2, delta=1e-6),
         _mining("kmeans"),
         _mining("pca"),

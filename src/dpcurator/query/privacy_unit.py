@@ -85,9 +85,6 @@ from dpcurator.errors import UnsupportedQueryError
 from dpcurator.query.builder import Aggregate
 
 Relation = Literal["add_remove", "replace_one"]
-#: The unit cases of the conformance matrix: one row per person, row-level with r > 1 rows per
-#: person (no id), and user-level (a person column bounding r rows in each of g groups).
-UnitLevel = Literal["row", "rows", "person"]
 
 
 @dataclass(frozen=True)
@@ -122,31 +119,10 @@ class PrivacyUnit:
         return self.person_column is not None
 
     @property
-    def level(self) -> UnitLevel:
-        """``row`` (one row a person), ``rows`` (r > 1 rows a person, no id) or ``person``."""
-        if self.person_column is not None:
-            return "person"
-        return "rows" if self.rows > 1 else "row"
-
-    @property
     def sides(self) -> int:
         """The persons whose rows differ between neighbours: 1 (added or removed) or 2 (one
         removed and one added, under replace-one)."""
         return 2 if self.replace_one else 1
-
-    def describe(self) -> str:
-        """The unit and relation in words (release summaries, refusals)."""
-        if self.person_column is not None:
-            unit = (
-                f"a person ({self.person_column!r}, at most {self.rows} rows in each of "
-                f"{self.groups} groups)"
-            )
-        elif self.rows > 1:
-            unit = f"a person of up to {self.rows} rows (no person column)"
-        else:
-            unit = "a row"
-        relation = "replacing" if self.replace_one else "adding or removing"
-        return f"neighbouring tables differ by {relation} {unit}"
 
     # ------------------------------------------------------------------------------------------
     # Contributions
@@ -237,11 +213,6 @@ class PrivacyUnit:
             return self.rows * replace_one_row_change(low, high)
         return self.sides * self.rows * groups * max(abs(low), abs(high), 1)
 
-    def vector_l1(self, per_row: int | Fraction, groups: int = 1) -> int | Fraction:
-        """L1 sensitivity of a vector statistic over ``groups`` groups to which one row adds
-        at most ``per_row`` in L1: sides·r·g·per_row (the general rule)."""
-        return self.sides * self.rows * groups * per_row
-
     # ------------------------------------------------------------------------------------------
     # Public counts and refusals
 
@@ -279,25 +250,6 @@ class PrivacyUnit:
             raise UnsupportedQueryError(
                 "DP partition selection needs a person column when a person may own several "
                 f"rows; declare public keys for {names} instead."
-            )
-
-    def refuse_unless(self, kind: str, *, relations: Sequence[str], levels: Sequence[str]) -> None:
-        """Refuse ``kind`` (free, at plan time, naming the declaration) on a relation or unit it
-        does not support."""
-        if self.relation not in relations:
-            raise UnsupportedQueryError(
-                f"{kind} is not available on a table declared neighbouring: {self.relation} "
-                f"(it supports {' and '.join(relations)})."
-            )
-        if self.level not in levels:
-            said = {
-                "row": "one row per person",
-                "rows": f"max_rows_per_person: {self.rows} without a person column",
-                "person": "a person column",
-            }
-            raise UnsupportedQueryError(
-                f"{kind} is not available on a table declared with {said[self.level]} (it "
-                f"supports {', '.join(said[level] for level in levels)})."
             )
 
 
