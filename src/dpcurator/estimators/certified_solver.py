@@ -33,7 +33,8 @@ with the exact Hessian Σσ'zzᵀ + ΛI, which is positive definite, and backtra
 :data:`BACKTRACKS` times on the merit ‖∇F‖, for which the Newton direction is a descent
 direction since ∇²F ⪰ ΛI), then checks the certificate. If it is
 not reached, the same method CONTINUES from that point, with the accurate (fsum) gradient, for
-at most :data:`CONTINUATION_STEPS` steps, stopping at the first certified point; if even that
+at most :data:`CONTINUATION_STEPS` steps, stopping at the first certified point (or when a
+step makes no progress); if even that
 fails (only when n times the float error of one row exceeds γ, i.e. datasets of the order of
 10^9 rows or more, or non-finite arithmetic) the data-independent point θ = 0 is returned with
 ``certified`` False. Nothing here raises on a data value.
@@ -158,7 +159,10 @@ def solve(
         for _ in range(CONTINUATION_STEPS):
             if bound <= target:
                 return theta, bound, True
-            theta = _newton_step(theta, z, label, ridge, b, grad=grad)
+            moved = _newton_step(theta, z, label, ridge, b, grad=grad)
+            if moved is theta:  # no progress possible: the certificate cannot be reached
+                break
+            theta = moved
             grad, bound = gradient_bound(theta, z, label, ridge, b)
     if bound <= target:
         return theta, bound, True

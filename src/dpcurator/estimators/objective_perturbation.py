@@ -58,7 +58,8 @@ of g' - g is within 1 of Δ/s.
 
       ε_b(σ) = (σ_v/σ_u)·(τ·kζ/σ + τ_c·p/σ_u) + (kζ + s√p/2)²/(2σ²),
 
-  and σ is the smallest (up to 2^-16 relative) with ε_b(σ) <= ε_b (:func:`op_gaussian`). On the
+  and σ is the smallest (up to 2^-12 relative) with ε_b(σ) <= ε_b (:func:`op_gaussian`; the
+  term p/σ_u >= p·2^-31 makes ε_b below about 10^-8·p unreachable: refused at plan time). On the
   complementary set of t (probability <= δ_b) nothing is claimed, so t is (ε_J + ε_b, δ_b)-DP;
   the same holds with D and D' exchanged. (This shift Δ depends on t, which is why the loss is
   bounded through the fixed directions z_j and not by the zCDP conversion of a fixed shift.)
@@ -99,7 +100,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from dpcurator._validation import check_int
+from dpcurator._validation import check_int, fail
 from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.estimators.certified_solver import hessian_sum, solve
 from dpcurator.estimators.release import Cost, FloatArray, noisy, standard_normals
@@ -179,9 +180,16 @@ def op_gaussian(epsilon: Fraction, delta: Fraction, rows: int, dimension: int) -
     tau = math.sqrt(2 * math.log(2 * rows / float(delta)))
     zeta = float(rows * _sqrt_up(dimension))
     sigma = zeta * (tau + math.sqrt(tau**2 + 2 * eps)) / (2 * eps)
-    while op_loss_bound(Fraction(sigma), delta, rows, dimension) > eps:
-        sigma *= 1 + 2.0**-16
-    return Gaussian(Fraction(sigma))
+    for _ in range(1024):
+        noise = Gaussian(Fraction(sigma))  # refuses σ beyond the exact sampler's range
+        if op_loss_bound(noise.sigma, delta, rows, dimension) <= eps:
+            return noise
+        sigma *= 1 + 2.0**-12
+    raise fail(
+        "logistic_regression", "epsilon", "large enough for the noise's lattice (the share of "
+        "the objective's noise must exceed about 1e-7 times (d + 1))", float(epsilon),
+        "Ask for a larger epsilon.",
+    )  # fmt: skip
 
 
 def _step(noise: Noise) -> int:
