@@ -18,9 +18,9 @@ from dpcurator.query.backends.grid import bin_index
 from dpcurator.query.bounds_plan import plan_bounds
 from dpcurator.query.limits import MAX_AGGREGATES, MIN_EPSILON
 from dpcurator.query.plan_facts import choose_grid_exponent, grid_units
-from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.query.planner import plan_query
 from dpcurator.query.precomputed import precomputed_columns
+from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.query.schema import Metadata
 
 ROW = Metadata.from_dict(
