@@ -5,6 +5,7 @@ the rows in which neighbouring tables differ never exceed the k its calibration 
 
 from __future__ import annotations
 
+import importlib
 from collections import Counter
 from typing import Any, get_args
 
@@ -18,6 +19,7 @@ from dpcurator.query import fit as fit_module
 from dpcurator.query.builder import AggregateKind
 from dpcurator.query.fit import FIT_KINDS
 from dpcurator.random import SeededRng
+from dpcurator.service.streams_store import KINDS as STREAM_KINDS
 from dpcurator.service.synth_plan import KINDS as SYNTH_KINDS
 from tests.privacy_matrix import LEVELS, RELATIONS, _base, frame, metadata, neighbours
 from tests.test_privacy_matrix import KINDS
@@ -54,6 +56,23 @@ def offered() -> dict[str, str]:
     return kinds
 
 
+#: Kinds checked on their own relation by a test of their own: streams (an event or a user's
+#: events, not a table's rows) and randomized-response surveys (the respondent, local DP).
+ELSEWHERE = {
+    "stream count": ("tests.test_privacy_matrix", "test_tree_stream_conforms"),
+    "stream sum": ("tests.test_privacy_matrix", "test_tree_stream_conforms"),
+    "stream density": (
+        "tests.test_privacy_matrix_pan_private",
+        "test_pan_private_density_state_is_private",
+    ),
+    "stream incidence": (
+        "tests.test_privacy_matrix_pan_private",
+        "test_pan_private_incidence_state_is_private",
+    ),
+    "survey": ("tests.test_privacy_matrix", "test_randomized_response_conforms"),
+}
+
+
 def _row_name(text: str) -> str:
     aliases = {"GaussianNB": "naive_bayes", "KMeans": "kmeans", "PCA": "pca", "ID3": "id3"}
     return aliases.get(text, text)
@@ -68,6 +87,10 @@ def test_every_release_kind_has_a_row() -> None:
     ]
     assert missing == []
     assert SQL_ROWS.keys() == set(get_args(AggregateKind))
+    streams = {f"stream {kind}" for kind in STREAM_KINDS} | {"survey"}
+    assert streams == ELSEWHERE.keys()
+    for module, test in ELSEWHERE.values():
+        assert callable(getattr(importlib.import_module(module), test))
 
 
 # ----------------------------------------------------------------------------------------------
