@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 import dpcurator
-from dpcurator import Budget, cli_args
+from dpcurator import Budget
+from dpcurator.cli import args as cli_args
 from dpcurator.errors import ParameterError, UnsupportedQueryError
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session

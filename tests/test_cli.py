@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dpcurator.cli import _parser, main
-from dpcurator.cli_format import release_text
+from dpcurator.cli.format import release_text
+from dpcurator.cli.main import _parser, main
 from dpcurator.core.measures import ApproxDP
 from dpcurator.service.ledger import Ledger
 from dpcurator.service.server import build_service

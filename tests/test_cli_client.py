@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from dpcurator.cli import main
-from dpcurator.cli_format import Output, show
+from dpcurator.cli.format import Output, show
 from tests._service_helpers import new_analyst, run_cli, serve_people
 
 SQL = "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex"

@@ -16,8 +16,8 @@ import httpx
 import pandas as pd
 import pytest
 
-from dpcurator import cli_synth
 from dpcurator.cli import main
+from dpcurator.cli import synth as cli_synth
 from dpcurator.service import synth_plan
 from tests._service_helpers import new_analyst, run_cli, serve_people
 

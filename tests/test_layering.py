@@ -66,11 +66,11 @@ LAZY_IMPORT_ALLOWED = (
 #: The command-line entry point defers each command's imports so that ``dpcurator --help``
 #: starts at once (tests/test_cli.py checks what importing it loads).
 DEFERRED_IMPORTS_MODULES = (
-    "dpcurator.cli",
-    "dpcurator.cli_client_commands",
-    "dpcurator.cli_fit",
-    "dpcurator.cli_synth",
-    "dpcurator.metadata_check_cli",
+    "dpcurator.cli.main",
+    "dpcurator.cli.client_commands",
+    "dpcurator.cli.fit",
+    "dpcurator.cli.synth",
+    "dpcurator.cli.metadata_check",
 )
 
 

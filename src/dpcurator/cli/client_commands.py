@@ -1,7 +1,7 @@
 """The commands that ask a running curator: ``query``, ``estimate``, ``budget``, ``datasets``,
 ``history``, ``publish`` and ``releases`` (each with ``--format table|csv|json``).
 
-:mod:`dpcurator.cli` registers them with :func:`add_parsers` and runs them from
+:mod:`dpcurator.cli.main` registers them with :func:`add_parsers` and runs them from
 :data:`COMMANDS`. The HTTP client and the printing code are imported when a command runs, so
 ``dpcurator --help`` stays fast. Every failure is one line (``error: ...``, exit status 1): an
 unreachable server, an answer that is not the curator's, a refused token (named ``--token``), or
@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from dpcurator import cli_args
-from dpcurator.cli_args import CliError
+from dpcurator.cli import args as cli_args
+from dpcurator.cli.args import CliError
 from dpcurator.errors import AuthError, DPError
 
 if TYPE_CHECKING:
-    from dpcurator.cli_format import Output
+    from dpcurator.cli.format import Output
     from dpcurator.service.client import CuratorClient
 
 #: Each command's help, and whether it needs ``--dataset`` (True), may take it (False) or has
@@ -144,7 +144,7 @@ def _cost_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _query(args: argparse.Namespace) -> Output:
-    from dpcurator import cli_format as f  # noqa: PLC0415
+    from dpcurator.cli import format as f  # noqa: PLC0415
 
     with _client(args) as client:
         answer = client.query(args.dataset, args.sql, **_cost_options(args))
@@ -156,7 +156,7 @@ def _query(args: argparse.Namespace) -> Output:
 
 
 def _estimate(args: argparse.Namespace) -> Output:
-    from dpcurator import cli_format as f  # noqa: PLC0415
+    from dpcurator.cli import format as f  # noqa: PLC0415
     from dpcurator.query.release_view import level_text  # noqa: PLC0415
 
     with _client(args) as client:
@@ -181,7 +181,7 @@ def _estimate(args: argparse.Namespace) -> Output:
 
 
 def _budget(args: argparse.Namespace) -> Output:
-    from dpcurator import cli_format as f  # noqa: PLC0415
+    from dpcurator.cli import format as f  # noqa: PLC0415
 
     with _client(args) as client:
         budget = client.budget(args.dataset)
@@ -192,7 +192,7 @@ def _budget(args: argparse.Namespace) -> Output:
 
 
 def _datasets(args: argparse.Namespace) -> Output:
-    from dpcurator import cli_format as f  # noqa: PLC0415
+    from dpcurator.cli import format as f  # noqa: PLC0415
 
     with _client(args) as client:
         found = client.datasets()
@@ -214,7 +214,7 @@ def _datasets(args: argparse.Namespace) -> Output:
 
 
 def _history(args: argparse.Namespace) -> Output:
-    from dpcurator import cli_format as f  # noqa: PLC0415
+    from dpcurator.cli import format as f  # noqa: PLC0415
 
     with _client(args) as client:
         owner = client.me()["role"] == "owner"
@@ -246,7 +246,7 @@ def _publish(args: argparse.Namespace) -> Output:
 
 
 def _release_output(release: dict[str, Any]) -> Output:
-    from dpcurator import cli_format as f  # noqa: PLC0415
+    from dpcurator.cli import format as f  # noqa: PLC0415
 
     results = release["results"]
     total = f.total_cost([r["release"]["cost"] for r in results])
@@ -260,7 +260,7 @@ def _release_output(release: dict[str, Any]) -> Output:
 
 
 def _releases(args: argparse.Namespace) -> Output:
-    from dpcurator import cli_format as f  # noqa: PLC0415
+    from dpcurator.cli import format as f  # noqa: PLC0415
 
     with _client(args) as client:
         if args.id is not None:
@@ -283,7 +283,7 @@ def _releases(args: argparse.Namespace) -> Output:
 def run(args: argparse.Namespace) -> int:
     """Run the client command ``args.command`` and print its answer in ``--format``; the
     server's refusal becomes a one-line CliError (its text, whitespace collapsed)."""
-    from dpcurator.cli_format import show  # noqa: PLC0415
+    from dpcurator.cli.format import show  # noqa: PLC0415
 
     try:
         output = COMMANDS[args.command](args)

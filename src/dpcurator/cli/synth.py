@@ -7,7 +7,7 @@
 * ``download`` (free: post-processing): the released table as CSV, Parquet or JSON, written
   to a file byte for byte as the server sends it. A public release needs no token.
 
-Registered by :mod:`dpcurator.cli`; the HTTP client is imported when a command runs, so
+Registered by :mod:`dpcurator.cli.main`; the HTTP client is imported when a command runs, so
 ``dpcurator --help`` stays fast. The server's refusals (a column without public keys or
 bounds, a domain over its limit, a budget in the wrong measure) are free and printed as one
 ``error: ...`` line, as for every client command.
@@ -21,12 +21,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpcurator import cli_args, cli_client_commands
-from dpcurator.cli_args import CliError
+from dpcurator.cli import args as cli_args
+from dpcurator.cli import client_commands as cli_client_commands
+from dpcurator.cli.args import CliError
 from dpcurator.errors import DPError
 
 if TYPE_CHECKING:
-    from dpcurator.cli_format import Output
+    from dpcurator.cli.format import Output
 
 HELP = "owners publish synthetic data or contingency tables; anyone allowed lists and downloads"
 KINDS = ("marginals", "fourier", "mst", "aim", "mwem")
@@ -139,7 +140,7 @@ def _release_body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _estimate(args: argparse.Namespace) -> Output:
-    from dpcurator import cli_format as f  # noqa: PLC0415 (deferred)
+    from dpcurator.cli import format as f  # noqa: PLC0415 (deferred)
 
     with cli_client_commands._client(args) as client:
         found = client.estimate_synthetic(args.dataset, **_release_body(args))
@@ -157,7 +158,7 @@ def _estimate(args: argparse.Namespace) -> Output:
 
 
 def _summary(release: dict[str, Any]) -> dict[str, Any]:
-    from dpcurator import cli_format as f  # noqa: PLC0415 (deferred)
+    from dpcurator.cli import format as f  # noqa: PLC0415 (deferred)
 
     progress = release["progress"]
     return {
@@ -176,7 +177,7 @@ _SUMMARY = ["id", "kind", "status", "progress", "rows", "public", "cost", "creat
 
 
 def _one(release: dict[str, Any]) -> Output:
-    from dpcurator import cli_format as f  # noqa: PLC0415 (deferred)
+    from dpcurator.cli import format as f  # noqa: PLC0415 (deferred)
 
     flat = _summary(release)
     text = "\n".join(f"{k}: {f.cell(v)}" for k, v in flat.items())
@@ -204,7 +205,7 @@ def _publish(args: argparse.Namespace) -> Output:
 
 
 def _list(args: argparse.Namespace) -> Output:
-    from dpcurator import cli_format as f  # noqa: PLC0415 (deferred)
+    from dpcurator.cli import format as f  # noqa: PLC0415 (deferred)
 
     with cli_client_commands._client(args) as client:
         found = client.synthetic_releases(args.dataset)
@@ -233,7 +234,7 @@ _COMMANDS = {"estimate": _estimate, "publish": _publish, "list": _list, "show": 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dpcurator synthetic ACTION``; refusals become one-line CliErrors."""
-    from dpcurator.cli_format import show  # noqa: PLC0415 (deferred)
+    from dpcurator.cli.format import show  # noqa: PLC0415 (deferred)
 
     try:
         if args.action == "download":

@@ -3,9 +3,9 @@
 ``dpcurator fit --token T --dataset D --epsilon E [--delta X] --model linear y x1 x2 ...``
 posts to ``/v1/datasets/{D}/fits`` (charged to the caller's budget, like a query); with
 ``--estimate`` to ``fits:estimate`` (free: the cost, and whether it fits). Registered by
-:mod:`dpcurator.cli`; the HTTP client is imported when the command runs, so ``dpcurator --help``
-stays fast. Errors are the server's problem text (naming the column or value), printed by
-:func:`dpcurator.cli.main` as one ``error: ...`` line.
+:mod:`dpcurator.cli.main`; the HTTP client is imported when the command runs, so
+``dpcurator --help`` stays fast. Errors are the server's problem text (naming the column or
+value), printed by :func:`dpcurator.cli.main` as one ``error: ...`` line.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dpcurator.cli_args import add_connection, require_token
+from dpcurator.cli.args import add_connection, require_token
 
 HELP = "fit a model (linear or logistic regression): coefficients with CIs (charged)"
 

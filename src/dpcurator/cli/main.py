@@ -12,8 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dpcurator import cli_client_commands, cli_fit, cli_synth, metadata_check_cli
-from dpcurator.cli_args import CliError, delta, positive, positive_int
+from dpcurator.cli import client_commands as cli_client_commands
+from dpcurator.cli import fit as cli_fit
+from dpcurator.cli import metadata_check as metadata_check_cli
+from dpcurator.cli import synth as cli_synth
+from dpcurator.cli.args import CliError, delta, positive, positive_int
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import DPError
 

@@ -1,6 +1,6 @@
 """``dpcurator check-metadata``: the owner's metadata check on the command line (NOT DP).
 
-Kept apart from :mod:`dpcurator.cli`, which only registers the subcommand and dispatches here;
+Kept apart from :mod:`dpcurator.cli.main`, which only registers the subcommand and dispatches here;
 the check's engine is imported when the command runs, so ``dpcurator --help`` stays fast.
 """
 
