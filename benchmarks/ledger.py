@@ -29,9 +29,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dpcurator.core.measures import ApproxDP  # noqa: E402
-from dpcurator.service import ledger_database as ledger_module  # noqa: E402
 from dpcurator.service.ledger import Ledger  # noqa: E402
-from dpcurator.service.ledger_charges import ChargeRequest  # noqa: E402
+from dpcurator.service.ledger import database as ledger_module  # noqa: E402
+from dpcurator.service.ledger.charges import ChargeRequest  # noqa: E402
 from tests.service_fixtures import (  # noqa: E402
     fresh_postgres_url,
     ledger_with_analysts,

@@ -29,7 +29,7 @@ cap, and no analyst spent more than its grant.
 
 ``--budget-delta`` gives the cap and the grants that δ: with δ > 0 they are concentrated (the
 default accounting), so every reservation replays events through the budgets' filters
-(:mod:`dpcurator.service.ledger_accounts`) instead of the basic fast paths.
+(:mod:`dpcurator.service.ledger.accounts`) instead of the basic fast paths.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from service_client import CLIENTS, EPSILON, QUERIES  # noqa: E402
 from dpcurator.core.measures import ApproxDP  # noqa: E402
 from dpcurator.service.auth import Identity  # noqa: E402
 from dpcurator.service.ledger import Ledger  # noqa: E402
-from dpcurator.service.ledger_budgets import grant_budget  # noqa: E402
+from dpcurator.service.ledger.budgets import grant_budget  # noqa: E402
 from dpcurator.service.server import (  # noqa: E402
     DEFAULT_THREADS,
     DEMO_DIR,

@@ -23,8 +23,8 @@ import pytest
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.cli import main
 from dpcurator.errors import BudgetExceededError
-from dpcurator.service.ledger_accounts import basic_cost
-from dpcurator.service.ledger_charges import ChargeRequest
+from dpcurator.service.ledger.accounts import basic_cost
+from dpcurator.service.ledger.charges import ChargeRequest
 from tests.service_fixtures import PEOPLE_METADATA, LiveServer, fresh_postgres_url, write_people
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from dpcurator.cli import main
 from dpcurator.cli import synth as cli_synth
-from dpcurator.service import synth_plan
+from dpcurator.service.stores import synth_plan
 from tests._service_helpers import new_analyst, run_cli, serve_people
 
 #: A quick release: MWEM over the two public-key columns, 300 records.

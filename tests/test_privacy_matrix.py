@@ -25,7 +25,12 @@ from dpcurator.mechanisms import randomized_response
 from dpcurator.mechanisms.randomized_response import KaryRandomizedResponse
 from dpcurator.mining import ID3, PCA, GaussianNB, KMeans
 from dpcurator.random import SeededRng
-from dpcurator.service.sparse import SparseQuestion, _numeric_values, plan_sparse, sparse_flags
+from dpcurator.service.stores.sparse import (
+    SparseQuestion,
+    _numeric_values,
+    plan_sparse,
+    sparse_flags,
+)
 from dpcurator.streams import ContinualSum
 from dpcurator.synth.aim import aim
 from dpcurator.synth.fourier import plan_fourier, release_fourier
@@ -133,7 +138,7 @@ SPARSE_QUERIES = [
 
 def _sparse(numeric: bool) -> Kind:
     """Sparse vector (Sparse, and numeric sparse) as the service answers it
-    (:func:`dpcurator.service.sparse.answer_sparse`'s body on a library session, no HTTP: the
+    (:func:`dpcurator.service.stores.sparse.answer_sparse`'s body on a library session, no HTTP: the
     library offers no other entry point): the plans, one charge of ε, the exact answers, then
     ``c`` AboveThreshold runs and, numeric, a Laplace value of each positive."""
 
@@ -300,7 +305,7 @@ def _exact_ln(ratio: Fraction) -> Decimal:
 def test_randomized_response_conforms(
     epsilon: object, k: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Local-model surveys (:mod:`dpcurator.service.surveys`) are not a row of the table
+    """Local-model surveys (:mod:`dpcurator.service.stores.surveys`) are not a row of the table
     matrix: each respondent randomises their own answer before it reaches the server, which
     holds no table and charges no central budget, so the unit is the respondent and the
     relation is their true answer replaced by any other (local DP). The check is by exact

@@ -19,8 +19,8 @@ from dpcurator.query import fit as fit_module
 from dpcurator.query.builder import AggregateKind
 from dpcurator.query.fit import FIT_KINDS
 from dpcurator.random import SeededRng
-from dpcurator.service.streams_store import KINDS as STREAM_KINDS
-from dpcurator.service.synth_plan import KINDS as SYNTH_KINDS
+from dpcurator.service.stores.streams import KINDS as STREAM_KINDS
+from dpcurator.service.stores.synth_plan import KINDS as SYNTH_KINDS
 from tests.privacy_matrix import LEVELS, RELATIONS, _base, frame, metadata, neighbours
 from tests.test_privacy_matrix import KINDS
 

@@ -19,13 +19,13 @@ from sqlalchemy import Connection, QueuePool, event, text
 from dpcurator.accounting.events import ConcentratedEvent, LaplaceEvent, ParallelEvent
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import AuthError, BudgetExceededError
-from dpcurator.service import ledger_postgres
 from dpcurator.service.auth import TokenAuthority
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.ledger import Ledger
-from dpcurator.service.ledger_budgets import dataset_budget, grant_budget
-from dpcurator.service.ledger_charges import ChargeRequest
-from dpcurator.service.ledger_lease import LEASE_SECONDS
+from dpcurator.service.ledger import postgres as ledger_postgres
+from dpcurator.service.ledger.budgets import dataset_budget, grant_budget
+from dpcurator.service.ledger.charges import ChargeRequest
+from dpcurator.service.ledger.lease import LEASE_SECONDS
 from dpcurator.service.models import Charge
 from tests._service_helpers import race
 from tests.service_fixtures import (

@@ -1,5 +1,5 @@
 """Concentrated ledger budgets: the default for δ > 0, and the per-handle cache of replayed
-filters (service/ledger_accounts.py) agrees with a full replay across two handles on one file."""
+filters (service/ledger/accounts.py) agrees with a full replay across two handles on one file."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from dpcurator.accounting.events import (
 from dpcurator.accounting.filter import Reservation
 from dpcurator.core.measures import ApproxDP
 from dpcurator.service.ledger import Ledger
-from dpcurator.service.ledger_budgets import BudgetView
-from dpcurator.service.ledger_charges import ChargeRequest
+from dpcurator.service.ledger.budgets import BudgetView
+from dpcurator.service.ledger.charges import ChargeRequest
 from tests._service_helpers import event_request
 from tests.service_fixtures import ledger_with_analysts
 

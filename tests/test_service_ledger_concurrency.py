@@ -2,7 +2,7 @@
 
 Concentrated budgets (the default for δ > 0) take no fast reservation path: each reservation
 replays the budget's events through its filter inside the write transaction, from each handle's
-cache (service/ledger_accounts.py). 100 reservations race from two ledger handles (two worker
+cache (service/ledger/accounts.py). 100 reservations race from two ledger handles (two worker
 processes' ledgers) on one database, for two analysts whose grants and the dataset's cap are all
 concentrated; afterwards a replay from scratch of the admitted events, in ledger order, must
 admit every one of them, refuse every request that was refused, and agree with the ledger's
@@ -22,8 +22,8 @@ from dpcurator.accounting.events import ConcentratedEvent, PrivacyEvent, PureEve
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import BudgetExceededError
 from dpcurator.service.ledger import Ledger
-from dpcurator.service.ledger_accounts import charge_event
-from dpcurator.service.ledger_budgets import cost_of
+from dpcurator.service.ledger.accounts import charge_event
+from dpcurator.service.ledger.budgets import cost_of
 from tests._service_helpers import event_request, ledger_url, race
 from tests.service_fixtures import ledger_with_analysts, postgres_server
 

@@ -21,7 +21,7 @@ from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.errors import BudgetExceededError, ParameterError
 from dpcurator.service.errors import ConflictError
 from dpcurator.service.ledger import Ledger
-from dpcurator.service.ledger_budgets import dataset_budget, grant_budget
+from dpcurator.service.ledger.budgets import dataset_budget, grant_budget
 from tests._service_helpers import event_request, ledger_url, race
 from tests.service_fixtures import ledger_with_analysts, postgres_server
 
@@ -170,6 +170,7 @@ def test_concurrent_reservations_on_a_concentrated_grant_never_overspend(
     assert view.spent == budget
 
 
+#: Runs on OLD_LEDGER_COMMIT's source, so it names that commit's modules (``ledger_charges``).
 _OLD_LEDGER_SCRIPT = """
 import sys
 from fractions import Fraction

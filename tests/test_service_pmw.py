@@ -1,4 +1,4 @@
-"""The PMW curator mode in the service (dpcurator.service.pmw_store), over HTTP on a real uvicorn
+"""The PMW curator mode in the service (dpcurator.service.stores.pmw), over HTTP on a real uvicorn
 server: one charge to the dataset's cap when it opens, free queries, free public refusals, state
 persisted across a restart, concurrent queries serialised (SQLite and PostgreSQL)."""
 

@@ -1,4 +1,4 @@
-"""Synthetic releases in the service (dpcurator.service.synth_store), over HTTP on a real uvicorn
+"""Synthetic releases in the service (dpcurator.service.stores.synth), over HTTP on a real uvicorn
 server with the demo table: the estimate is free, publishing charges the dataset's cap once
 (before any data is read) and runs as a job, analysts and (for public releases) anyone download
 for free, non-owners cannot publish, a restart keeps the release; D and D minus one person give

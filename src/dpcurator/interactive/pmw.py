@@ -30,7 +30,7 @@ the exact histogram:
 After ``max_updates`` updates every further query is refused (BudgetExceededError, free): how
 many updates happened is a function of released sparse-vector outcomes, so the refusal is public.
 
-A curator is kept between requests (the service's PMW mode, :mod:`dpcurator.service.pmw_store`)
+A curator is kept between requests (the service's PMW mode, :mod:`dpcurator.service.stores.pmw`)
 as :meth:`~PrivateMultiplicativeWeights.parameters` (public) and
 :meth:`~PrivateMultiplicativeWeights.to_bytes` (private: the exact histogram and the open
 sparse-vector run's noisy threshold), and rebuilt by :meth:`~PrivateMultiplicativeWeights.restore`

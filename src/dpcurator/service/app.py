@@ -36,14 +36,14 @@ from dpcurator.errors import (
 from dpcurator.service import schemas as s
 from dpcurator.service.errors import ConflictError, ForbiddenError, NotFoundError, RateLimitedError
 from dpcurator.service.json_response import FiniteJSONResponse
-from dpcurator.service.ledger_health import LedgerUnavailableError
+from dpcurator.service.ledger.health import LedgerUnavailableError
 from dpcurator.service.operations import CuratorService
 from dpcurator.service.refusals import RefusalsLimitedError
-from dpcurator.service.routes import router
-from dpcurator.service.routes_fit import router as fit_router
-from dpcurator.service.routes_pmw import router as pmw_router
-from dpcurator.service.routes_streams import router as streams_router
-from dpcurator.service.routes_synth import router as synth_router
+from dpcurator.service.routes.core import router
+from dpcurator.service.routes.fit import router as fit_router
+from dpcurator.service.routes.pmw import router as pmw_router
+from dpcurator.service.routes.streams import router as streams_router
+from dpcurator.service.routes.synth import router as synth_router
 
 PROBLEM = "application/problem+json"
 STATIC_DIR = Path(__file__).parent / "static"

@@ -14,7 +14,7 @@ running argon2 until its window passes.
 
 A verified token is cached in memory for ``cache_seconds`` under a keyed BLAKE2b hash of the whole
 token (the key is drawn per process), with the ledger's revocation epoch read just before its row
-was (:mod:`dpcurator.service.ledger_epoch`: a counter that every change to a token or principal
+was (:mod:`dpcurator.service.ledger.epoch`: a counter that every change to a token or principal
 increments, whoever makes it). Every request reads the epoch again (one lock-free primary-key
 read) and trusts the cached entry only if it has not moved; otherwise, or after
 ``cache_seconds``, the token's row is read again for revocation and expiry (no hashing). So a
@@ -185,7 +185,7 @@ class TokenAuthority:
         self, key: bytes
     ) -> tuple[Identity | None, tuple[Identity, float, datetime | None, int] | None, int]:
         """The identity of the cache entry ``key`` if it can be trusted now, the entry, and the
-        revocation epoch (read BEFORE any token row: see dpcurator.service.ledger_epoch)."""
+        revocation epoch (read BEFORE any token row: see dpcurator.service.ledger.epoch)."""
         epoch = self._ledger.revocation_epoch()
         with self._lock:
             cached = self._cache.get(key)

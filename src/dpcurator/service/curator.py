@@ -34,9 +34,9 @@ from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
 from dpcurator.service.data_root import data_file, unreadable
 from dpcurator.service.ledger import Ledger
-from dpcurator.service.ledger_accounts import basic_cost, basic_event
-from dpcurator.service.ledger_budgets import BudgetView, Cost
-from dpcurator.service.ledger_charges import ChargeRequest
+from dpcurator.service.ledger.accounts import basic_cost, basic_event
+from dpcurator.service.ledger.budgets import BudgetView, Cost
+from dpcurator.service.ledger.charges import ChargeRequest
 from dpcurator.service.models import Dataset
 
 

@@ -1,11 +1,11 @@
 """``Idempotency-Key`` on every route that charges or changes state (issue 24, item 2).
 
 One mechanism for all of them: the ledger's request keys (:meth:`Ledger.reserve
-<dpcurator.service.ledger_charges.LedgerCharges.reserve>`). A request with a key reserves its
+<dpcurator.service.ledger.charges.LedgerCharges.reserve>`). A request with a key reserves its
 charge with that key and a fingerprint of what was asked (the route, the path's ids and the
 body); the key is unique per caller, and it is looked up under the dataset's lock, so of any
 number of concurrent requests with one key exactly one is charged and computes. The others get
-409 while it computes (its claim is live, :mod:`dpcurator.service.ledger_lease`), and a retry
+409 while it computes (its claim is live, :mod:`dpcurator.service.ledger.lease`), and a retry
 afterwards gets the first answer without a new charge. The same key with another fingerprint
 (another body, path or route) is 409 and changes nothing.
 
@@ -27,7 +27,7 @@ from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError, DPError
 from dpcurator.service.auth import Identity
 from dpcurator.service.errors import ConflictError
 from dpcurator.service.ledger import Ledger
-from dpcurator.service.ledger_charges import ChargeRequest, Reservation
+from dpcurator.service.ledger.charges import ChargeRequest, Reservation
 from dpcurator.service.models import Charge
 
 #: The ``Idempotency-Key`` header (optional; 1 to 200 visible ASCII characters).

@@ -19,7 +19,7 @@ Tables:
 * ``releases`` — published batch releases readable without further spending.
 * ``audit`` — everything else worth recording (tokens issued and revoked, budgets changed,
   refusals).
-* ``streams`` — private streams (:mod:`dpcurator.service.streams_store`): public parameters and
+* ``streams`` — private streams (:mod:`dpcurator.service.stores.streams`): public parameters and
   the mechanism's state only (for pan-private streams the ε-DP bit array, never an event).
 * ``surveys`` — local-model surveys: per category, how many randomised reports were received.
 """
@@ -117,7 +117,7 @@ class Charge(Base):
     ``claimed_at`` when it last renewed that claim (its lease; NULL for charges without a request
     key, which are never retried): a retry with the same request key answers 409 while the claim
     is live and may finish the charge elsewhere once it has expired (see
-    :mod:`dpcurator.service.ledger_lease`).
+    :mod:`dpcurator.service.ledger.lease`).
     """
 
     __tablename__ = "charges"
@@ -176,7 +176,7 @@ class AuditEvent(Base):
 
 class Stream(Base):
     """A private stream of a dataset: public parameters, the charge paid at creation, and the
-    mechanism's persisted state (see :mod:`dpcurator.service.streams_store`)."""
+    mechanism's persisted state (see :mod:`dpcurator.service.stores.streams`)."""
 
     __tablename__ = "streams"
 

@@ -46,9 +46,9 @@ from dpcurator.service.curator import (
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.idempotency import request_fingerprint, stored_result
 from dpcurator.service.ledger import Access, Ledger
-from dpcurator.service.ledger_accounts import basic_cost, basic_event
-from dpcurator.service.ledger_budgets import BudgetView, Cost, dataset_budget
-from dpcurator.service.ledger_charges import ChargeRequest
+from dpcurator.service.ledger.accounts import basic_cost, basic_event
+from dpcurator.service.ledger.budgets import BudgetView, Cost, dataset_budget
+from dpcurator.service.ledger.charges import ChargeRequest
 from dpcurator.service.models import Charge, Dataset, Principal, PublishedRelease
 from dpcurator.service.refusals import RefusalLimiter, audited_sql
 

@@ -21,7 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from dpcurator.accounting.concentrated import Concentrated
 from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.query.limits import MAX_FIT_BLOCKS, MIN_EPSILON
-from dpcurator.service.ledger_budgets import BudgetView, Cost
+from dpcurator.service.ledger.budgets import BudgetView, Cost
 
 #: The numeric input policy (issue 24, item 6), enforced here for every request body:
 #:

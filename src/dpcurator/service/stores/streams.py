@@ -57,7 +57,7 @@ from dpcurator.service.auth import Identity, random_id
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.idempotency import request_fingerprint, stored_result
 from dpcurator.service.ledger import Ledger
-from dpcurator.service.ledger_charges import ChargeRequest
+from dpcurator.service.ledger.charges import ChargeRequest
 from dpcurator.service.models import Stream
 from dpcurator.streams import ContinualSum, PanPrivateDensity, PanPrivateIncidence
 

@@ -1,7 +1,7 @@
 """The ``/v1`` endpoints of issue 16: sparse vector, private streams and local-model surveys.
 
-Authenticated like every other route (:mod:`dpcurator.service.routes`). Sparse vector and stream
-creation reserve their whole charge in the ledger before any data is read; reading a stream's
+Authenticated like every other route (:mod:`dpcurator.service.routes.core`). Sparse vector and
+stream creation reserve their whole charge in the ledger before any data is read; reading a stream's
 latest release or a survey's estimates costs nothing (post-processing).
 """
 
@@ -19,14 +19,14 @@ from dpcurator.service import schemas as s
 from dpcurator.service.auth import Identity
 from dpcurator.service.errors import ForbiddenError, NotFoundError
 from dpcurator.service.idempotency import IdempotencyKey, changed_once, request_fingerprint
-from dpcurator.service.ledger_budgets import cost_of
+from dpcurator.service.ledger.budgets import cost_of
 from dpcurator.service.models import Stream, Survey
 from dpcurator.service.operations import CuratorService
 from dpcurator.service.problem_docs import document_problems
-from dpcurator.service.routes import Caller, Owner, Service
-from dpcurator.service.sparse import MAX_QUERIES, SparseQuestion, answer_sparse
-from dpcurator.service.streams_store import StreamSpec, StreamStore
-from dpcurator.service.surveys import SurveyStore
+from dpcurator.service.routes.core import Caller, Owner, Service
+from dpcurator.service.stores.sparse import MAX_QUERIES, SparseQuestion, answer_sparse
+from dpcurator.service.stores.streams import StreamSpec, StreamStore
+from dpcurator.service.stores.surveys import SurveyStore
 
 router = APIRouter(prefix="", dependencies=[Depends(s.refuse_nul_parameters)])
 

@@ -8,9 +8,9 @@ transaction is serialised by ``BEGIN IMMEDIATE`` on SQLite (one writer at a time
 concurrent requests can never both see the same remaining budget. A refused reservation rolls
 back and changes nothing. On PostgreSQL a reservation without a request key (every query but a
 retried one) runs the same steps as one statement, a function installed in the database (see
-:mod:`dpcurator.service.ledger_postgres`), so the locks are not held across round trips. On
+:mod:`dpcurator.service.ledger.postgres`), so the locks are not held across round trips. On
 SQLite the same reservations and every completion run their statements on the raw ``sqlite3``
-cursor (see :mod:`dpcurator.service.ledger_sqlite`), so the write lock is held for less time.
+cursor (see :mod:`dpcurator.service.ledger.sqlite`), so the write lock is held for less time.
 
 A query costs three short transactions: :meth:`Ledger.access` (read: the dataset row and the
 caller's grant, to check visibility before any planning), :meth:`Ledger.reserve` (write: check both
@@ -34,14 +34,14 @@ were never sent.
 
 A budget composes its charges by basic sequential composition in (ε, δ) (costs add exactly,
 Fractions stored as text) or, by default for a new budget with δ > 0 or a ρ, by replaying their
-events through the concentrated filter (:mod:`~dpcurator.service.ledger_accounts`). A charge,
+events through the concentrated filter (:mod:`~dpcurator.service.ledger.accounts`). A charge,
 once reserved, is never refunded: if the engine fails afterwards the charge stays (``failed``),
 because the failure may already depend on the data.
 
-The ledger is assembled from one module per job: :mod:`~dpcurator.service.ledger_database` (the
-engine and its transactions), :mod:`~dpcurator.service.ledger_statements` (the hot-path SQL),
-:mod:`~dpcurator.service.ledger_budgets` (exact costs), :mod:`~dpcurator.service.ledger_charges`
-(reservations and their outcomes) and :mod:`~dpcurator.service.ledger_history` (entries,
+The ledger is assembled from one module per job: :mod:`~dpcurator.service.ledger.database` (the
+engine and its transactions), :mod:`~dpcurator.service.ledger.statements` (the hot-path SQL),
+:mod:`~dpcurator.service.ledger.budgets` (exact costs), :mod:`~dpcurator.service.ledger.charges`
+(reservations and their outcomes) and :mod:`~dpcurator.service.ledger.history` (entries,
 replays, published releases); this module adds principals, tokens, datasets, grants and the
 audit log.
 """
@@ -60,7 +60,7 @@ from sqlalchemy.orm import Session as OrmSession
 
 from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.service.errors import ConflictError, NotFoundError
-from dpcurator.service.ledger_accounts import (
+from dpcurator.service.ledger.accounts import (
     CAP,
     BudgetAccount,
     OverdrawnError,
@@ -69,17 +69,17 @@ from dpcurator.service.ledger_accounts import (
     check_account_budget,
     replayed_history,
 )
-from dpcurator.service.ledger_budgets import (
+from dpcurator.service.ledger.budgets import (
     BudgetView,
     Cost,
     budget_view,
     dataset_budget,
     grant_budget,
 )
-from dpcurator.service.ledger_charges import ChargeRequest, LedgerCharges, check_fits
-from dpcurator.service.ledger_database import found
-from dpcurator.service.ledger_history import LedgerHistory
-from dpcurator.service.ledger_statements import DATASET_COLUMNS, SQL
+from dpcurator.service.ledger.charges import ChargeRequest, LedgerCharges, check_fits
+from dpcurator.service.ledger.database import found
+from dpcurator.service.ledger.history import LedgerHistory
+from dpcurator.service.ledger.statements import DATASET_COLUMNS, SQL
 from dpcurator.service.models import (
     AuditEvent,
     Dataset,
@@ -117,7 +117,7 @@ class Ledger(LedgerCharges, LedgerHistory):
             retried request whose reservation carries this id is still running (ConflictError);
             one carrying another id is still running there while its lease is live
             (ConflictError), and may be claimed and run here once it has expired (see
-            :mod:`dpcurator.service.ledger_lease`). Every worker process of one server must
+            :mod:`dpcurator.service.ledger.lease`). Every worker process of one server must
             share it (default: a new id for this process).
         lease_seconds: how long another server's claim on a reserved charge stays live without
             renewal; this ledger renews its own claims every third of it.
@@ -436,7 +436,7 @@ def _set_account(
     """Make a budget (a grant, or the cap: ``principal_id = ''``) concentrated or basic.
 
     Concentrated: its events are replayed through a ConcentratedFilter of ``budget`` (see
-    :mod:`dpcurator.service.ledger_accounts`); the charges made so far must fit it (else
+    :mod:`dpcurator.service.ledger.accounts`); the charges made so far must fit it (else
     ConflictError, nothing changed). Basic: (ε, δ) costs add up (their running totals are kept
     under either accounting).
     """

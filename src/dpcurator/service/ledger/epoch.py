@@ -16,7 +16,7 @@ treated as having arrived before it (as any request already running when the rev
 
 Triggers rather than increments in the ledger's own methods, so that no path that writes those
 tables can forget the increment. The PostgreSQL function's name carries a version, as those of
-:mod:`dpcurator.service.ledger_postgres` do.
+:mod:`dpcurator.service.ledger.postgres` do.
 """
 
 from __future__ import annotations

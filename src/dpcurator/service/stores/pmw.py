@@ -26,7 +26,7 @@ sparse-vector outcomes. Once the c updates are used, the owner's rule at opening
 free, no accuracy guarantee; the answer says so). Each answer says whether it came from the
 synthetic distribution or from an update (the released sparse-vector bit).
 
-**State.** One row of ``pmw_modes`` (:class:`~dpcurator.service.ledger_database.PmwMode`) per
+**State.** One row of ``pmw_modes`` (:class:`~dpcurator.service.ledger.database.PmwMode`) per
 mode holds the public parameters and the curator's state
 (:meth:`~dpcurator.interactive.PrivateMultiplicativeWeights.to_bytes`): the exact histogram (the
 curator is trusted, as for the exact running totals of tree streams), the synthetic
@@ -61,9 +61,9 @@ from dpcurator.query.session import Session
 from dpcurator.service.auth import Identity, random_id
 from dpcurator.service.curator import AlreadyCharged, LedgerFilter
 from dpcurator.service.idempotency import request_fingerprint
-from dpcurator.service.ledger_budgets import BudgetView
-from dpcurator.service.ledger_charges import ChargeRequest
-from dpcurator.service.ledger_database import PmwMode, found
+from dpcurator.service.ledger.budgets import BudgetView
+from dpcurator.service.ledger.charges import ChargeRequest
+from dpcurator.service.ledger.database import PmwMode, found
 from dpcurator.service.models import Charge, Dataset, utcnow
 from dpcurator.service.operations import CuratorService
 from dpcurator.synth.domain import SynthDomain

@@ -57,7 +57,7 @@ from dpcurator.accounting.concentrated import ConcentratedFilter
 from dpcurator.accounting.events import ApproxEvent, PrivacyEvent, PureEvent
 from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.errors import BudgetExceededError, DPError, ParameterError
-from dpcurator.service.ledger_budgets import BudgetView, Cost, NativeView, cost_of
+from dpcurator.service.ledger.budgets import BudgetView, Cost, NativeView, cost_of
 from dpcurator.service.models import Base, Charge, utcnow
 
 #: The ``principal_id`` of a dataset's global cap in ``budget_accounts``.

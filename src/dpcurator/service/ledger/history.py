@@ -12,8 +12,8 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from dpcurator.core.measures import ApproxDP
-from dpcurator.service.ledger_budgets import cost_of
-from dpcurator.service.ledger_database import LedgerDatabase, found
+from dpcurator.service.ledger.budgets import cost_of
+from dpcurator.service.ledger.database import LedgerDatabase, found
 from dpcurator.service.models import Charge, PublishedRelease, utcnow
 
 _ZERO = ApproxDP(0, 0)

@@ -8,7 +8,7 @@ so costs add exactly; this module reads them back. A budget is accounted in one 
 * ``concentrated`` (the default for a new budget with δ > 0, or a ρ): the charges' events are
   replayed through a :class:`~dpcurator.accounting.ConcentratedFilter` (the fully adaptive
   filter across pure, (ε, δ) and zCDP events: a basic route, or a Rényi route; see
-  :mod:`dpcurator.service.ledger_accounts`). Its view carries the filter's native parts.
+  :mod:`dpcurator.service.ledger.accounts`). Its view carries the filter's native parts.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """Synthetic data and contingency tables published by the curator, stored in the ledger database.
 
-An owner plans a release (:mod:`dpcurator.service.synth_plan`: free, nothing read), then
+An owner plans a release (:mod:`dpcurator.service.stores.synth_plan`: free, nothing read), then
 publishes it: the charge is reserved against the dataset's global cap (one ledger entry, kind
 ``synthetic``) BEFORE any data is read, a row of ``synthetic_releases``
-(:class:`~dpcurator.service.ledger_database.SyntheticRelease`) records the job, and a background
+(:class:`~dpcurator.service.ledger.database.SyntheticRelease`) records the job, and a background
 thread computes it (AIM and MST take tens of seconds; one job at a time per server process, so
 their memory does not add up). The thread writes its progress to the row, then the released
 frame as Parquet, and completes the charge; if it fails, the charge is marked failed and stands
 (its noise may have been drawn). A server that dies mid-job leaves the charge spent: the row is
 reported ``interrupted`` once the charge's claim has lapsed (see
-:mod:`dpcurator.service.ledger_lease`). Reserve -> compute -> complete, as for queries: the
+:mod:`dpcurator.service.ledger.lease`). Reserve -> compute -> complete, as for queries: the
 charge is never lost.
 
 Reading is post-processing and free: whoever may see the dataset (the owner, analysts with a
@@ -37,13 +37,13 @@ from dpcurator.errors import ENGINE_FAILURE_MESSAGE
 from dpcurator.service.auth import Identity, random_id
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.idempotency import request_fingerprint, same_request, stored_result
-from dpcurator.service.ledger_budgets import BudgetView, cost_of
-from dpcurator.service.ledger_charges import ChargeRequest
-from dpcurator.service.ledger_database import SyntheticRelease, found
+from dpcurator.service.ledger.budgets import BudgetView, cost_of
+from dpcurator.service.ledger.charges import ChargeRequest
+from dpcurator.service.ledger.database import SyntheticRelease, found
 from dpcurator.service.models import Charge, utcnow
 from dpcurator.service.operations import CuratorService
 from dpcurator.service.schemas import cost_json
-from dpcurator.service.synth_plan import SynthPlan, SynthSpec, plan_release
+from dpcurator.service.stores.synth_plan import SynthPlan, SynthSpec, plan_release
 
 #: Formats of the released data.
 FORMATS = ("csv", "parquet", "json")

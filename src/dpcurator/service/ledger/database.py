@@ -4,7 +4,7 @@ On SQLite: WAL mode with ``synchronous=NORMAL`` (see Durability in :mod:`dpcurat
 ``BEGIN IMMEDIATE`` for writers, one writer at a time without polling (:class:`_WriterLock`) and
 the WAL checkpointed by a background thread (:class:`_Checkpointer`). On PostgreSQL: a pool of
 connections, and one-statement operations in autocommit mode. The tables (and PostgreSQL's
-reservation function, :mod:`dpcurator.service.ledger_postgres`) are created when missing.
+reservation function, :mod:`dpcurator.service.ledger.postgres`) are created when missing.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Mapped, mapped_column
 from sqlalchemy.orm import Session as OrmSession
 
-from dpcurator.service import ledger_epoch, ledger_postgres
 from dpcurator.service.errors import NotFoundError
-from dpcurator.service.ledger_health import OutageWatch
-from dpcurator.service.ledger_lease import add_lease_column
+from dpcurator.service.ledger import epoch as ledger_epoch
+from dpcurator.service.ledger import postgres as ledger_postgres
+from dpcurator.service.ledger.health import OutageWatch
+from dpcurator.service.ledger.lease import add_lease_column
 from dpcurator.service.models import Base, utcnow
 
 SQLITE_BUSY_TIMEOUT_MS = 60_000
@@ -38,7 +39,7 @@ _Row = TypeVar("_Row")
 
 
 class PmwMode(Base):
-    """A private multiplicative weights mode of a dataset (:mod:`dpcurator.service.pmw_store`):
+    """A private multiplicative weights mode of a dataset (:mod:`dpcurator.service.stores.pmw`):
     public parameters, the charge paid when it opened, the curator's PRIVATE state (exact
     histogram, synthetic distribution, open sparse-vector run) and the public counters."""
 
@@ -57,7 +58,7 @@ class PmwMode(Base):
 
 class SyntheticRelease(Base):
     """A published synthetic table or set of contingency tables
-    (:mod:`dpcurator.service.synth_store`): public request, the charge paid before it ran, the
+    (:mod:`dpcurator.service.stores.synth`): public request, the charge paid before it ran, the
     job's status and progress, and the released table (Parquet; post-processing, free to read)."""
 
     __tablename__ = "synthetic_releases"
@@ -244,7 +245,7 @@ class LedgerDatabase:
         return self._epoch_path is not None
 
     def revocation_epoch(self) -> int:
-        """The revocation epoch (:mod:`dpcurator.service.ledger_epoch`): one primary-key read
+        """The revocation epoch (:mod:`dpcurator.service.ledger.epoch`): one primary-key read
         that takes no lock. On SQLite each thread reads on a connection of its own, opened once
         outside the pool (~5 µs instead of ~100 µs through a pooled connection); in WAL mode a
         reader never waits for a writer. On PostgreSQL one autocommit statement."""

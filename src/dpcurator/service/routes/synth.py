@@ -1,4 +1,4 @@
-"""The ``/v1`` endpoints of synthetic releases (:mod:`.synth_store`).
+"""The ``/v1`` endpoints of synthetic releases (:mod:`~dpcurator.service.stores.synth`).
 
 Owners see a release's charge and expected errors for free (``synthetic:estimate``), then
 publish it (``synthetic``: charged once to the dataset's global cap, computed in the background,
@@ -19,9 +19,9 @@ from dpcurator.service.auth import Identity
 from dpcurator.service.idempotency import IdempotencyKey
 from dpcurator.service.operations import fits_budget
 from dpcurator.service.problem_docs import document_problems
-from dpcurator.service.routes import Caller, Owner, Service, _identity
-from dpcurator.service.synth_plan import KINDS, SynthSpec
-from dpcurator.service.synth_store import FORMATS, SynthStore, encode, release_json
+from dpcurator.service.routes.core import Caller, Owner, Service, _identity
+from dpcurator.service.stores.synth import FORMATS, SynthStore, encode, release_json
+from dpcurator.service.stores.synth_plan import KINDS, SynthSpec
 
 router = APIRouter(prefix="", dependencies=[Depends(s.refuse_nul_parameters)])
 

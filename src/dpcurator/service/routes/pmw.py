@@ -1,4 +1,5 @@
-"""The ``/v1`` endpoints of the private multiplicative weights mode (:mod:`.pmw_store`).
+"""The ``/v1`` endpoints of the private multiplicative weights mode
+(:mod:`~dpcurator.service.stores.pmw`).
 
 Owners open a mode on a dataset (its whole ε charged to the dataset's cap at once); whoever may
 see the dataset reads the mode's public counters and asks counting queries, which cost them
@@ -14,9 +15,9 @@ from pydantic import Field
 
 from dpcurator.service import schemas as s
 from dpcurator.service.idempotency import IdempotencyKey
-from dpcurator.service.pmw_store import PmwSpec, PmwStore, mode_json
 from dpcurator.service.problem_docs import document_problems
-from dpcurator.service.routes import Caller, Owner, Service
+from dpcurator.service.routes.core import Caller, Owner, Service
+from dpcurator.service.stores.pmw import PmwSpec, PmwStore, mode_json
 
 router = APIRouter(prefix="", dependencies=[Depends(s.refuse_nul_parameters)])
 

@@ -2,7 +2,7 @@
 
 :data:`SQL` holds the SQLAlchemy Core statements of the reservation, the completion, the claims
 and :meth:`~dpcurator.service.ledger.Ledger.access`; :class:`RawStatements` compiles the SQLite
-subset of them for the raw ``sqlite3`` cursor (see :mod:`dpcurator.service.ledger_sqlite`).
+subset of them for the raw ``sqlite3`` cursor (see :mod:`dpcurator.service.ledger.sqlite`).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from sqlalchemy import BindParameter, Dialect, Table, bindparam, insert, select, text, update
 
 from dpcurator.errors import InternalInvariantError
-from dpcurator.service.ledger_accounts import CAP, BudgetAccount
-from dpcurator.service.ledger_sqlite import RawStatement
+from dpcurator.service.ledger.accounts import CAP, BudgetAccount
+from dpcurator.service.ledger.sqlite import RawStatement
 from dpcurator.service.models import Base, Charge, Dataset, Grant
 
 

@@ -27,10 +27,10 @@ from dpcurator.service import schemas as s
 from dpcurator.service.curator import DatasetRuntime
 from dpcurator.service.idempotency import IdempotencyKey
 from dpcurator.service.json_response import FiniteJSONResponse
-from dpcurator.service.ledger_budgets import cost_of
+from dpcurator.service.ledger.budgets import cost_of
 from dpcurator.service.operations import fingerprint, fits_budget
 from dpcurator.service.problem_docs import document_problems
-from dpcurator.service.routes import Caller, Service
+from dpcurator.service.routes.core import Caller, Service
 
 router = APIRouter(prefix="", dependencies=[Depends(s.refuse_nul_parameters)])
 

@@ -13,7 +13,7 @@ Budgets stay exact: costs are fractions written as text (``"1/1000"``), added an
 <= c/d`` iff ``a*d <= c*b``; sums reduced by their gcd and written as Python writes a Fraction).
 A test compares both functions with Python's :class:`fractions.Fraction` on random fractions.
 
-Budgets with concentrated accounting (:mod:`dpcurator.service.ledger_accounts`) are not checked
+Budgets with concentrated accounting (:mod:`dpcurator.service.ledger.accounts`) are not checked
 here: under the dataset row's lock the function finds their account and returns without charging,
 and the caller reserves in a transaction that replays the events (v2; v1 predates accounts).
 
@@ -146,7 +146,7 @@ $$""",
 #: One reservation, given the new charge's row (``Ledger._charge_row``, events as JSON text) and
 #: ``charge_grant``: the locked totals BEFORE it and the new charge's id (NULL if refused; -1,
 #: nothing done, if the cap or the grant is concentrated: see
-#: :mod:`dpcurator.service.ledger_accounts`); no row if the dataset is unknown or the analyst has
+#: :mod:`dpcurator.service.ledger.accounts`); no row if the dataset is unknown or the analyst has
 #: no grant on it.
 RESERVE_CALL = text(
     f"SELECT * FROM {RESERVE}(:dataset_id, :principal_id, :charge_grant, :epsilon, :delta, :kind,"

@@ -4,7 +4,7 @@
 dataset's global cap and adds it to both in one write transaction (see the module docstring of
 :mod:`dpcurator.service.ledger`); only then may the engine run. The server computing a charge
 with a request key holds a claim on it, renewed while it computes
-(:mod:`dpcurator.service.ledger_lease`), and only the claimant may record its outcome.
+(:mod:`dpcurator.service.ledger.lease`), and only the claimant may record its outcome.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from dpcurator.accounting.concentrated import ConcentratedFilter
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import BudgetExceededError, DPError, InternalInvariantError, ParameterError
-from dpcurator.service import ledger_postgres
 from dpcurator.service.errors import ConflictError, NotFoundError
-from dpcurator.service.ledger_accounts import (
+from dpcurator.service.ledger import postgres as ledger_postgres
+from dpcurator.service.ledger.accounts import (
     CAP,
     account_budget,
     accounts_of,
@@ -36,7 +36,7 @@ from dpcurator.service.ledger_accounts import (
     migrate_events,
     replayed_history,
 )
-from dpcurator.service.ledger_budgets import (
+from dpcurator.service.ledger.budgets import (
     BasicView,
     BudgetView,
     Cost,
@@ -45,9 +45,9 @@ from dpcurator.service.ledger_budgets import (
     dataset_budget,
     grant_budget,
 )
-from dpcurator.service.ledger_database import LedgerDatabase, found
-from dpcurator.service.ledger_lease import LEASE_SECONDS, LeaseKeeper, check_claim
-from dpcurator.service.ledger_statements import SQL, RawStatements
+from dpcurator.service.ledger.database import LedgerDatabase, found
+from dpcurator.service.ledger.lease import LEASE_SECONDS, LeaseKeeper, check_claim
+from dpcurator.service.ledger.statements import SQL, RawStatements
 from dpcurator.service.models import Charge, Dataset, Grant, utcnow
 
 
@@ -64,7 +64,7 @@ class ChargeRequest:
     and cost) for replay. ``charge_grant`` is false for owners, who spend only the global cap.
     ``events`` holds the release's event (``to_dict``) and ``cost`` its (ε, δ) cost ((0, 0) for a
     ρ-only event); anything else is charged as the basic event of ``cost`` (see
-    :func:`~dpcurator.service.ledger_accounts.charge_event`).
+    :func:`~dpcurator.service.ledger.accounts.charge_event`).
     """
 
     principal_id: str
@@ -291,10 +291,10 @@ class LedgerCharges(LedgerDatabase):
         One write transaction of a few SQL statements (no ORM on this hot path): lock the dataset
         row, look up the request key, lock the grant row, check both budgets, update both running
         totals and insert the charge. A basic budget adds (ε, δ) costs; a concentrated one
-        replays its events through its filter (:mod:`dpcurator.service.ledger_accounts`), in the
+        replays its events through its filter (:mod:`dpcurator.service.ledger.accounts`), in the
         same transaction. A request without a key on basic budgets does all of it in one
-        statement on PostgreSQL (see :mod:`dpcurator.service.ledger_postgres`), and on the raw
-        cursor on SQLite (see :mod:`dpcurator.service.ledger_sqlite`); those paths find a
+        statement on PostgreSQL (see :mod:`dpcurator.service.ledger.postgres`), and on the raw
+        cursor on SQLite (see :mod:`dpcurator.service.ledger.sqlite`); those paths find a
         concentrated budget under the dataset's lock and hand over, having changed nothing.
 
         Raises:
@@ -314,7 +314,7 @@ class LedgerCharges(LedgerDatabase):
         cost = request.cost
         who = {"p": request.principal_id, "d": request.dataset_id}
         with self._connection(write=True) as conn:
-            if self._postgres:  # before any lock is taken (Durability in service/ledger.py)
+            if self._postgres:  # before any lock is taken (Durability in dpcurator.service.ledger)
                 conn.execute(SQL.commit_without_flush)
             # One statement locks the dataset row and, for an analyst, the grant row (in that
             # order, as everywhere); no row: unknown dataset, or no grant.
@@ -337,7 +337,7 @@ class LedgerCharges(LedgerDatabase):
 
     def _reserve_in_sqlite(self, request: ChargeRequest) -> Reservation:
         """:meth:`reserve` without a request key on SQLite: the same statements, run on the raw
-        cursor (see :mod:`dpcurator.service.ledger_sqlite`)."""
+        cursor (see :mod:`dpcurator.service.ledger.sqlite`)."""
         who = {"p": request.principal_id, "d": request.dataset_id}
         charge = self._charge_row(request)
         lock = self._raw.lock_cap_and_grant if request.charge_grant else self._raw.lock_cap
@@ -376,7 +376,7 @@ class LedgerCharges(LedgerDatabase):
 
     def _reserve_in_postgres(self, request: ChargeRequest) -> Reservation:
         """:meth:`reserve` without a request key on PostgreSQL: one call of the function of
-        :mod:`dpcurator.service.ledger_postgres`, in autocommit mode (one round trip)."""
+        :mod:`dpcurator.service.ledger.postgres`, in autocommit mode (one round trip)."""
         charge = self._charge_row(request)
         params = {
             **charge,
@@ -429,7 +429,7 @@ class LedgerCharges(LedgerDatabase):
 
     def _reuse(self, conn: Connection, earlier: Row[Any], request: ChargeRequest) -> Reservation:
         """Return the charge of a retried request; take its claim over if the claim expired
-        (its server died: see :mod:`dpcurator.service.ledger_lease`)."""
+        (its server died: see :mod:`dpcurator.service.ledger.lease`)."""
         if earlier.fingerprint != request.fingerprint or earlier.dataset_id != request.dataset_id:
             raise ConflictError(
                 f"The request key {request.request_key!r} was already used for a different "

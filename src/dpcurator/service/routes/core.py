@@ -21,8 +21,8 @@ from dpcurator.service.curator import NoiseRequest
 from dpcurator.service.errors import NotFoundError
 from dpcurator.service.idempotency import IdempotencyKey
 from dpcurator.service.json_response import FiniteJSONResponse as _Json
-from dpcurator.service.ledger_accounts import charge_cost
-from dpcurator.service.ledger_budgets import BudgetView, Cost, cost_of, grant_budget
+from dpcurator.service.ledger.accounts import charge_cost
+from dpcurator.service.ledger.budgets import BudgetView, Cost, cost_of, grant_budget
 from dpcurator.service.models import Charge, Dataset, Principal, PublishedRelease
 from dpcurator.service.operations import BatchQuery, CuratorService
 from dpcurator.service.problem_docs import document_problems
