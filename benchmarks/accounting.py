@@ -36,9 +36,9 @@ import pandas as pd
 import dpcurator as dpc
 from dpcurator.accounting import ConcentratedFilter, ZCDPEvent
 from dpcurator.accounting.concentrated import conditioning_epsilon, largest_rho
-from dpcurator.query.noise import plan_with_noise
-from dpcurator.query.planner import plan_query
-from dpcurator.query.sql import parse_sql
+from dpcurator.query.frontend.sql import parse_sql
+from dpcurator.query.plan.noise import plan_with_noise
+from dpcurator.query.plan.planner import plan_query
 from dpcurator.random import SeededRng
 
 ADULT = Path("/work/shared/data/adult_uci/adult.data")

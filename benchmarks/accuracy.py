@@ -6,7 +6,7 @@ it (centred at 5, count and centred fixed-point sum with discrete Laplace noise)
 ``trials`` times with
 
 * before: half of ε on the count and half on the sum (the old rule);
-* after: the planner's split (:mod:`dpcurator.query.split`: sum : count = 1 : q^(1/3));
+* after: the planner's split (:mod:`dpcurator.query.plan.split`: sum : count = 1 : q^(1/3));
 * public n: the sum alone with all of ε and the mean divided by the true n (what OpenDP and
   diffprivlib do when the table size is public; not available under add/remove-one DP), as a
   reference.
@@ -23,9 +23,9 @@ from fractions import Fraction
 
 import numpy as np
 
-import dpcurator.query.builder as qb
+import dpcurator.query.frontend.builder as qb
 from dpcurator.mechanisms import Laplace
-from dpcurator.query.planner import plan_query
+from dpcurator.query.plan.planner import plan_query
 from dpcurator.query.schema import Metadata
 from dpcurator.random import SeededRng
 

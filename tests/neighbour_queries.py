@@ -34,13 +34,13 @@ from dpcurator._cache import LruCache
 from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError, DPError
 from dpcurator.query import session as session_module
 from dpcurator.query.backends import Backend, open_backend
+from dpcurator.query.frontend.sql import parse_sql
 from dpcurator.query.ir import AggregatePlan, ExactResult
-from dpcurator.query.noise import plan_with_noise
-from dpcurator.query.planner import Plan
+from dpcurator.query.plan.noise import plan_with_noise
+from dpcurator.query.plan.planner import Plan
 from dpcurator.query.precomputed import precomputed_columns
-from dpcurator.query.release import Estimate, Release
-from dpcurator.query.release_estimate import estimate_plan
-from dpcurator.query.sql import parse_sql
+from dpcurator.query.release.core import Estimate, Release
+from dpcurator.query.release.estimate import estimate_plan
 from dpcurator.random import SeededRng
 from tests.neighbour_sql import INT64_MAX, VICTIM, NeighbourQuery
 

@@ -174,7 +174,8 @@ _GROUPINGS = (
 
 @st.composite
 def queries(draw: st.DrawFn) -> NeighbourQuery:
-    """A query of the supported SQL subset over the demo table (see :mod:`dpcurator.query.sql`)."""
+    """A query of the supported SQL subset over the demo table (see
+    :mod:`dpcurator.query.frontend.sql`)."""
     groups = draw(st.sampled_from(_GROUPINGS))
     aggregates = draw(st.lists(_aggregates(), min_size=1, max_size=2))
     items = [*groups, *(f"{a} AS a{i}" for i, a in enumerate(aggregates))]

@@ -10,7 +10,7 @@ import dpcurator
 from dpcurator.accounting import Budget
 from dpcurator.core.measures import PureDP
 from dpcurator.errors import BudgetExceededError, ParameterError, UnsupportedQueryError
-from dpcurator.query.accuracy import halfwidth
+from dpcurator.query.plan.accuracy import halfwidth
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
 from dpcurator.random import SeededRng

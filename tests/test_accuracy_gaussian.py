@@ -1,4 +1,4 @@
-"""Accuracy-first queries with discrete Gaussian noise (dpcurator.query.accuracy; issue 18 §2):
+"""Accuracy-first queries with discrete Gaussian noise (dpcurator.query.plan.accuracy; issue 18 §2):
 the smallest ρ per aggregate meeting its exact (1-α) half-width, charged as zCDP, or with a δ
 converted and compared with Laplace."""
 
@@ -14,9 +14,9 @@ from dpcurator.accounting import ConcentratedEvent, ZCDPEvent
 from dpcurator.errors import BudgetExceededError, UnsupportedQueryError
 from dpcurator.mechanisms import Gaussian, Laplace
 from dpcurator.mechanisms.gaussian_threshold import GaussianPartitionSelection
-from dpcurator.query.accuracy import Want, gaussian_halfwidth, smallest_rho, statistic_width
-from dpcurator.query.plan_outputs import NoisyStatistic
-from dpcurator.query.planner import Plan
+from dpcurator.query.plan.accuracy import Want, gaussian_halfwidth, smallest_rho, statistic_width
+from dpcurator.query.plan.outputs import NoisyStatistic
+from dpcurator.query.plan.planner import Plan
 from dpcurator.random import SeededRng
 from tests.neighbour_queries import ENGINES, demo_frame, demo_metadata
 

@@ -1,6 +1,6 @@
 """Accuracy-first Gaussian queries and ρ with partition selection over HTTP (issue 18): the
-service passes noise, rho, delta and accuracy through to the planner (dpcurator.query.accuracy,
-dpcurator.query.noise) and charges what the plan says."""
+service passes noise, rho, delta and accuracy through to the planner (dpcurator.query.plan.accuracy,
+dpcurator.query.plan.noise) and charges what the plan says."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Relative accuracy targets (dpcurator.query.accuracy.resolve_target): ``"P%"`` of the declared
-bounds' width of the value a SUM reads, ``"P% of S"`` of a given scale; counts need a scale;
-the library, the HTTP body schema and the CLI argument accept them."""
+"""Relative accuracy targets (dpcurator.query.plan.accuracy.resolve_target): ``"P%"`` of the
+declared bounds' width of the value a SUM reads, ``"P% of S"`` of a given scale; counts need a
+scale; the library, the HTTP body schema and the CLI argument accept them."""
 
 from __future__ import annotations
 

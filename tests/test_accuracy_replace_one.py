@@ -1,4 +1,4 @@
-"""Accuracy targets for the whole-table MEAN under replace-one (dpcurator.query.accuracy): the
+"""Accuracy targets for the whole-table MEAN under replace-one (dpcurator.query.plan.accuracy): the
 mean is a noisy sum over the public n, so its interval's half-width is public and a target can
 be met exactly; under add/remove (a noisy count in the denominator) it is still refused."""
 
@@ -12,7 +12,7 @@ import pytest
 import dpcurator as dpc
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.mechanisms import Gaussian, Laplace
-from dpcurator.query.accuracy import (
+from dpcurator.query.plan.accuracy import (
     gaussian_halfwidth,
     laplace_halfwidth,
     public_mean_width,

@@ -26,6 +26,7 @@ import dpcurator
 from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError
 from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
 from dpcurator.query.backends.duckdb_query import build_query, cube_serves
+from dpcurator.query.frontend.sql import parse_sql
 from dpcurator.query.ir import (
     AggregatePlan,
     BinOp,
@@ -43,9 +44,8 @@ from dpcurator.query.ir import (
     Lit,
     PrecomputedColumns,
 )
-from dpcurator.query.planner import plan_query
+from dpcurator.query.plan.planner import plan_query
 from dpcurator.query.schema import Metadata
-from dpcurator.query.sql import parse_sql
 
 VICTIM = 4322
 INT64_MAX = 2**63 - 1

@@ -1,5 +1,5 @@
 """``dpcurator query/estimate --clipping``: the clipping report's share of ε reaches the server
-(:mod:`dpcurator.query.clipping_plan`) and the report is printed (issue 14)."""
+(:mod:`dpcurator.query.plan.clipping`) and the report is printed (issue 14)."""
 
 from __future__ import annotations
 

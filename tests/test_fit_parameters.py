@@ -1,6 +1,6 @@
 """Every fit parameter combination is decided before the charge (issue 14, the privacy rule).
 
-A fit that is refused must be refused by :func:`~dpcurator.query.fit.plan_fit`, free, with a
+A fit that is refused must be refused by :func:`~dpcurator.query.fit.core.plan_fit`, free, with a
 clear error naming the parameter; once charged, a fit must answer (a value or NR), never raise.
 The walk below crosses the kind, ``method``, ``blocks``, ``δ``, a person column or none, a tiny
 or a plain ε, a narrow or a vast parameter box, and the fetch cap ``max_rows``, and asserts for
@@ -19,7 +19,7 @@ import pytest
 import dpcurator as dpc
 from dpcurator.accounting import Budget
 from dpcurator.errors import BackendError, DPError
-from dpcurator.query.limits import MAX_FIT_BLOCKS
+from dpcurator.query.plan.limits import MAX_FIT_BLOCKS
 from dpcurator.query.session import Session
 from dpcurator.random import SeededRng
 

@@ -1,4 +1,4 @@
-"""Robust L1 regression through Session.fit (issue 14; :mod:`dpcurator.query.fit_ptr`)."""
+"""Robust L1 regression through Session.fit (issue 14; :mod:`dpcurator.query.fit.ptr`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 import dpcurator as dpc
 from dpcurator.errors import DPError
-from dpcurator.query.fit import plan_fit
+from dpcurator.query.fit.core import plan_fit
 from dpcurator.query.session import Session
 from dpcurator.random import SeededRng
 

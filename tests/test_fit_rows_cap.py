@@ -1,4 +1,4 @@
-"""The engine-side cap of sample-and-aggregate fits (issue 14; :mod:`dpcurator.query.fit_rows`).
+"""The engine-side cap of sample-and-aggregate fits (issue 14; :mod:`dpcurator.query.fit.rows`).
 
 A fit on a large table fetches at most ``max_rows`` rows from the engine, whatever the table's
 size; on neighbouring tables (D and D minus one person) the fetched rows differ in at most one

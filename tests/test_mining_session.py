@@ -17,8 +17,8 @@ import dpcurator as dpc
 from dpcurator.accounting import Budget
 from dpcurator.errors import DomainError, ParameterError, UnsupportedQueryError
 from dpcurator.mining import ID3, PCA, GaussianNB, KMeans
-from dpcurator.query.builder import Query
-from dpcurator.query.release import Release
+from dpcurator.query.frontend.builder import Query
+from dpcurator.query.release.core import Release
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
 from dpcurator.random import SeededRng

@@ -17,9 +17,9 @@ import pytest
 import dpcurator as dpc
 from dpcurator.mechanisms import Laplace
 from dpcurator.query.backends import open_backend
-from dpcurator.query.noise import plan_with_noise
-from dpcurator.query.planner import Plan
-from dpcurator.query.sql import parse_sql
+from dpcurator.query.frontend.sql import parse_sql
+from dpcurator.query.plan.noise import plan_with_noise
+from dpcurator.query.plan.planner import Plan
 
 M = 2  # rows per person
 #: x in [L, U]; ``flag`` decides the WHERE; the replaced person is pid 9.

@@ -1,7 +1,7 @@
 """Partition selection of Gaussian plans (dpcurator.mechanisms.gaussian_threshold) and one
 selection shared by all the aggregates of a query, thresholding its count's own noise
-(dpcurator.query.planner.shared_selection_output): accounting by hand, the threshold's δ against
-the exact discrete Gaussian tail, the release probability of a small group, neighbours."""
+(dpcurator.query.plan.planner.shared_selection_output): accounting by hand, the threshold's δ
+against the exact discrete Gaussian tail, the release probability of a small group, neighbours."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from dpcurator.core.measures import ZCDP
 from dpcurator.mechanisms import PartitionSelection
 from dpcurator.mechanisms.gaussian_threshold import GaussianPartitionSelection, tail_bound_log
 from dpcurator.query.caches import new_result_cache
-from dpcurator.query.planner import Plan
+from dpcurator.query.plan.planner import Plan
 from dpcurator.random import SeededRng
 from tests.neighbour_queries import (
     ENGINES,

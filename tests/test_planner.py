@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 
-import dpcurator.query.builder as qb
+import dpcurator.query.frontend.builder as qb
 from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.errors import DomainError, ParameterError, UnsupportedQueryError
 from dpcurator.mechanisms import Laplace
 from dpcurator.query import ir
-from dpcurator.query.analysis import infer_bounds, is_integer_valued, public_keys
 from dpcurator.query.backends.grid import bin_index
-from dpcurator.query.bounds_plan import plan_bounds
-from dpcurator.query.limits import MAX_AGGREGATES, MIN_EPSILON
-from dpcurator.query.plan_facts import choose_grid_exponent, grid_units
-from dpcurator.query.planner import plan_query
+from dpcurator.query.plan.analysis import infer_bounds, is_integer_valued, public_keys
+from dpcurator.query.plan.bounds import plan_bounds
+from dpcurator.query.plan.facts import choose_grid_exponent, grid_units
+from dpcurator.query.plan.limits import MAX_AGGREGATES, MIN_EPSILON
+from dpcurator.query.plan.planner import plan_query
 from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.query.schema import Metadata

@@ -15,9 +15,9 @@ import pytest
 import dpcurator as dpc
 from dpcurator import mining
 from dpcurator.estimators.logistic import METHODS
-from dpcurator.query import fit as fit_module
-from dpcurator.query.builder import AggregateKind
-from dpcurator.query.fit import FIT_KINDS
+from dpcurator.query.fit import core as fit_module
+from dpcurator.query.fit.core import FIT_KINDS
+from dpcurator.query.frontend.builder import AggregateKind
 from dpcurator.random import SeededRng
 from dpcurator.service.stores.streams import KINDS as STREAM_KINDS
 from dpcurator.service.stores.synth_plan import KINDS as SYNTH_KINDS

@@ -1,4 +1,5 @@
-"""JOIN of the private table with public lookup tables (issue 18 §3; dpcurator.query.sql_join)."""
+"""JOIN of the private table with public lookup tables (issue 18 §3;
+dpcurator.query.frontend.join)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The query layer's opt-in clipping report (issue 14, "clipping bias";
-:mod:`dpcurator.query.clipping_plan`, :mod:`dpcurator.query.clipping_release`).
+:mod:`dpcurator.query.plan.clipping`, :mod:`dpcurator.query.release.clipping`).
 
 Coverage: with 30% of the values above the upper bound, the upper end of the clamped share's
 (1-α) interval must reach 0.25 in (nearly) every release: a miss has probability <= CI_ALPHA,

@@ -2,9 +2,9 @@
 is tested").
 
 AVG, VARIANCE and STDDEV are ratios of noisy sums (their intervals invert the error's distribution
-under the public noise, :mod:`dpcurator.query.ratio_interval`; tests/test_ratio_intervals.py checks
-them more closely), MEDIAN a refined quantile with its noise-only interval
-(:mod:`dpcurator.query.quantile_plan`). Each is noise-only: it covers the exact statistic of THIS
+under the public noise, :mod:`dpcurator.query.release.ratio_interval`; tests/test_ratio_intervals.py
+checks them more closely), MEDIAN a refined quantile with its noise-only interval
+(:mod:`dpcurator.query.plan.quantile`). Each is noise-only: it covers the exact statistic of THIS
 table, so the data are drawn once per case (inside the bounds, so clamping moves nothing) and the
 release repeated with fresh noise. A one-sided binomial test at ALPHA must not reject coverage
 >= 0.95 - 0.05, and (power check) the same releases with intervals shrunk 10x around the value

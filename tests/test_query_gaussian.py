@@ -1,4 +1,4 @@
-"""Gaussian noise and zCDP in the query layer (dpcurator.query.noise): neighbouring tables, CI
+"""Gaussian noise and zCDP in the query layer (dpcurator.query.plan.noise): neighbouring tables, CI
 coverage, the automatic choice of noise family, ρ costs and concentrated accounting."""
 
 from __future__ import annotations

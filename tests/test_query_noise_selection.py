@@ -1,5 +1,5 @@
-"""Partition selection with Gaussian noise in the query layer (dpcurator.query.noise; issue 18):
-ρ-costed queries with Gaussian thresholding, and the automatic Laplace/Gaussian choice counting
+"""Partition selection with Gaussian noise in the query layer (dpcurator.query.plan.noise; issue
+18): ρ-costed queries with Gaussian thresholding, and the automatic Laplace/Gaussian choice counting
 partition selection's threshold."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dpcurator.accounting import ConcentratedEvent
 from dpcurator.errors import ParameterError
 from dpcurator.mechanisms import Gaussian, Laplace
 from dpcurator.mechanisms.gaussian_threshold import GaussianPartitionSelection
-from dpcurator.query.noise import CHOICE_ALPHA, plan_with_noise
-from dpcurator.query.planner import Plan
-from dpcurator.query.sql import parse_sql
+from dpcurator.query.frontend.sql import parse_sql
+from dpcurator.query.plan.noise import CHOICE_ALPHA, plan_with_noise
+from dpcurator.query.plan.planner import Plan
 from dpcurator.random import SeededRng
 from tests.neighbour_queries import ENGINES, Neighbour, demo_frame, demo_metadata
 from tests.neighbour_sql import VICTIM

@@ -1,10 +1,11 @@
 """Coverage and tightness of the AVG / VARIANCE / STDDEV intervals
-(:mod:`dpcurator.query.ratio_interval`; issue 14, "means and variances as ratios of noisy sums").
+(:mod:`dpcurator.query.release.ratio_interval`; issue 14, "means and variances as ratios of noisy
+sums").
 
 The interval is noise-only: it covers the exact statistic of THIS table, so each case's data
 are drawn once (inside the bounds), its exact aggregates computed once, and the release repeated
-REPS times with fresh noise (:func:`~dpcurator.query.release.release_plan`, the post-charge step
-of every query). Coverage: a one-sided binomial test at ALPHA must not reject coverage >= FLOOR
+REPS times with fresh noise (:func:`~dpcurator.query.release.core.release_plan`, the post-charge
+step of every query). Coverage: a one-sided binomial test at ALPHA must not reject coverage >= FLOOR
 (nominal 0.95 less a 0.01 tolerance) in any cell, n ∈ {10², 10⁴} x ε ∈ {0.1, 1}. Tightness (the
 power check): the same intervals narrowed by 25% around the value must be rejected as
 under-covering in at least one cell of each statistic; the union-bound intervals these replaced
@@ -26,8 +27,13 @@ import dpcurator as dpc
 from dpcurator.accounting import PureEvent
 from dpcurator.mechanisms import Gaussian, Laplace
 from dpcurator.query.backends import open_backend
-from dpcurator.query.ratio_interval import POINTS, MomentNoise, _tail_quantiles, moment_intervals
-from dpcurator.query.release import release_plan
+from dpcurator.query.release.core import release_plan
+from dpcurator.query.release.ratio_interval import (
+    POINTS,
+    MomentNoise,
+    _tail_quantiles,
+    moment_intervals,
+)
 from dpcurator.query.session import Session
 from dpcurator.random import SeededRng
 from tests.stat_tools import ALPHA, coverage_counts

@@ -14,9 +14,9 @@ import pytest
 
 import dpcurator as dpc
 from dpcurator.query import ir
-from dpcurator.query.planner import Plan, plan_query
-from dpcurator.query.release import release_plan
-from dpcurator.query.sql import parse_sql
+from dpcurator.query.frontend.sql import parse_sql
+from dpcurator.query.plan.planner import Plan, plan_query
+from dpcurator.query.release.core import release_plan
 from dpcurator.random import SeededRng
 
 INT64_MAX = 2**63 - 1

@@ -1,6 +1,6 @@
 """Bounded work for every request, owners included (issue 24, item 4).
 
-Each parameter that scales a request's work has a public limit (:mod:`dpcurator.query.limits`),
+Each parameter that scales a request's work has a public limit (:mod:`dpcurator.query.plan.limits`),
 checked before any charge: a request over it is refused free, naming the parameter, its value and
 the limit. A pan-private stream's state is bounded by the users it tracks, not by its universe:
 with a public sample of a huge universe it stays small on disk, and batches do not grow it.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dpcurator.core.measures import ApproxDP
-from dpcurator.query.limits import MAX_FIT_BLOCKS, MAX_SPARSE_QUERIES, MAX_STREAM_TRACKED
+from dpcurator.query.plan.limits import MAX_FIT_BLOCKS, MAX_SPARSE_QUERIES, MAX_STREAM_TRACKED
 from dpcurator.service.models import Stream
 from tests.neighbour_queries import demo_frame
 from tests.neighbour_service import DATASET, ServedTable

@@ -1,5 +1,5 @@
 """The clipping report over HTTP (issue 14): ``clipping`` in query and estimate requests
-(:mod:`dpcurator.query.clipping_plan`); the release JSON carries it; refusals charge nothing."""
+(:mod:`dpcurator.query.plan.clipping`); the release JSON carries it; refusals charge nothing."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-import dpcurator.query.builder as qb
+import dpcurator.query.frontend.builder as qb
 from dpcurator.accounting import Budget, PrivacyFilter
 from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.errors import BudgetExceededError, DomainError, UnsupportedQueryError

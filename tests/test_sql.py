@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-import dpcurator.query.builder as qb
+import dpcurator.query.frontend.builder as qb
 from dpcurator.errors import DomainError, ParameterError, UnsupportedQueryError
 from dpcurator.query import ir
-from dpcurator.query.planner import plan_query
+from dpcurator.query.frontend.sql import parse_sql
+from dpcurator.query.plan.planner import plan_query
 from dpcurator.query.schema import Metadata
-from dpcurator.query.sql import parse_sql
 
 META = Metadata.from_dict(
     {

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 import dpcurator as dpc
-import dpcurator.query.builder as qb
+import dpcurator.query.frontend.builder as qb
 from dpcurator.accounting import PrivacyFilter
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.accounting.filter import Reservation
@@ -15,9 +15,9 @@ from dpcurator.core.measures import Measure
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.query import ir
 from dpcurator.query.backends.plan_checks import check_plan
-from dpcurator.query.planner import plan_query
+from dpcurator.query.frontend.sql import parse_sql
+from dpcurator.query.plan.planner import plan_query
 from dpcurator.query.schema import Metadata
-from dpcurator.query.sql import parse_sql
 
 DEMO = Metadata.from_yaml(dpc.demo_path("people.yaml"))
 

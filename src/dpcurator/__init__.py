@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         ParameterError,
         UnsupportedQueryError,
     )
-    from dpcurator.query.builder import (
+    from dpcurator.query.frontend.builder import (
         col,
         count,
         count_persons,
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
         variance,
         when,
     )
-    from dpcurator.query.release import Release
+    from dpcurator.query.release.core import Release
     from dpcurator.query.schema import ColumnMeta, Metadata
     from dpcurator.query.session import Session
 
@@ -79,9 +79,9 @@ _EXPORTS = {
             "variance",
             "when",
         ],
-        "dpcurator.query.builder",
+        "dpcurator.query.frontend.builder",
     ),
-    "Release": "dpcurator.query.release",
+    "Release": "dpcurator.query.release.core",
     **dict.fromkeys(["ColumnMeta", "Metadata"], "dpcurator.query.schema"),
     "Session": "dpcurator.query.session",
 }

@@ -157,7 +157,7 @@ def _query(args: argparse.Namespace) -> Output:
 
 def _estimate(args: argparse.Namespace) -> Output:
     from dpcurator.cli import format as f  # noqa: PLC0415
-    from dpcurator.query.release_view import level_text  # noqa: PLC0415
+    from dpcurator.query.release.view import level_text  # noqa: PLC0415
 
     with _client(args) as client:
         found = client.estimate(args.dataset, args.sql, **_cost_options(args))

@@ -1,7 +1,7 @@
 """How the command line prints what the curator answered: ``--format table|csv|json``.
 
 Each command builds an :class:`Output` holding the same answer three ways: ``text`` for people
-(aligned columns; numbers as :func:`~dpcurator.query.release_view.number` writes them, a missing
+(aligned columns; numbers as :func:`~dpcurator.query.release.view.number` writes them, a missing
 value as ``—``, and the confidence level named wherever intervals appear), ``table`` for CSV
 (header and rows; full float precision, a missing value as an empty field) and ``doc`` for JSON
 (the server's documents, strict JSON: a non-finite number becomes ``null``, as the server itself
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, TextIO
 
-from dpcurator.query.release_view import key_text, level_text, number
+from dpcurator.query.release.view import key_text, level_text, number
 
 Row = list[Any]
 

@@ -294,7 +294,7 @@ def regression_from_gram(
     """AdaSSP from the EXACT Gram matrix Σ z zᵀ of the scaled rows z = (1, u, v): ρ-zCDP.
 
     The sufficient statistics may come from anywhere (numpy here, an engine's SUMs in
-    :mod:`dpcurator.query.fit`) as long as every entry one row adds lies in [-1, 1]: the upper
+    :mod:`dpcurator.query.fit.core`) as long as every entry one row adds lies in [-1, 1]: the upper
     triangle then moves by at most d + 2 in L2 and the design block's smallest eigenvalue by at
     most d + 1 (Weyl), per row. A person owning ``rows_per_person`` rows moves both by that many
     times as much, so both sensitivities are multiplied by it (user-level privacy). Never raises

@@ -18,8 +18,8 @@ import numpy.typing as npt
 from dpcurator._validation import fail
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.query import ir
+from dpcurator.query.frontend.sql import parse_sql
 from dpcurator.query.schema import Metadata
-from dpcurator.query.sql import parse_sql
 from dpcurator.synth.domain import ColumnDomain, SynthDomain
 
 Weights = npt.NDArray[np.float64]

@@ -82,7 +82,7 @@ from dpcurator.errors import BudgetExceededError
 from dpcurator.interactive.linear import Weights, counting_query, linear_query
 from dpcurator.mechanisms import AboveThreshold, Laplace
 from dpcurator.mechanisms.sparse_vector import AboveThresholdRun
-from dpcurator.query.limits import MAX_PUBLIC_GROUPS
+from dpcurator.query.plan.limits import MAX_PUBLIC_GROUPS
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
 from dpcurator.random import Rng, default_rng

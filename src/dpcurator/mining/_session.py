@@ -30,8 +30,8 @@ from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.errors import BudgetExceededError, UnsupportedQueryError
 from dpcurator.mining._data import Array, clamp_rows
 from dpcurator.query import ir
-from dpcurator.query.analysis import public_keys
-from dpcurator.query.builder import Expression, Query, col
+from dpcurator.query.frontend.builder import Expression, Query, col
+from dpcurator.query.plan.analysis import public_keys
 from dpcurator.query.schema import ColumnMeta, Metadata
 from dpcurator.query.session import Session
 from dpcurator.random import Rng

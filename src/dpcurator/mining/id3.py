@@ -3,7 +3,7 @@ mining with differential privacy", the SuLQ-based ID3 of their §4; Blum, Dwork,
 2005).
 
 Attributes and labels are categorical with public domains: on a session table, columns with
-public keys (:func:`~dpcurator.query.analysis.public_keys`: declared keys, bool, small int
+public keys (:func:`~dpcurator.query.plan.analysis.public_keys`: declared keys, bool, small int
 ranges); on an array, integer codes 0..k-1 (codes outside the domain are clamped into it, never
 an error). A value outside a column's keys (or NULL) counts as its first key. The tree grows
 level by level; at depth d every node has used d attributes, so each has A - d free ones (A
@@ -49,8 +49,8 @@ from dpcurator.mining._session import (
     release_grid,
 )
 from dpcurator.query import ir
-from dpcurator.query.builder import Expression, col, count, when
-from dpcurator.query.limits import MAX_PUBLIC_GROUPS, check_at_most
+from dpcurator.query.frontend.builder import Expression, col, count, when
+from dpcurator.query.plan.limits import MAX_PUBLIC_GROUPS, check_at_most
 from dpcurator.query.session import Session
 from dpcurator.random import Rng
 

@@ -41,7 +41,7 @@ from dpcurator.mining._session import (
     release_epsilon,
     session_table,
 )
-from dpcurator.query.builder import Expression, col, count, lit, sum_, when
+from dpcurator.query.frontend.builder import Expression, col, count, lit, sum_, when
 from dpcurator.query.session import Session
 from dpcurator.random import Rng, default_rng
 

@@ -36,7 +36,7 @@ from dpcurator.mining._session import (
     release_epsilon,
     session_table,
 )
-from dpcurator.query.builder import count, sum_
+from dpcurator.query.frontend.builder import count, sum_
 from dpcurator.query.session import Session
 from dpcurator.random import Rng
 

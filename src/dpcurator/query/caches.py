@@ -25,9 +25,9 @@ but weighs a million, so a few such plans cannot make a cache hold gigabytes.
 from __future__ import annotations
 
 from dpcurator._cache import LruCache
-from dpcurator.query.builder import Query
+from dpcurator.query.frontend.builder import Query
 from dpcurator.query.ir import AggregatePlan, ExactResult
-from dpcurator.query.planner import Plan
+from dpcurator.query.plan.planner import Plan
 from dpcurator.query.schema import Metadata
 
 DEFAULT_PLAN_CACHE_SIZE = 512

@@ -1,6 +1,6 @@
 """The columns an engine may precompute when it opens a table (fixed-point values, public key
 codes, contribution-bounding ranks), each on the grid or with the bound that
-:func:`~dpcurator.query.planner.plan_query` gives plans of that shape, so precomputing them
+:func:`~dpcurator.query.plan.planner.plan_query` gives plans of that shape, so precomputing them
 changes no result."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dpcurator.query import ir
-from dpcurator.query.analysis import infer_bounds
-from dpcurator.query.builder import Aggregate
-from dpcurator.query.plan_facts import (
+from dpcurator.query.frontend.builder import Aggregate
+from dpcurator.query.plan.analysis import infer_bounds
+from dpcurator.query.plan.facts import (
     choose_grid_exponent,
     unit_grid,
     value_bounds,
@@ -52,8 +52,8 @@ def bounding_columns(
 ) -> tuple[ir.BoundingColumn, ...]:
     """Under user-level privacy, one :class:`~dpcurator.query.ir.BoundingColumn` for ungrouped
     plans and one per column of ``key_codes``, with the bound that
-    :func:`~dpcurator.query.planner.plan_query` gives plans of that shape (engines may precompute
-    them); none under row-level privacy."""
+    :func:`~dpcurator.query.plan.planner.plan_query` gives plans of that shape (engines may
+    precompute them); none under row-level privacy."""
     if metadata.person_column is None:
         return ()
     bound = metadata.contribution_bound

@@ -47,7 +47,7 @@ list with absent rows, which contribute nothing).
   the L1 change over the groups is at most the removal's plus the addition's: twice the
   add/remove sensitivity (:func:`sensitivity_factor`), and this is attained (disjoint groups).
   Quantiles, which select from a histogram, keep the factor too.
-* *Grouped counts with Gaussian noise* (squared L2, :func:`dpcurator.query.noise.l2_squared`):
+* *Grouped counts with Gaussian noise* (squared L2, :func:`dpcurator.query.plan.noise.l2_squared`):
   write c and c' for the count vectors of P's and P''s rows over the groups; the table's
   vector changes by v = c' − c. Counts are non-negative, so in each group
   v_k² <= max(c_k, c'_k)² <= c_k² + c'_k², and ‖v‖² <= ‖c‖² + ‖c'‖² <= 2·g·r², where g·r² bounds
@@ -82,7 +82,7 @@ from typing import Literal
 
 from dpcurator.core.numbers import fraction_up
 from dpcurator.errors import UnsupportedQueryError
-from dpcurator.query.builder import Aggregate
+from dpcurator.query.frontend.builder import Aggregate
 
 Relation = Literal["add_remove", "replace_one"]
 

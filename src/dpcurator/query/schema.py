@@ -180,7 +180,7 @@ class Metadata:
             size is public). Under replace-one a whole-table count is the public
             ``public_size`` (free, exact), an ungrouped mean divides a noisy sum by it, and
             every other sensitivity is that of removing one person plus adding one
-            (:mod:`dpcurator.query.planner`).
+            (:mod:`dpcurator.query.plan.planner`).
         public_size: replace-one only: the public number of rows (row-level tables) or of
             persons (with ``person_column``). Never checked against the data by a query (it is
             public; ``dpcurator metadata-check`` compares it with the data for the owner).

@@ -18,8 +18,8 @@ refused, which groups appear (with public keys) or how long a refusal takes:
 A query is charged as one event (:class:`~dpcurator.accounting.PureEvent` of its ε,
 :class:`~dpcurator.accounting.ApproxEvent` when partition selection spends δ, or for discrete
 Gaussian noise a :class:`~dpcurator.accounting.ConcentratedEvent` or
-:class:`~dpcurator.accounting.ZCDPEvent`: see :mod:`dpcurator.query.noise`), kept on the release
-(``Release.events``). A budget with δ > 0 charges events to a
+:class:`~dpcurator.accounting.ZCDPEvent`: see :mod:`dpcurator.query.plan.noise`), kept on the
+release (``Release.events``). A budget with δ > 0 charges events to a
 :class:`~dpcurator.accounting.ConcentratedFilter` by default (a basic route for a few large pure
 queries, a Rényi route for Gaussian and many small ones); ``accounting="basic"`` asks for basic
 composition, which a pure ε budget always uses.
@@ -53,12 +53,8 @@ from dpcurator.core.measures import ZCDP, Measure
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators.bounds import bounds_from_noisy_counts
 from dpcurator.estimators.release import Estimate
-from dpcurator.query.accuracy import basic_budget_refusal, check_targets, plan_for_accuracy
-from dpcurator.query.after_charge import after_charge
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.backends.plan_checks import check_plan
-from dpcurator.query.bounds_plan import plan_bounds
-from dpcurator.query.builder import Query
 from dpcurator.query.caches import (
     PlanCache,
     PlanKey,
@@ -66,18 +62,22 @@ from dpcurator.query.caches import (
     new_plan_cache,
     result_is_cacheable,
 )
-from dpcurator.query.clipping_plan import plan_clipped, refuse_clipping
-from dpcurator.query.fit import plan_fit, run_fit
-from dpcurator.query.fit_release import estimate_fit_sql, plan_fit_sql, release_fit
+from dpcurator.query.fit.core import plan_fit, run_fit
+from dpcurator.query.fit.release import estimate_fit_sql, plan_fit_sql, release_fit
+from dpcurator.query.frontend.builder import Query
+from dpcurator.query.frontend.fit import parse_fit_sql
+from dpcurator.query.frontend.sql import parse_sql
 from dpcurator.query.ir import AggregatePlan, ExactResult
-from dpcurator.query.noise import check_noise
-from dpcurator.query.planner import Plan, plan_event
+from dpcurator.query.plan.accuracy import basic_budget_refusal, check_targets, plan_for_accuracy
+from dpcurator.query.plan.bounds import plan_bounds
+from dpcurator.query.plan.clipping import plan_clipped, refuse_clipping
+from dpcurator.query.plan.noise import check_noise
+from dpcurator.query.plan.planner import Plan, plan_event
 from dpcurator.query.precomputed import precomputed_columns
-from dpcurator.query.release import Release, release_plan
-from dpcurator.query.release_estimate import CostEstimate, estimate_plan
+from dpcurator.query.release.after_charge import after_charge
+from dpcurator.query.release.core import Release, release_plan
+from dpcurator.query.release.estimate import CostEstimate, estimate_plan
 from dpcurator.query.schema import Metadata
-from dpcurator.query.sql import parse_sql
-from dpcurator.query.sql_fit import parse_fit_sql
 from dpcurator.random import Rng
 
 #: The session accountings: basic composition, or the ConcentratedFilter (basic / Rényi routes).
@@ -249,11 +249,11 @@ class Session:
 
         Give ``epsilon`` (with ``delta``), ``rho`` (a zCDP cost: discrete Gaussian noise), or
         ``accuracy`` (``{output name: (1-α) CI half-width}``) for the cheapest plan meeting those
-        targets at level 1-``alpha`` (see :mod:`dpcurator.query.accuracy`). ``noise``:
+        targets at level 1-``alpha`` (see :mod:`dpcurator.query.plan.accuracy`). ``noise``:
         ``"laplace"``, ``"gaussian"``, or None (automatic: the narrower at the same cost when
-        δ > 0; :mod:`dpcurator.query.noise`). ``clipping``: the share of ``epsilon`` spent on a
+        δ > 0; :mod:`dpcurator.query.plan.noise`). ``clipping``: the share of ``epsilon`` spent on a
         report of the rows outside the bounds of clamped outputs
-        (:mod:`dpcurator.query.clipping_plan`). Plans are cached per (query, budget, noise,
+        (:mod:`dpcurator.query.plan.clipping`). Plans are cached per (query, budget, noise,
         clipping, δ, selection weight, metadata): see the module docstring.
         """
         metadata = self._metadata
@@ -402,14 +402,14 @@ class Session:
         rho: float | None = None,
         clipping: float | None = None,
     ) -> Release:
-        """Release a SQL query (see :mod:`dpcurator.query.sql` for the supported subset), at
-        ``epsilon`` (and ``delta``), at a zCDP cost ``rho``, or at the smallest cost meeting
+        """Release a SQL query (see :mod:`dpcurator.query.frontend.sql` for the supported subset),
+        at ``epsilon`` (and ``delta``), at a zCDP cost ``rho``, or at the smallest cost meeting
         ``accuracy``, e.g. ``s.sql(q, accuracy={"n": 50}, alpha=0.05)``; ``noise="gaussian"``
         or ``"laplace"`` names the noise family (default: automatic, :meth:`plan`).
         ``SELECT REGRESS(y, x1, ...) FROM t`` (or ``LOGISTIC``) releases a model fit's
-        coefficients (:mod:`dpcurator.query.sql_fit`). ``clipping=0.1`` spends a tenth of
+        coefficients (:mod:`dpcurator.query.frontend.fit`). ``clipping=0.1`` spends a tenth of
         ``epsilon`` on a report of the rows outside the bounds of clamped outputs
-        (``Release.clipping``, :mod:`dpcurator.query.clipping_plan`)."""
+        (``Release.clipping``, :mod:`dpcurator.query.plan.clipping`)."""
         if not isinstance(query, str):
             raise fail("Session.sql", "query", "SQL text", query)
         fit = parse_fit_sql(query, self._metadata)
@@ -464,9 +464,9 @@ class Session:
         alpha: float | None = None,
         **options: Any,
     ) -> Estimate:
-        """Fit an estimator on the table (:mod:`dpcurator.query.fit`): planned from the metadata
-        (refusals free), charged (ε, δ), computed by the engine; ``options`` are those of
-        :func:`~dpcurator.query.fit.plan_fit` (``y``, ``x``, ``model``, ``lower``, ...)."""
+        """Fit an estimator on the table (:mod:`dpcurator.query.fit.core`): planned from the
+        metadata (refusals free), charged (ε, δ), computed by the engine; ``options`` are those of
+        :func:`~dpcurator.query.fit.core.plan_fit` (``y``, ``x``, ``model``, ``lower``, ...)."""
         plan = plan_fit(self._metadata, kind, epsilon=epsilon, delta=delta, **options)
         return run_fit(self, plan, self._level(alpha))
 

@@ -27,8 +27,8 @@ from dpcurator.core.measures import ApproxDP, Measure, PureDP
 from dpcurator.errors import InternalInvariantError
 from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
 from dpcurator.query.caches import PlanCache, ResultCache, new_plan_cache, new_result_cache
-from dpcurator.query.fit_release import FitCostEstimate
-from dpcurator.query.planner import plan_event
+from dpcurator.query.fit.release import FitCostEstimate
+from dpcurator.query.plan.planner import plan_event
 from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
@@ -132,11 +132,11 @@ def _budget(
 @dataclass(frozen=True)
 class NoiseRequest:
     """The noise an analyst asks for: a family (``laplace`` | ``gaussian``; None: the planner
-    chooses, :mod:`dpcurator.query.noise`) and/or a zCDP cost ``rho`` instead of ε."""
+    chooses, :mod:`dpcurator.query.plan.noise`) and/or a zCDP cost ``rho`` instead of ε."""
 
     family: str | None = None
     rho: Fraction | None = None
-    clipping: float | None = None  # the clipping report's share of ε (query.clipping_plan)
+    clipping: float | None = None  # the clipping report's share of ε (query.plan.clipping)
 
     def options(self) -> dict[str, Any]:
         """The Session's keyword arguments."""
@@ -178,7 +178,7 @@ class DatasetRuntime:
     ) -> tuple[Cost, dict[str, Any], PrivacyEvent]:
         """Cost, expected accuracy and the event a release would charge, from public metadata
         only (``accuracy`` instead of ε: the smallest cost meeting those CI half-widths,
-        :mod:`dpcurator.query.accuracy`; ``noise``: the family and/or a ρ cost)."""
+        :mod:`dpcurator.query.plan.accuracy`; ``noise``: the family and/or a ρ cost)."""
         noise = noise or NoiseRequest()
         session = self.session(PrivacyFilter(Budget(0)))
         options: dict[str, Any] = {

@@ -20,7 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from dpcurator.accounting.concentrated import Concentrated
 from dpcurator.core.measures import ZCDP, ApproxDP
-from dpcurator.query.limits import MAX_FIT_BLOCKS, MIN_EPSILON
+from dpcurator.query.plan.limits import MAX_FIT_BLOCKS, MIN_EPSILON
 from dpcurator.service.ledger.budgets import BudgetView, Cost
 
 #: The numeric input policy (issue 24, item 6), enforced here for every request body:
@@ -100,7 +100,7 @@ Clipping = Annotated[
         lt=1,
         allow_inf_nan=False,
         description="the share of epsilon spent on a report of the rows outside the bounds of "
-        "clamped outputs (dpcurator.query.clipping_plan)",
+        "clamped outputs (dpcurator.query.plan.clipping)",
     ),
 ]
 Noise = Annotated[
@@ -525,14 +525,14 @@ ColumnName = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 class FitIn(RequestModel):
-    """A model fit on the dataset's table (:mod:`dpcurator.query.fit`): the response, the
+    """A model fit on the dataset's table (:mod:`dpcurator.query.fit.core`): the response, the
     predictors, the cost (ε, and δ > 0 for ``linear``) and the level 1-``alpha`` of the
     coefficients' intervals. ``coef_bound`` is a public parameter of ``logistic``: every
     coefficient lies in [-coef_bound, coef_bound] (default: |coefficient| <=
-    DEFAULT_COEFFICIENT_BOUND in standardised units, :func:`dpcurator.query.fit.standardised_box`);
-    ``method`` and ``blocks`` choose its route (:func:`dpcurator.query.fit.plan_fit`);
-    ``method: "l1"`` makes ``linear`` the robust PTR L1 regression (δ > 0, ``coef_bound``
-    required; the reply may be NR)."""
+    DEFAULT_COEFFICIENT_BOUND in standardised units,
+    :func:`dpcurator.query.fit.core.standardised_box`); ``method`` and ``blocks`` choose its route
+    (:func:`dpcurator.query.fit.core.plan_fit`); ``method: "l1"`` makes ``linear`` the robust PTR L1
+    regression (δ > 0, ``coef_bound`` required; the reply may be NR)."""
 
     model: Literal["linear", "logistic"]
     response: ColumnName

@@ -54,7 +54,7 @@ POSTGRES_SWITCH_INTERVAL = 0.001
 #: thread of the worker, which needs the worker's GIL and a CPU: on a saturated machine (or while
 #: a request's C code holds the GIL) 5 s were exceeded, and each replacement re-imported
 #: everything and reopened the datasets, which saturated the machine further: a restart loop.
-#: Every request's work is bounded (:mod:`dpcurator.query.limits`), so a worker silent for a
+#: Every request's work is bounded (:mod:`dpcurator.query.plan.limits`), so a worker silent for a
 #: minute is hung, not busy. The same bound is the time a replacement has to start (SIGHUP).
 WORKER_HEALTHCHECK_TIMEOUT = 60
 

@@ -9,7 +9,7 @@ on MST):
 * a numeric column without keys is cut into public bins by its public bounds ``[lower, upper]``:
   an int column whose bounds span at most ``max_bins`` integers gets one bin per integer,
   otherwise ``max_bins`` equal-width bins (integer cuts for int columns, as
-  :func:`~dpcurator.query.histogram.histogram_cuts`). Values are clamped first, so values below
+  :func:`~dpcurator.query.plan.histogram.histogram_cuts`). Values are clamped first, so values below
   ``lower`` are in the first bin and values at or above the last cut in the last one; NULL is in
   the bin of the column's public ``fill`` (the first bin when it has none); NaN sorts above every
   number (:mod:`dpcurator.query.ir`), so it is in the last bin;
@@ -36,8 +36,8 @@ import pandas as pd
 from dpcurator._validation import check_int, fail
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.query import ir
-from dpcurator.query.histogram import histogram_cuts
-from dpcurator.query.limits import MAX_PUBLIC_GROUPS
+from dpcurator.query.plan.histogram import histogram_cuts
+from dpcurator.query.plan.limits import MAX_PUBLIC_GROUPS
 from dpcurator.query.schema import ColumnMeta, Metadata
 
 #: Default number of bins of a bounded numeric column (AIM's benchmark data uses 32).

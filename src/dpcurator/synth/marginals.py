@@ -46,7 +46,7 @@ from dpcurator.accounting import PureEvent, ZCDPEvent
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.numbers import to_fraction
 from dpcurator.mechanisms import Gaussian, Laplace
-from dpcurator.query.histogram import histogram_bins
+from dpcurator.query.plan.histogram import histogram_bins
 from dpcurator.query.session import Session
 from dpcurator.random import Rng
 from dpcurator.synth import _mbi

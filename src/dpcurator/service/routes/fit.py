@@ -7,7 +7,7 @@ before any data is read (409 budget-exceeded changes nothing), a retry with the 
 ``Idempotency-Key`` returns the first answer, an engine failure after the charge is the constant
 :data:`~dpcurator.errors.ENGINE_FAILURE_MESSAGE`, and the ledger entry (``FIT ...`` as its query
 text) shows in the caller's history. The answer holds the coefficients with their (1-α)
-intervals (:func:`~dpcurator.query.fit_release.fit_dict`). ``fits:estimate`` is free: the cost
+intervals (:func:`~dpcurator.query.fit.release.fit_dict`). ``fits:estimate`` is free: the cost
 and whether it fits the budgets, from public inputs only.
 """
 
@@ -21,8 +21,8 @@ from starlette.concurrency import run_in_threadpool
 
 from dpcurator.accounting.filter import BudgetFilter
 from dpcurator.core.measures import ApproxDP
-from dpcurator.query.fit import FitRequest
-from dpcurator.query.fit_release import estimate_fit, fit_on
+from dpcurator.query.fit.core import FitRequest
+from dpcurator.query.fit.release import estimate_fit, fit_on
 from dpcurator.service import schemas as s
 from dpcurator.service.curator import DatasetRuntime
 from dpcurator.service.idempotency import IdempotencyKey

@@ -39,8 +39,8 @@ from dpcurator.errors import ParameterError, UnsupportedQueryError
 from dpcurator.mechanisms.laplace import Laplace
 from dpcurator.mechanisms.sparse_vector import AboveThreshold
 from dpcurator.query.ir import AggregatePlan, ExactResult
-from dpcurator.query.limits import MAX_SPARSE_QUERIES
-from dpcurator.query.planner import Plan
+from dpcurator.query.plan.limits import MAX_SPARSE_QUERIES
+from dpcurator.query.plan.planner import Plan
 from dpcurator.query.session import Session
 from dpcurator.service.auth import Identity
 from dpcurator.service.curator import DatasetRuntime

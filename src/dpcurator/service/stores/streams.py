@@ -24,7 +24,7 @@ Kinds (public parameters fixed at creation by an owner):
 
 Bounded work (issue 24, item 4): a pan-private stream tracks its whole universe, or with the
 public ``sample_size`` a uniformly random sample of it chosen at creation, and at most
-:data:`~dpcurator.query.limits.MAX_STREAM_TRACKED` users either way (refused free, before the
+:data:`~dpcurator.query.plan.limits.MAX_STREAM_TRACKED` users either way (refused free, before the
 charge, above it). Its state is one row rewritten whole by every batch: O(tracked) bytes per
 batch, whatever the universe. That is deliberate. A state kept as per-user (or per-chunk) rows,
 with each batch touching only the rows of the users it names, would leave the batch's users in
@@ -52,7 +52,7 @@ from sqlalchemy import select
 
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import ParameterError
-from dpcurator.query.limits import MAX_STREAM_TRACKED
+from dpcurator.query.plan.limits import MAX_STREAM_TRACKED
 from dpcurator.service.auth import Identity, random_id
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.idempotency import request_fingerprint, stored_result
@@ -155,7 +155,8 @@ def new_state(spec: StreamSpec) -> bytes:
 
 def _check_tracked(kind: str, universe: int, sample_size: int | None) -> None:
     """Refuse (free, before the charge) a pan-private stream that would track more than
-    :data:`~dpcurator.query.limits.MAX_STREAM_TRACKED` users, or a sample above the universe."""
+    :data:`~dpcurator.query.plan.limits.MAX_STREAM_TRACKED` users, or a sample above the
+    universe."""
     if sample_size is not None and not 1 <= sample_size <= universe:
         raise ParameterError(
             f"sample_size must be between 1 and the universe ({universe:,}); got {sample_size:,}."

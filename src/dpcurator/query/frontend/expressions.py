@@ -13,9 +13,9 @@ from sqlglot import exp
 
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.query import ir
+from dpcurator.query.frontend.join import JoinScope
+from dpcurator.query.plan.typecheck import literal_type
 from dpcurator.query.schema import Metadata
-from dpcurator.query.sql_join import JoinScope
-from dpcurator.query.typecheck import literal_type
 
 _ARITHMETIC: dict[type[exp.Expression], ir.ArithmeticOp] = {
     exp.Add: "+",

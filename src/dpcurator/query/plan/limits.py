@@ -71,7 +71,7 @@ def exceeded(what: str, value: object, name: str, limit: object) -> UnsupportedQ
     """The refusal of a query over a public limit (names the limit and the value)."""
     return UnsupportedQueryError(
         f"{what} is {value}, over the limit {name} = {limit} "
-        "(dpcurator.query.limits): simplify the query."
+        "(dpcurator.query.plan.limits): simplify the query."
     )
 
 

@@ -1,8 +1,9 @@
-"""Noise and post-processing: a :class:`~dpcurator.query.planner.Plan` + exact result -> Release.
+"""Noise and post-processing: a :class:`~dpcurator.query.plan.planner.Plan` + exact result ->
+Release.
 
 The only randomness is drawn by :mod:`dpcurator.mechanisms` (discrete Laplace on integer grid
-values, or discrete Gaussian for a Gaussian plan (:mod:`dpcurator.query.noise`), permute-and-flip
-for quantiles, thresholded Laplace or Gaussian for partition selection); everything
+values, or discrete Gaussian for a Gaussian plan (:mod:`dpcurator.query.plan.noise`),
+permute-and-flip for quantiles, thresholded Laplace or Gaussian for partition selection); everything
 else here is post-processing of noisy values, which costs no privacy.
 
 Confidence intervals (level 1-α, ``alpha`` default 0.05) cover the exact value the engine computed
@@ -18,17 +19,18 @@ Confidence intervals (level 1-α, ``alpha`` default 0.05) cover the exact value 
 * means = centre + noisy centred sum / noisy count (not unbiased; clamped to the bounds),
   variances (sample variance, n-1) from the noisy count, centred sum and sum of squares, and
   standard deviations: the interval inverts the distribution of the ratio's error under the
-  public noise at the count's lower confidence bound (:mod:`dpcurator.query.ratio_interval`),
-  or is the whole range when that bound is below 1 (2 for a variance);
-* quantiles: the noise-only interval of :mod:`dpcurator.query.quantile_plan` (it covers the
+  public noise at the count's lower confidence bound
+  (:mod:`dpcurator.query.release.ratio_interval`), or is the whole range when that bound is below 1
+  (2 for a variance);
+* quantiles: the noise-only interval of :mod:`dpcurator.query.plan.quantile` (it covers the
   empirical quantile of the counted values; the mechanism record says so and gives the last
   level's rank error bound, :func:`dpcurator.estimators.quantiles.rank_error`).
 
-Histogram bins are labelled by :mod:`dpcurator.query.histogram`: values outside [lower, upper]
+Histogram bins are labelled by :mod:`dpcurator.query.plan.histogram`: values outside [lower, upper]
 are counted in the first and last bins, whose labels are open (``<85``, ``>=85``). A Release
 reads as a table (``print(r)``, :meth:`Release.summary`, :meth:`Release.to_pandas`, a Jupyter
 table) and plots (:meth:`Release.plot`); the rendering lives in
-:mod:`dpcurator.query.release_view`, and every CI shown carries its level.
+:mod:`dpcurator.query.release.view`, and every CI shown carries its level.
 """
 
 from __future__ import annotations
@@ -46,18 +48,18 @@ import pandas as pd
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
 from dpcurator.mechanisms import Gaussian, Laplace
-from dpcurator.query import ir, release_view
-from dpcurator.query.clipping_release import (
+from dpcurator.query import ir
+from dpcurator.query.plan.outputs import NoisyStatistic, OutputPlan
+from dpcurator.query.plan.planner import Plan, plan_event
+from dpcurator.query.plan.quantile import Compute, release_quantiles
+from dpcurator.query.release import view as release_view
+from dpcurator.query.release.clipping import (
     ClippingReport,
     clipping_columns,
     clipping_lines,
     clipping_reports,
 )
-from dpcurator.query.plan_outputs import NoisyStatistic, OutputPlan
-from dpcurator.query.planner import Plan, plan_event
-from dpcurator.query.quantile_plan import Compute, release_quantiles
-from dpcurator.query.ratio_interval import MomentNoise, moment_intervals
-from dpcurator.query.release_estimate import (
+from dpcurator.query.release.estimate import (
     MechanismUse,
     ValueColumn,
     cost_dict,
@@ -65,6 +67,7 @@ from dpcurator.query.release_estimate import (
     mechanism_uses,
     output_columns,
 )
+from dpcurator.query.release.ratio_interval import MomentNoise, moment_intervals
 from dpcurator.random import Rng
 
 if TYPE_CHECKING:
@@ -105,7 +108,7 @@ class Release:
         neighbouring: the neighbouring relation of the guarantee: ``add_remove`` (one person
             added or removed) or ``replace_one`` (one person replaced; the table size is public).
         clipping: the opt-in clipping report, per clamped expression and released group (empty
-            unless asked for; :mod:`dpcurator.query.clipping_release`).
+            unless asked for; :mod:`dpcurator.query.release.clipping`).
     """
 
     group_columns: tuple[str, ...]
@@ -313,7 +316,7 @@ def release_plan(
     """Add the planned noise to exact aggregates and post-process them into a Release.
 
     ``compute`` runs the later levels of refined quantiles (one engine pass per level,
-    :mod:`dpcurator.query.quantile_plan`); without it quantiles stop at their first level."""
+    :mod:`dpcurator.query.plan.quantile`); without it quantiles stop at their first level."""
     keys, selected = released_keys(plan, exact, rng)
     steps = {o.name: o.quantile for o in plan.outputs if o.quantile is not None}
     quantiles = release_quantiles(
@@ -419,7 +422,7 @@ def _release_moments(
     rng: Rng | None,
 ) -> list[list[Estimate]]:
     """Means, variances, standard deviations: ratios of the noisy parts, with the intervals of
-    :mod:`dpcurator.query.ratio_interval`."""
+    :mod:`dpcurator.query.release.ratio_interval`."""
     parts = output.parts
     noisy = [
         _noisy(p, exact, keys, 0, rng).astype(np.float64) * math.ldexp(1.0, p.grid_exponent)

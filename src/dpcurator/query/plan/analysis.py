@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 
 from dpcurator.query import ir
-from dpcurator.query.limits import MAX_KEYS_FROM_BOUNDS
+from dpcurator.query.plan.limits import MAX_KEYS_FROM_BOUNDS
 from dpcurator.query.schema import Metadata
 
 
@@ -27,9 +27,9 @@ def public_keys(node: ir.Expr, metadata: Metadata) -> tuple[ir.ScalarValue, ...]
     """The public key set of a grouping expression, or None if it is not public.
 
     Columns with declared keys (and bool columns), int columns whose public bounds span at most
-    :data:`~dpcurator.query.limits.MAX_KEYS_FROM_BOUNDS` integers (the keys are those integers),
-    CASE expressions whose results are all literals, and predicates (True/False) have public key
-    sets.
+    :data:`~dpcurator.query.plan.limits.MAX_KEYS_FROM_BOUNDS` integers (the keys are those
+    integers), CASE expressions whose results are all literals, and predicates (True/False) have
+    public key sets.
     """
     if isinstance(node, ir.Col):
         column = metadata.column(node.name)

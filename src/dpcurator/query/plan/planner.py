@@ -1,13 +1,14 @@
-"""The planner: a :class:`~dpcurator.query.builder.Query` + public metadata -> a private plan.
+"""The planner: a :class:`~dpcurator.query.frontend.builder.Query` + public metadata -> a private
+plan.
 
 Planning reads NO data: everything it decides (which exact aggregates the engine computes, the
 contribution bounds, the sensitivities, the noise scales, the budget split, the released group
 keys) follows from the query, the metadata and the requested budget. Errors raised here charge
-nothing. Each output is planned by :mod:`dpcurator.query.plan_outputs`; this module checks the
+nothing. Each output is planned by :mod:`dpcurator.query.plan.outputs`; this module checks the
 query as a whole, chooses the released keys and splits the budget.
 
-Budget split (documented default, :mod:`dpcurator.query.split`): when keys are not public, one DP
-partition selection decides the groups of all the query's aggregates. When the query has a count
+Budget split (documented default, :mod:`dpcurator.query.plan.split`): when keys are not public, one
+DP partition selection decides the groups of all the query's aggregates. When the query has a count
 to which a person adds at most 1 per group (``COUNT(DISTINCT person)``, or ``COUNT(*)`` with one
 row per person and group), that count's noisy value is the selection's: the groups whose noisy
 count clears the threshold are released with that same noisy count, and the selection costs no
@@ -23,7 +24,7 @@ m² = q·h² (q = 1/3 for bounds symmetric about the centre: m uniform over them
 1 : q^(1/3) (59% : 41%); n drops out at first order, so no table size is assumed. A variance or
 standard deviation splits its share among count, sum and sum of squares by the same rule. When the
 analyst gives weights (any ``weight`` other than 1), the shares follow the weights instead; an
-accuracy-first query (:mod:`dpcurator.query.accuracy`) passes the exact ``shares``. All
+accuracy-first query (:mod:`dpcurator.query.plan.accuracy`) passes the exact ``shares``. All
 mechanisms are pure ε-DP, so by basic composition the query is ε-DP (ε, δ with partition
 selection).
 
@@ -60,21 +61,21 @@ from dpcurator.mechanisms import (
 )
 from dpcurator.mechanisms.gaussian_threshold import GaussianPartitionSelection
 from dpcurator.query import ir
-from dpcurator.query.analysis import public_keys
 from dpcurator.query.backends.plan_checks import check_plan
-from dpcurator.query.builder import Aggregate, Query
-from dpcurator.query.limits import MAX_PUBLIC_GROUPS, exceeded
-from dpcurator.query.plan_outputs import (
+from dpcurator.query.frontend.builder import Aggregate, Query
+from dpcurator.query.plan.analysis import public_keys
+from dpcurator.query.plan.limits import MAX_PUBLIC_GROUPS, exceeded
+from dpcurator.query.plan.outputs import (
     ClippingCount,
     OutputPlan,
     PlanContext,
     noisy,
     plan_aggregate,
 )
+from dpcurator.query.plan.split import output_weight, reference_ratio, split
+from dpcurator.query.plan.validation import check_epsilon, check_query
 from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.query.schema import Metadata
-from dpcurator.query.split import output_weight, reference_ratio, split
-from dpcurator.query.validation import check_epsilon, check_query
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class Plan:
         keys: the public group keys released (all of them, even empty groups), or None when
             partition selection decides which groups present in the data are released.
         selection: the partition selection mechanism (None with public keys): thresholded
-            discrete Laplace, or discrete Gaussian in a Gaussian plan (query.noise).
+            discrete Laplace, or discrete Gaussian in a Gaussian plan (query.plan.noise).
         selection_exact: the name of the exact count partition selection thresholds.
         selection_output: the output whose noisy count is the selection's (released with the
             very values the selection thresholded), or "" when the selection has its own count.
@@ -100,7 +101,7 @@ class Plan:
         unit: the privacy unit of the guarantee (relation and contribution bounds, from the
             metadata: :mod:`dpcurator.query.privacy_unit`).
         clipping: the opt-in clipping report's counts, one per clamped expression (empty unless
-            asked for, :mod:`dpcurator.query.clipping_plan`).
+            asked for, :mod:`dpcurator.query.plan.clipping`).
     """
 
     exact: ir.AggregatePlan
@@ -154,18 +155,18 @@ def plan_query(
     selection's share); default: the split of the module docstring.
 
     Every check happens here, before any charge: the query's limits, names and types
-    (:func:`~dpcurator.query.validation.check_query`), the value bounds, and the mechanisms,
+    (:func:`~dpcurator.query.plan.validation.check_query`), the value bounds, and the mechanisms,
     which are built now so that their own refusals (e.g. a noise scale beyond 2^52) are free too.
     The engines' :func:`~dpcurator.query.backends.plan_checks.check_plan` then holds by
     construction.
 
     Raises:
-        ParameterError: invalid ε (below :data:`~dpcurator.query.limits.MIN_EPSILON`), δ or
+        ParameterError: invalid ε (below :data:`~dpcurator.query.plan.limits.MIN_EPSILON`), δ or
             weights, or a noise scale the mechanisms refuse.
         DomainError: unknown table or column, missing public bounds.
         UnsupportedQueryError: an aggregate, grouping, type or size the planner cannot make
             private (e.g. grouping without public keys when δ = 0; see
-            :mod:`dpcurator.query.limits` and :mod:`dpcurator.query.typecheck`).
+            :mod:`dpcurator.query.plan.limits` and :mod:`dpcurator.query.plan.typecheck`).
     """
     eps = check_epsilon("query", epsilon)
     check_probability("query", "delta", delta, open_high=True)

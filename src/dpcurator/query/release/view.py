@@ -1,4 +1,4 @@
-"""How a :class:`~dpcurator.query.release.Release` reads: text, long frame, HTML and a plot.
+"""How a :class:`~dpcurator.query.release.core.Release` reads: text, long frame, HTML and a plot.
 
 Everything here is post-processing of released values (no privacy cost), and every rendering
 that shows confidence intervals names their level (``95% CI``). Numbers print as integers when
@@ -18,14 +18,14 @@ import numpy as np
 import pandas as pd
 
 from dpcurator._validation import fail
-from dpcurator.query.clipping_release import CLIPPING_FIELDS, clipping_cells, clipping_html
+from dpcurator.query.release.clipping import CLIPPING_FIELDS, clipping_cells, clipping_html
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
     from dpcurator.query import ir
-    from dpcurator.query.release import Estimate, Release
-    from dpcurator.query.release_estimate import ValueColumn
+    from dpcurator.query.release.core import Estimate, Release
+    from dpcurator.query.release.estimate import ValueColumn
 
 #: Lines of the table ``repr(release)`` shows (``release.summary()`` shows them all).
 REPR_LINES = 40

@@ -34,14 +34,14 @@ from dpcurator.core.numbers import to_fraction
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.mechanisms import Laplace
 from dpcurator.query import ir
-from dpcurator.query.builder import Query
-from dpcurator.query.noise import plan_with_noise
-from dpcurator.query.plan_facts import value_bounds
-from dpcurator.query.plan_outputs import ClippingCount, clamped_fill
-from dpcurator.query.planner import Plan
-from dpcurator.query.release_estimate import CLAMPED_KINDS
+from dpcurator.query.frontend.builder import Query
+from dpcurator.query.plan.facts import value_bounds
+from dpcurator.query.plan.noise import plan_with_noise
+from dpcurator.query.plan.outputs import ClippingCount, clamped_fill
+from dpcurator.query.plan.planner import Plan
+from dpcurator.query.plan.validation import check_epsilon, check_query
+from dpcurator.query.release.estimate import CLAMPED_KINDS
 from dpcurator.query.schema import Metadata
-from dpcurator.query.validation import check_epsilon, check_query
 
 
 def check_clipping(clipping: object) -> Fraction:
@@ -78,7 +78,7 @@ def plan_clipped(
     selection_weight: float,
     clipping: object,
 ) -> Plan:
-    """The plan of :func:`~dpcurator.query.noise.plan_with_noise`, with the clipping report of
+    """The plan of :func:`~dpcurator.query.plan.noise.plan_with_noise`, with the clipping report of
     the module docstring when ``clipping`` is given (its ε share of the query's ``epsilon``)."""
     if clipping is None:
         return plan_with_noise(

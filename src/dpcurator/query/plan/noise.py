@@ -3,7 +3,7 @@ plan time from public inputs only.
 
 A query is released with one of (``noise=`` in :meth:`~dpcurator.query.session.Session.sql`):
 
-* ``"laplace"``: the plan of :func:`~dpcurator.query.planner.plan_query`, each statistic with
+* ``"laplace"``: the plan of :func:`~dpcurator.query.plan.planner.plan_query`, each statistic with
   discrete Laplace noise of scale Δ₁/ε_j (ε-DP, or (ε, δ) with partition selection);
 * ``"gaussian"``: the same statistics, each with exact discrete Gaussian noise
   (:class:`~dpcurator.mechanisms.Gaussian`; Canonne, Kamath & Steinke 2020), which is
@@ -29,7 +29,7 @@ and ρ_G is divided among the statistics in proportion to ε_j^(3/2): the Laplac
 the probability of releasing a group only one neighbour has). With its own share (ε_sel, δ_sel):
 ρ_sel is the largest ρ within (ε_sel, δ_sel/2) and δ_t = δ_sel/2, so it is (ε_sel, δ_sel)-DP.
 When it thresholds a count output's own noise (``Plan.selection_output``, see
-:mod:`dpcurator.query.planner`), it adds no ρ and δ_t = δ_sel. Its noise has L2 sensitivity
+:mod:`dpcurator.query.plan.planner`), it adds no ρ and δ_t = δ_sel. Its noise has L2 sensitivity
 sqrt(g) against the Laplace's L1 g, so it has the lower threshold when a person may be in many
 groups; with one group per person thresholded Laplace has the lower threshold at the same (ε, δ)
 (``noise="laplace"``), but costs ε_sel²/2 of ρ rather than ρ_sel.
@@ -77,9 +77,9 @@ from dpcurator.core.numbers import to_fraction
 from dpcurator.errors import InternalInvariantError, ParameterError
 from dpcurator.mechanisms import Gaussian
 from dpcurator.mechanisms.gaussian_threshold import GaussianPartitionSelection, gaussian_selection
-from dpcurator.query.builder import Query
-from dpcurator.query.plan_outputs import NoisyStatistic, OutputPlan
-from dpcurator.query.planner import Plan, plan_query
+from dpcurator.query.frontend.builder import Query
+from dpcurator.query.plan.outputs import NoisyStatistic, OutputPlan
+from dpcurator.query.plan.planner import Plan, plan_query
 from dpcurator.query.privacy_unit import grouped_l2_squared
 from dpcurator.query.schema import Metadata
 

@@ -11,7 +11,7 @@ Laplace half-width of its noise (:meth:`~dpcurator.mechanisms.Laplace.ci_halfwid
 smallest integer t, in grid units 2^k, with P[|Z| > t] <= α), a function of the noise scale Δ/ε
 alone. Each aggregate gets the smallest share ε_i that meets its target and the query costs the
 sum (plus partition selection's share, ``selection_weight`` / (number of aggregates) of that sum,
-as in :mod:`dpcurator.query.planner`), so no aggregate is more accurate than asked.
+as in :mod:`dpcurator.query.plan.planner`), so no aggregate is more accurate than asked.
 
 Inversion: with p = exp(-ε_i/Δ), P[|Z| >= t + 1] = 2p^(t+1) / (1 + p) increases with 1/ε_i, so
 the half-width is a non-increasing step function of ε_i. A closed-form guess (the continuous
@@ -27,7 +27,7 @@ means, variances, standard deviations and quantiles, whose interval widths depen
 the budget filter before any charge, with that cost in the message. Under replace-one, a
 whole-table count is the public n (:mod:`dpcurator.query.privacy_unit`): exact, it meets any
 target and takes no share (a query of only such counts costs 0). The whole-table mean is then
-c + S/n with n public: its released interval (:mod:`dpcurator.query.ratio_interval` with an
+c + S/n with n public: its released interval (:mod:`dpcurator.query.release.ratio_interval` with an
 exact count) is the value minus quantiles of the sum's noise over n, a function of the noise
 alone (:func:`public_mean_width`), so a target t for it is a target n·t for that width of S.
 
@@ -65,9 +65,9 @@ from dpcurator.core.measures import ZCDP, ApproxDP, readable
 from dpcurator.core.numbers import to_fraction
 from dpcurator.errors import ParameterError, UnsupportedQueryError
 from dpcurator.mechanisms import Gaussian, Laplace
-from dpcurator.query.builder import Query
-from dpcurator.query.limits import MIN_EPSILON
-from dpcurator.query.noise import (
+from dpcurator.query.frontend.builder import Query
+from dpcurator.query.plan.limits import MIN_EPSILON
+from dpcurator.query.plan.noise import (
     check_noise,
     gaussian_statistic,
     l2_squared,
@@ -75,9 +75,9 @@ from dpcurator.query.noise import (
     rho_event,
     rho_selection,
 )
-from dpcurator.query.plan_outputs import NoisyStatistic, OutputPlan
-from dpcurator.query.planner import Plan, plan_query
-from dpcurator.query.ratio_interval import NUISANCE_FRACTION, MomentNoise, moment_intervals
+from dpcurator.query.plan.outputs import NoisyStatistic, OutputPlan
+from dpcurator.query.plan.planner import Plan, plan_query
+from dpcurator.query.release.ratio_interval import NUISANCE_FRACTION, MomentNoise, moment_intervals
 from dpcurator.query.schema import Metadata
 
 #: Output kinds whose (1-α) half-width is public (a function of the noise scale alone).
@@ -369,8 +369,8 @@ def statistic_width(part: NoisyStatistic, alpha: float) -> Width:
 def public_mean_width(part: NoisyStatistic, n: int, alpha: float) -> Width:
     """n times the half-width of the released (1-α) interval of a replace-one whole-table mean
     c + S/n whose centred sum ``part`` has a given mechanism: the interval of
-    :func:`~dpcurator.query.ratio_interval.moment_intervals` with the exact count n, which is
-    the value minus the noise's quantiles over n, whatever the data (unclamped here)."""
+    :func:`~dpcurator.query.release.ratio_interval.moment_intervals` with the exact count n, which
+    is the value minus the noise's quantiles over n, whatever the data (unclamped here)."""
     unit = math.ldexp(1.0, part.grid_exponent)
     count, total = np.array([float(n)]), np.zeros(1)
 
@@ -414,7 +414,7 @@ def gaussian_halfwidth(
     part: NoisyStatistic, rho: float, groups: int, width: Width, *, paired: bool = False
 ) -> float:
     """``width`` of ``part`` with discrete Gaussian noise spending ``rho`` (inf beyond the
-    sampler's σ <= 2^31; ``paired``: :func:`~dpcurator.query.noise.paired_counts`)."""
+    sampler's σ <= 2^31; ``paired``: :func:`~dpcurator.query.plan.noise.paired_counts`)."""
     try:
         gaussian = gaussian_statistic(part, Fraction(rho), groups, paired=paired).mechanism
     except (ParameterError, OverflowError):  # σ beyond 2^31 (or beyond the float range)

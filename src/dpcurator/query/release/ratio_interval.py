@@ -3,7 +3,7 @@
 A mean is released as f(N̂, Ŝ) = c + Ŝ/N̂ (clamped to [L, U]) and a sample variance as
 f(N̂, Ŝ, Q̂) = (Q̂ - Ŝ²/N̂)/(N̂ - 1) (clamped to [0, its largest possible value]) from a noisy
 count N̂, a noisy centred sum Ŝ and a noisy centred sum of squares Q̂, each the exact value x_i
-plus independent public noise e_i (:mod:`dpcurator.query.release`). The interval inverts the
+plus independent public noise e_i (:mod:`dpcurator.query.release.core`). The interval inverts the
 distribution of the error f(x + e) - f(x), which depends on the unknown x mainly through the
 count N (it shrinks as N grows) and is otherwise close to that of its linearisation:
 

@@ -4,8 +4,8 @@ The SQL text is only ever parsed, never executed or re-emitted: identifiers are 
 the public metadata and literals become :class:`~dpcurator.query.ir.Lit` values, so no string built
 from user input reaches an engine (SQL injection has nothing to inject into). Comments are
 ignored. This module translates the statement (clauses, grouping, aggregates);
-:mod:`dpcurator.query.sql_text` turns the text into a parsed SELECT under the length and nesting
-limits, and :mod:`dpcurator.query.sql_expressions` translates row-level expressions.
+:mod:`dpcurator.query.frontend.text` turns the text into a parsed SELECT under the length and
+nesting limits, and :mod:`dpcurator.query.frontend.expressions` translates row-level expressions.
 
 Supported::
 
@@ -17,12 +17,12 @@ Aggregates: ``COUNT(*)``, ``COUNT(x)``, ``COUNT(DISTINCT <person column>)``, ``S
 ``VARIANCE``/``VAR_SAMP``, ``STDDEV``/``STDDEV_SAMP``, ``MEDIAN``, ``QUANTILE(x, p)``,
 ``PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY x)``, ``MIN``, ``MAX`` (DP extreme quantiles) and
 ``HISTOGRAM(x, lower, upper, bins)``; model fits ``REGRESS``/``LOGISTIC`` alone in their SELECT
-(:mod:`dpcurator.query.sql_fit`). Expressions: arithmetic, comparisons, AND/OR/NOT, IS [NOT]
+(:mod:`dpcurator.query.frontend.fit`). Expressions: arithmetic, comparisons, AND/OR/NOT, IS [NOT]
 NULL, IN (literals), BETWEEN, CASE, and ABS, ROUND, FLOOR, CEIL, LOWER, UPPER, LENGTH, COALESCE.
 
 Everything else is refused with :class:`~dpcurator.errors.UnsupportedQueryError` naming the
 construct: several statements, anything but SELECT, joins other than with a registered public
-table (:mod:`dpcurator.query.sql_join`), subqueries, CTEs, set operations,
+table (:mod:`dpcurator.query.frontend.join`), subqueries, CTEs, set operations,
 window functions, DISTINCT, HAVING, LIMIT/OFFSET, ORDER BY on non-output columns, SELECT of
 non-grouped columns, ``*``.
 """
@@ -35,11 +35,12 @@ from typing import Literal
 from sqlglot import exp
 
 from dpcurator.errors import UnsupportedQueryError
-from dpcurator.query import builder, ir
+from dpcurator.query import ir
+from dpcurator.query.frontend import builder
+from dpcurator.query.frontend.expressions import ExpressionTranslator, is_clamp
+from dpcurator.query.frontend.join import read_joins
+from dpcurator.query.frontend.text import parse_select
 from dpcurator.query.schema import Metadata
-from dpcurator.query.sql_expressions import ExpressionTranslator, is_clamp
-from dpcurator.query.sql_join import read_joins
-from dpcurator.query.sql_text import parse_select
 
 #: Clauses of a SELECT that are refused, with the name used in the message.
 _REFUSED_CLAUSES = {
@@ -74,7 +75,7 @@ _AGGREGATES = (
 )
 
 
-#: The model fits of the SQL form (:mod:`dpcurator.query.sql_fit`): function -> fit kind.
+#: The model fits of the SQL form (:mod:`dpcurator.query.frontend.fit`): function -> fit kind.
 FIT_FUNCTIONS: dict[str, Literal["linear_regression", "logistic_regression"]] = {
     "regress": "linear_regression",
     "logistic": "logistic_regression",
@@ -82,10 +83,10 @@ FIT_FUNCTIONS: dict[str, Literal["linear_regression", "logistic_regression"]] = 
 
 
 def parse_sql(sql: str, metadata: Metadata) -> builder.Query:
-    """Parse one SELECT statement into a :class:`~dpcurator.query.builder.Query`.
+    """Parse one SELECT statement into a :class:`~dpcurator.query.frontend.builder.Query`.
 
-    The text is checked against :data:`~dpcurator.query.limits.MAX_SQL_LENGTH` and its nesting
-    against :data:`~dpcurator.query.limits.MAX_EXPRESSION_DEPTH` on the tokens, before the
+    The text is checked against :data:`~dpcurator.query.plan.limits.MAX_SQL_LENGTH` and its nesting
+    against :data:`~dpcurator.query.plan.limits.MAX_EXPRESSION_DEPTH` on the tokens, before the
     (recursive) parser runs, and again on the tree before it is translated.
 
     Raises:

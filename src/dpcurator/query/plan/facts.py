@@ -1,5 +1,5 @@
 """Public facts the planner derives from an aggregate and the metadata alone: the value bounds and
-the fixed-point grid 2^k of a sum (see :mod:`dpcurator.query.planner` for the rules and their
+the fixed-point grid 2^k of a sum (see :mod:`dpcurator.query.plan.planner` for the rules and their
 reasons; sensitivities come from :mod:`dpcurator.query.privacy_unit`)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from fractions import Fraction
 
 from dpcurator.errors import DomainError
 from dpcurator.query import ir
-from dpcurator.query.analysis import columns_of, infer_bounds, is_integer_valued
-from dpcurator.query.builder import Aggregate
+from dpcurator.query.frontend.builder import Aggregate
+from dpcurator.query.plan.analysis import columns_of, infer_bounds, is_integer_valued
 from dpcurator.query.schema import Metadata
 
-#: Grid steps spanned by the largest bound of a float sum (see :mod:`dpcurator.query.planner`).
+#: Grid steps spanned by the largest bound of a float sum (see :mod:`dpcurator.query.plan.planner`).
 GRID_STEPS_EXPONENT = 20
 
 #: Integer-valued sums use the unit grid while their bounds stay within ±2^53 (exact doubles).

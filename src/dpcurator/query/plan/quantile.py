@@ -16,7 +16,7 @@ window picked by a CASE on the group key (the same arithmetic as the ungrouped b
 agree bit for bit). The number of passes is the number of levels, a public number.
 
 Levels: :func:`~dpcurator.estimators.quantile_refine.choose_levels` with every level's
-histogram held to :data:`~dpcurator.query.limits.MAX_HISTOGRAM_BINS` bins per group (engine
+histogram held to :data:`~dpcurator.query.plan.limits.MAX_HISTOGRAM_BINS` bins per group (engine
 memory), so two levels at every ε: the library's one level of 65,536 bins at small ε would hold
 65,536 counts per group and quantile output.
 
@@ -38,7 +38,7 @@ import numpy.typing as npt
 from dpcurator.estimators.quantile_refine import RefinedQuantile
 from dpcurator.estimators.quantiles import QuantileBins, rank_error
 from dpcurator.query import ir
-from dpcurator.query.limits import MAX_HISTOGRAM_BINS
+from dpcurator.query.plan.limits import MAX_HISTOGRAM_BINS
 from dpcurator.random import Rng
 
 #: The interval's α at plan time (a release passes its own α; the noise does not depend on it).

@@ -33,15 +33,15 @@ data gives NR or a ridge solution, never an error).
   ``estimator_steps``, group privacy).
 * ``ptr_regression`` (or ``linear_regression`` with ``method="l1"``): Dwork & Lei's robust
   L1 regression by propose-test-release on block fits, (ε, δ)-DP, NR when a test fails
-  (:mod:`dpcurator.query.fit_ptr`).
+  (:mod:`dpcurator.query.fit.ptr`).
 
 On a table with a person column the ENGINE forms the blocks of these block-based fits and
-fetches at most ``max_rows`` rows (:mod:`dpcurator.query.fit_rows`: a public cap, the same
+fetches at most ``max_rows`` rows (:mod:`dpcurator.query.fit.rows`: a public cap, the same
 guarantee).
 
 Every parameter combination is decided by :func:`plan_fit` before the charge: the method and its
 options (``blocks`` only with sample-and-aggregate, at most
-:data:`~dpcurator.query.limits.MAX_FIT_BLOCKS`; δ only with objective perturbation), the
+:data:`~dpcurator.query.plan.limits.MAX_FIT_BLOCKS`; δ only with objective perturbation), the
 parameter box, and every noise scale the estimator can draw (objective perturbation's
 calibration is built at plan time; a sample-and-aggregate scale is checked at one block, its
 largest, and :data:`BLOCK_NOISE_SHARE` of ε, below the least share any of its mechanisms gets).
@@ -69,8 +69,7 @@ from dpcurator.estimators.release import Estimate, FloatArray
 from dpcurator.estimators.sample_aggregate import BlockEstimator, Box, sample_and_aggregate
 from dpcurator.mechanisms import Laplace
 from dpcurator.query import ir
-from dpcurator.query.after_charge import after_charge
-from dpcurator.query.fit_columns import (
+from dpcurator.query.fit.columns import (
     OWNER,
     column_names,
     label_column,
@@ -79,11 +78,12 @@ from dpcurator.query.fit_columns import (
     parameter_box,
     required_column,
 )
-from dpcurator.query.fit_ptr import plan_ptr
-from dpcurator.query.fit_rows import FitPlan, Run, block_sample, rows_finish, rows_plan, seeded
-from dpcurator.query.limits import MAX_FIT_BLOCKS, MAX_FIT_FEATURES, check_at_most
+from dpcurator.query.fit.ptr import plan_ptr
+from dpcurator.query.fit.rows import FitPlan, Run, block_sample, rows_finish, rows_plan, seeded
+from dpcurator.query.plan.limits import MAX_FIT_BLOCKS, MAX_FIT_FEATURES, check_at_most
+from dpcurator.query.plan.validation import check_epsilon
+from dpcurator.query.release.after_charge import after_charge
 from dpcurator.query.schema import ColumnMeta, Metadata
-from dpcurator.query.validation import check_epsilon
 from dpcurator.random import Rng, default_rng
 
 if TYPE_CHECKING:
@@ -117,9 +117,9 @@ EIGEN_SHARE: Final = Fraction(1, 10)
 
 @dataclass(frozen=True)
 class FitRequest:
-    """A model asked for by name: SQL ``REGRESS``/``LOGISTIC`` (:mod:`dpcurator.query.sql_fit`),
-    ``POST /v1/datasets/{id}/fits`` and ``dpcurator fit``. Every field is public; the budget is
-    given separately.
+    """A model asked for by name: SQL ``REGRESS``/``LOGISTIC``
+    (:mod:`dpcurator.query.frontend.fit`), ``POST /v1/datasets/{id}/fits`` and ``dpcurator fit``.
+    Every field is public; the budget is given separately.
 
     ``kind`` is ``linear_regression`` or ``logistic_regression``; ``y`` the response and ``x``
     the features; ``coef_bound`` the public box [-b, b] of every logistic coefficient in data
@@ -214,7 +214,7 @@ def plan_fit(
     they clamp the release) or ``sample_and_aggregate``; ``blocks`` fixes the number of blocks
     of a sample-and-aggregate fit (default: chosen from a noisy count of persons) and
     ``max_rows`` caps the rows it fetches from the engine (default
-    :data:`~dpcurator.query.fit_rows.DEFAULT_MAX_ROWS`; :mod:`dpcurator.query.fit_rows`).
+    :data:`~dpcurator.query.fit.rows.DEFAULT_MAX_ROWS`; :mod:`dpcurator.query.fit.rows`).
     """
     eps = check_epsilon(OWNER, epsilon)
     features = column_names("x", x)

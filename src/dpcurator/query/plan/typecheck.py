@@ -15,8 +15,8 @@ and a fix:
 * **aggregated values** (:func:`check_aggregated_value`): SUM, AVG, VARIANCE, STDDEV, quantiles
   and histograms read numbers. When the public bounds of an integer-valued sub-expression show it
   can leave int64 (where engines would give NULL), or those of a float sub-expression are not
-  finite or exceed :data:`~dpcurator.query.limits.MAX_BOUND_MAGNITUDE`, the query is refused: the
-  value would silently be replaced by the fill instead of meaning what it says.
+  finite or exceed :data:`~dpcurator.query.plan.limits.MAX_BOUND_MAGNITUDE`, the query is refused:
+  the value would silently be replaced by the fill instead of meaning what it says.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Literal
 
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.query import ir
-from dpcurator.query.analysis import columns_of, infer_bounds
-from dpcurator.query.limits import MAX_BOUND_MAGNITUDE
+from dpcurator.query.plan.analysis import columns_of, infer_bounds
+from dpcurator.query.plan.limits import MAX_BOUND_MAGNITUDE
 from dpcurator.query.schema import Metadata
 
 ValueType = Literal["int", "float", "string", "bool", "null"]

@@ -1,9 +1,9 @@
 """What a plan releases and costs, without touching data: the value columns a
-:class:`~dpcurator.query.planner.Plan` produces, the mechanisms it applies (scales and
+:class:`~dpcurator.query.plan.planner.Plan` produces, the mechanisms it applies (scales and
 sensitivities in natural units) and its :class:`CostEstimate` (the charge and the (1-α) CI
 half-widths that depend on public inputs only; data-dependent ones are None).
 
-Everything here is a function of the plan (public inputs); :mod:`dpcurator.query.release` adds
+Everything here is a function of the plan (public inputs); :mod:`dpcurator.query.release.core` adds
 the noisy values.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
 from dpcurator.mechanisms import Laplace, PartitionSelection
-from dpcurator.query.histogram import HistogramBin, histogram_bins
-from dpcurator.query.plan_outputs import NoisyStatistic, OutputKind, OutputPlan
-from dpcurator.query.planner import Plan
+from dpcurator.query.plan.histogram import HistogramBin, histogram_bins
+from dpcurator.query.plan.outputs import NoisyStatistic, OutputKind, OutputPlan
+from dpcurator.query.plan.planner import Plan
 
 
 @dataclass(frozen=True)
@@ -192,7 +192,7 @@ def mechanism_uses(plan: Plan, alpha: float) -> tuple[MechanismUse, ...]:
                     rank_error=step.rank_error(alpha),
                 )
             )
-    for clip in plan.clipping:  # the opt-in clipping report (dpcurator.query.clipping_plan)
+    for clip in plan.clipping:  # the opt-in clipping report (dpcurator.query.plan.clipping)
         uses.append(
             MechanismUse(
                 ",".join(clip.outputs),

@@ -3,11 +3,12 @@
 ``REGRESS(y, x1, ..., xk)`` is the linear regression of ``y`` on the features with an intercept
 (AdaSSP on engine-computed sufficient statistics) and ``LOGISTIC(y, x1, ..., xk [, b])`` the
 logistic regression of a 0/1 ``y`` with every coefficient in the public box [-b, b] (data units;
-default: :data:`~dpcurator.query.fit.DEFAULT_COEFFICIENT_BOUND` in standardised units,
-:func:`~dpcurator.query.fit.standardised_box`), both planned by
-:func:`~dpcurator.query.fit.plan_fit` (see :mod:`dpcurator.query.fit` for their guarantees).
-Arguments are plain column names. :meth:`Session.sql <dpcurator.query.session.Session.sql>`
-releases the fit as a table of coefficients (:mod:`dpcurator.query.fit_release`).
+default: :data:`~dpcurator.query.fit.core.DEFAULT_COEFFICIENT_BOUND` in standardised units,
+:func:`~dpcurator.query.fit.core.standardised_box`), both planned by
+:func:`~dpcurator.query.fit.core.plan_fit` (see :mod:`dpcurator.query.fit.core` for their
+guarantees). Arguments are plain column names. :meth:`Session.sql
+<dpcurator.query.session.Session.sql>` releases the fit as a table of coefficients
+(:mod:`dpcurator.query.fit.release`).
 
 A fit runs on the whole table: the call must be the only item of its SELECT, with no WHERE, GROUP
 BY, ORDER BY or any other clause. Everything else is refused at parse time, free, naming the
@@ -22,10 +23,10 @@ from dataclasses import replace
 from sqlglot import exp
 
 from dpcurator.errors import UnsupportedQueryError
-from dpcurator.query.fit import FitRequest
+from dpcurator.query.fit.core import FitRequest
+from dpcurator.query.frontend.sql import FIT_FUNCTIONS, from_table
+from dpcurator.query.frontend.text import parse_select
 from dpcurator.query.schema import Metadata
-from dpcurator.query.sql import FIT_FUNCTIONS, from_table
-from dpcurator.query.sql_text import parse_select
 
 #: A cheap test on the text before parsing: most queries name no fit and skip the parser here.
 _FIT_CALL = re.compile(rf"\b(?:{'|'.join(FIT_FUNCTIONS)})\s*\(", re.IGNORECASE)

@@ -1,5 +1,5 @@
-"""The plan of a fit (:class:`FitPlan`) and the rows a row-reading fit (:mod:`dpcurator.query.fit`)
-fetches from the engine, capped.
+"""The plan of a fit (:class:`FitPlan`) and the rows a row-reading fit
+(:mod:`dpcurator.query.fit.core`) fetches from the engine, capped.
 
 Logistic regression, ``mle``, ``sample_and_aggregate`` and ``ptr_regression`` run their
 estimator in Python on each person's bounded rows, which the engine returns grouped by
@@ -45,7 +45,7 @@ from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.estimators.release import Estimate, FloatArray
 from dpcurator.estimators.sample_aggregate import EngineBlocks
 from dpcurator.query import ir
-from dpcurator.query.fit_columns import OWNER, null_fill
+from dpcurator.query.fit.columns import OWNER, null_fill
 from dpcurator.query.schema import ColumnMeta, Metadata
 from dpcurator.random import Rng
 

@@ -1,7 +1,7 @@
 """How one output column of a query is planned: its exact aggregates for the engine and the
 noise added to each (:class:`NoisyStatistic`, :class:`OutputPlan`), read from the aggregate,
 the public metadata and its provisional ε share. Reads no data; the sensitivities, grids and
-centring follow the rules of the :mod:`dpcurator.query.planner` module docstring, which splits
+centring follow the rules of the :mod:`dpcurator.query.plan.planner` module docstring, which splits
 the budget among the outputs planned here.
 """
 
@@ -15,21 +15,21 @@ from typing import Literal
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.mechanisms import Gaussian, Laplace
 from dpcurator.query import ir
-from dpcurator.query.builder import Aggregate
-from dpcurator.query.histogram import histogram_cuts
-from dpcurator.query.limits import MAX_BOUND_MAGNITUDE, exceeded
-from dpcurator.query.plan_facts import (
+from dpcurator.query.frontend.builder import Aggregate
+from dpcurator.query.plan.facts import (
     choose_grid_exponent,
     grid_units,
     unit_grid,
     value_bounds,
 )
+from dpcurator.query.plan.histogram import histogram_cuts
+from dpcurator.query.plan.limits import MAX_BOUND_MAGNITUDE, exceeded
+from dpcurator.query.plan.quantile import QuantileStep, first_histogram, plan_step
+from dpcurator.query.plan.split import moment_weights, reference_ratio, split
 from dpcurator.query.privacy_unit import PrivacyUnit
-from dpcurator.query.quantile_plan import QuantileStep, first_histogram, plan_step
 from dpcurator.query.schema import Metadata
-from dpcurator.query.split import moment_weights, reference_ratio, split
 
-#: ``coefficient``: a model fit's released coordinates (dpcurator.query.fit_release).
+#: ``coefficient``: a model fit's released coordinates (dpcurator.query.fit.release).
 OutputKind = Literal[
     "count",
     "count_persons",
@@ -52,7 +52,7 @@ class NoisyStatistic:
         role: ``"count"``, ``"sum"`` or ``"sum_squares"`` (or ``"histogram"``).
         mechanism: the noise (:class:`~dpcurator.mechanisms.Laplace`, or
             :class:`~dpcurator.mechanisms.Gaussian` for a Gaussian plan, see
-            :mod:`dpcurator.query.noise`).
+            :mod:`dpcurator.query.plan.noise`).
         sensitivity: the L1 sensitivity in grid units (over all groups of one person).
         grid_exponent: values are in units of 2^grid_exponent.
         epsilon: the ε share this statistic was planned at (Laplace: what it spends).
@@ -83,7 +83,8 @@ class OutputPlan:
         centre: the value subtracted before summing (means and variances).
         quantile: the selection step of a quantile.
         edges: the bin edges of a histogram, ``(lower, c1, ..., upper)``: integers for integer
-            values (see :mod:`dpcurator.query.histogram`, which also labels the open edge bins).
+            values (see :mod:`dpcurator.query.plan.histogram`, which also labels the open edge
+            bins).
         public_count: replace-one only: the public table size n, released as the count (no
             parts, free) or dividing a mean's noisy sum (:mod:`dpcurator.query.privacy_unit`).
     """
@@ -102,7 +103,7 @@ class OutputPlan:
 
 @dataclass(frozen=True)
 class ClippingCount:
-    """The opt-in clipping report of one clamped output (:mod:`dpcurator.query.clipping_plan`):
+    """The opt-in clipping report of one clamped output (:mod:`dpcurator.query.plan.clipping`):
     per group, the rows of its expression below ``lower``, within the bounds and above
     ``upper``, three disjoint counts noised together.
 
@@ -249,7 +250,7 @@ def plan_aggregate(
         return OutputPlan(name, "histogram", share, (part,), lower, upper, edges=edges), [exact]
     if kind == "quantile":
         assert aggregate.p is not None  # validated by Aggregate
-        step = plan_step(  # refined levels and interval: dpcurator.query.quantile_plan
+        step = plan_step(  # refined levels and interval: dpcurator.query.plan.quantile
             context.name("qhist"),
             expr,
             aggregate.p,

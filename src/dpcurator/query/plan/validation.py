@@ -1,12 +1,14 @@
 """Plan-time validation of a whole query: limits, names, nesting, columns and types.
 
-:func:`check_query` runs first in :func:`~dpcurator.query.planner.plan_query`, on builder and SQL
-queries alike, and decides from the query, ε and the public metadata alone. Every refusal here is
+:func:`check_query` runs first in :func:`~dpcurator.query.plan.planner.plan_query`, on builder and
+SQL queries alike, and decides from the query, ε and the public metadata alone. Every refusal here
+is
 free: nothing is charged and no data is read. What it guarantees to the planner: at most
-:data:`~dpcurator.query.limits.MAX_AGGREGATES` aggregates with distinct, unreserved names; every
-expression nested at most :data:`~dpcurator.query.limits.MAX_EXPRESSION_DEPTH` deep, naming
-declared columns (in their declared spelling) and well typed (:mod:`dpcurator.query.typecheck`);
-a WHERE that is a predicate; aggregated values that are numbers whose public bounds stay in range.
+:data:`~dpcurator.query.plan.limits.MAX_AGGREGATES` aggregates with distinct, unreserved names;
+every expression nested at most :data:`~dpcurator.query.plan.limits.MAX_EXPRESSION_DEPTH` deep,
+naming declared columns (in their declared spelling) and well typed
+(:mod:`dpcurator.query.plan.typecheck`); a WHERE that is a predicate; aggregated values that are
+numbers whose public bounds stay in range.
 """
 
 from __future__ import annotations
@@ -18,30 +20,30 @@ from dpcurator._validation import check_positive, fail
 from dpcurator.core.numbers import to_fraction
 from dpcurator.errors import ParameterError, UnsupportedQueryError
 from dpcurator.query import ir
-from dpcurator.query.analysis import resolve_expr
-from dpcurator.query.builder import Aggregate, Query
-from dpcurator.query.limits import (
+from dpcurator.query.frontend.builder import Aggregate, Query
+from dpcurator.query.plan.analysis import resolve_expr
+from dpcurator.query.plan.limits import (
     MAX_AGGREGATES,
     MAX_HISTOGRAM_BINS,
     MIN_EPSILON,
     check_at_most,
     check_expression_depth,
 )
+from dpcurator.query.plan.typecheck import check_aggregated_value, check_predicate, expression_type
 from dpcurator.query.schema import Metadata
-from dpcurator.query.typecheck import check_aggregated_value, check_predicate, expression_type
 
 #: Names starting with this are reserved for the planner's and the engines' internal columns.
 RESERVED_PREFIX = "__"
 
 
 def check_epsilon(owner: str, epsilon: object) -> Fraction:
-    """ε as an exact Fraction: a finite real >= :data:`~dpcurator.query.limits.MIN_EPSILON`."""
+    """ε as an exact Fraction: a finite real >= :data:`~dpcurator.query.plan.limits.MIN_EPSILON`."""
     value = check_positive(owner, "epsilon", epsilon)
     if value < MIN_EPSILON:
         raise fail(
             owner,
             "epsilon",
-            f">= {MIN_EPSILON:g} (MIN_EPSILON, dpcurator.query.limits)",
+            f">= {MIN_EPSILON:g} (MIN_EPSILON, dpcurator.query.plan.limits)",
             epsilon,
             "Smaller ε gives noise too large to sample exactly.",
         )

@@ -1,4 +1,4 @@
-"""Which columns and parameters a fit (:mod:`dpcurator.query.fit`) reads, decided from the
+"""Which columns and parameters a fit (:mod:`dpcurator.query.fit.core`) reads, decided from the
 public metadata and request alone, so every refusal is free: numeric columns with public bounds
 (never the person column), a 0/1 label, the public value of a NULL and the parameter box (how
 far one person moves a fit comes from :mod:`dpcurator.query.privacy_unit`).

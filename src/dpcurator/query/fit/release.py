@@ -1,8 +1,8 @@
 """Model fits as tables: what SQL (``SELECT REGRESS(...)``), the HTTP API and the CLI release.
 
-A fit (:mod:`dpcurator.query.fit`) releases an :class:`~dpcurator.estimators.release.Estimate`:
+A fit (:mod:`dpcurator.query.fit.core`) releases an :class:`~dpcurator.estimators.release.Estimate`:
 a vector of coefficients with their (1-α) intervals, or NR ("no reply", Dwork & Lei 2009). Here it
-becomes a :class:`~dpcurator.query.release.Release` keyed by the public ``term`` names
+becomes a :class:`~dpcurator.query.release.core.Release` keyed by the public ``term`` names
 (``intercept``, then the features), with one value column ``coefficient``, so a fit reads,
 prints and serialises like every query. The term names come from the plan (public); an NR is a
 release with no rows (the decision to answer is itself DP, and its cost stands).
@@ -27,11 +27,11 @@ from dpcurator._validation import fail
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators.release import Estimate
-from dpcurator.query.fit import FitRequest, run_fit
-from dpcurator.query.fit_rows import FitPlan
-from dpcurator.query.release import Estimate as Value
-from dpcurator.query.release import Release
-from dpcurator.query.release_estimate import CostEstimate, MechanismUse, ValueColumn
+from dpcurator.query.fit.core import FitRequest, run_fit
+from dpcurator.query.fit.rows import FitPlan
+from dpcurator.query.release.core import Estimate as Value
+from dpcurator.query.release.core import Release
+from dpcurator.query.release.estimate import CostEstimate, MechanismUse, ValueColumn
 from dpcurator.query.schema import Metadata
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""The fluent, immutable query builder (the Python front end; :mod:`.sql` is the other one).
+"""The fluent, immutable query builder (the Python front end; :mod:`~dpcurator.query.frontend.sql`
+is the other one).
 
 >>> q = (Query("pums").filter(col("age") >= 18).group_by("sex")
 ...      .agg(count().alias("n"), mean("income")))
@@ -20,7 +21,7 @@ from typing import Literal
 
 from dpcurator._validation import check_int, check_positive, check_probability, check_real, fail
 from dpcurator.query import ir
-from dpcurator.query.limits import check_expression_depth
+from dpcurator.query.plan.limits import check_expression_depth
 
 AggregateKind = Literal[
     "count", "count_persons", "sum", "mean", "variance", "stddev", "quantile", "histogram"

@@ -1,4 +1,4 @@
-"""The released clipping report (:mod:`dpcurator.query.clipping_plan`): post-processing of the
+"""The released clipping report (:mod:`dpcurator.query.plan.clipping`): post-processing of the
 noisy counts of rows below, within and above the bounds of each clamped expression, per group.
 
 Each count gets its own (1-α) interval (the exact discrete Laplace one, floored at 0). The
@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcurator.query import ir
-from dpcurator.query.plan_outputs import ClippingCount, OutputPlan
+from dpcurator.query.plan.outputs import ClippingCount, OutputPlan
 
 #: A noisy count with its interval: (value, ci_low, ci_high).
 Interval = tuple[float, float, float]

@@ -1,11 +1,11 @@
 """SQL text to one parsed SELECT: tokenizing, nesting limits and sqlglot's parser, with every
 failure turned into a free :class:`~dpcurator.errors.UnsupportedQueryError`.
 
-The text's length is checked against :data:`~dpcurator.query.limits.MAX_SQL_LENGTH` and its
-nesting against :data:`~dpcurator.query.limits.MAX_EXPRESSION_DEPTH` on the tokens before the
+The text's length is checked against :data:`~dpcurator.query.plan.limits.MAX_SQL_LENGTH` and its
+nesting against :data:`~dpcurator.query.plan.limits.MAX_EXPRESSION_DEPTH` on the tokens before the
 (recursive) parser runs, and again on the tree. The statement is translated by
-:mod:`dpcurator.query.sql` (statements) and :mod:`dpcurator.query.sql_expressions` (row-level
-expressions); SQL text is never executed or re-emitted.
+:mod:`dpcurator.query.frontend.sql` (statements) and :mod:`dpcurator.query.frontend.expressions`
+(row-level expressions); SQL text is never executed or re-emitted.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sqlglot.tokenizer_core import Token, TokenType
 
 from dpcurator._validation import fail
 from dpcurator.errors import UnsupportedQueryError
-from dpcurator.query.limits import (
+from dpcurator.query.plan.limits import (
     MAX_EXPRESSION_DEPTH,
     MAX_SQL_LENGTH,
     check_at_most,
@@ -57,7 +57,7 @@ _PARSE_FAILURE = "The SQL could not be parsed"
 
 def parse_select(sql: str) -> exp.Select:
     """The one SELECT statement of ``sql``, checked against the text's limits (see
-    :func:`~dpcurator.query.sql.parse_sql`), not yet translated."""
+    :func:`~dpcurator.query.frontend.sql.parse_sql`), not yet translated."""
     if not isinstance(sql, str) or not sql.strip():
         raise fail("sql", "query", "a non-empty SQL string", sql)
     check_at_most("The SQL text length", len(sql), "MAX_SQL_LENGTH", MAX_SQL_LENGTH)

@@ -7,7 +7,7 @@ The B-robust least-absolute-deviations fit of Dwork & Lei (2009) (Dwork & Smith 
 :func:`~dpcurator.estimators.ptr_regression.ptr_l1_regression`, whose docstring gives the
 (ε, δ)-DP argument (one person replaces one of the k block fits; each coordinate's median is a
 PTR release; NR when a test fails). Here the blocks are the engine's
-(:mod:`dpcurator.query.fit_rows`: a keyed hash of the person id, at most ``max_rows`` rows
+(:mod:`dpcurator.query.fit.rows`: a keyed hash of the person id, at most ``max_rows`` rows
 fetched, the same one-block-per-person argument), k = ``blocks`` (default
 :func:`default_ptr_blocks`, a rule of ε, δ and p) is public, and the requested (ε, δ) is
 charged before the engine reads. Every refusal is decided here from public inputs (δ in
@@ -31,9 +31,9 @@ from dpcurator.estimators.ptr import ptr_threshold
 from dpcurator.estimators.ptr_regression import ptr_l1_regression
 from dpcurator.estimators.release import Estimate, FloatArray
 from dpcurator.mechanisms import Laplace
-from dpcurator.query.fit_columns import OWNER, numeric_columns, parameter_box
-from dpcurator.query.fit_rows import FitPlan, block_sample, rows_finish, rows_plan
-from dpcurator.query.limits import MAX_FIT_BLOCKS
+from dpcurator.query.fit.columns import OWNER, numeric_columns, parameter_box
+from dpcurator.query.fit.rows import FitPlan, block_sample, rows_finish, rows_plan
+from dpcurator.query.plan.limits import MAX_FIT_BLOCKS
 from dpcurator.query.schema import Metadata
 from dpcurator.random import Rng
 

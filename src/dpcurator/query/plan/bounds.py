@@ -10,8 +10,8 @@ from dpcurator.core.measures import PureDP
 from dpcurator.estimators.bounds import LogBins, detection_threshold
 from dpcurator.mechanisms import Laplace
 from dpcurator.query import ir
+from dpcurator.query.plan.validation import check_epsilon
 from dpcurator.query.schema import Metadata
-from dpcurator.query.validation import check_epsilon
 
 
 @dataclass(frozen=True)

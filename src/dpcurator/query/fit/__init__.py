@@ -1,0 +1,4 @@
+"""Model fits on a session's table: :mod:`~dpcurator.query.fit.core` plans and runs them; the
+columns, the row estimators, propose-test-release and the released estimate live in
+:mod:`~dpcurator.query.fit.columns`, :mod:`~dpcurator.query.fit.rows`,
+:mod:`~dpcurator.query.fit.ptr` and :mod:`~dpcurator.query.fit.release`."""
