@@ -12,6 +12,7 @@ import dpcurator as dpc
 from dpcurator.accounting import ZCDPEvent
 from dpcurator.errors import ParameterError, UnsupportedQueryError
 from dpcurator.query.metadata_check import check_metadata
+from dpcurator.query.release.core import Estimate
 from dpcurator.random import SeededRng
 
 VICTIM = 4322
@@ -31,7 +32,7 @@ def _session(frame: pd.DataFrame) -> dpc.Session:
 def test_the_whole_table_count_is_the_public_n_free_and_exact() -> None:
     session = _session(PEOPLE.head(10))  # the data disagree with n: never checked by a query
     released = session.sql("SELECT COUNT(*) AS n, COUNT(DISTINCT pid) AS p FROM people", epsilon=1)
-    assert released.rows[0][1] == (dpc.query.release.Estimate(N, N, N),) * 2
+    assert released.rows[0][1] == (Estimate(N, N, N),) * 2
     assert session.spent() == dpc.PureDP(0)
     assert released.neighbouring == "replace_one"
     assert released.to_dict()["neighbouring"] == "replace_one"
@@ -93,7 +94,7 @@ def test_public_counts_cost_nothing_with_gaussian_noise_or_rho() -> None:
     count = "SELECT COUNT(*) AS n FROM people"
     for kwargs in ({"rho": 0.01}, {"epsilon": 0.5, "delta": 1e-7, "noise": "gaussian"}):
         released = session.sql(count, **kwargs)
-        assert released.rows[0][1] == (dpc.query.release.Estimate(N, N, N),)
+        assert released.rows[0][1] == (Estimate(N, N, N),)
     assert session.spent() == dpc.ApproxDP(0, 0)
     noisy = "SUM(income) AS s, MEDIAN(age) AS m FROM people"
     with_count = session.plan(f"SELECT COUNT(*) AS n, {noisy}", rho=0.01)
@@ -110,7 +111,7 @@ def test_accuracy_first_gives_a_public_count_no_share() -> None:
     or beside a noisy sum (the query costs what the sum alone costs)."""
     session = _session(PEOPLE)
     released = session.sql("SELECT COUNT(*) AS n FROM people", accuracy={"n": 0})
-    assert released.rows[0][1] == (dpc.query.release.Estimate(N, N, N),)
+    assert released.rows[0][1] == (Estimate(N, N, N),)
     assert session.spent() == dpc.PureDP(0)
     both = session.plan(
         "SELECT COUNT(*) AS n, SUM(income) AS s FROM people", accuracy={"n": 1, "s": 1e5}
