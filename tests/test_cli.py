@@ -78,7 +78,7 @@ def test_serve_query_and_budget_commands(
         assert main(["budget", *args]) == 0
         assert "remaining: ε=0.75" in capsys.readouterr().out
         assert main(["query", *args, "--epsilon", "5", sql]) == 1
-        assert "exhausted" in capsys.readouterr().err
+        assert "is not enough for this release (epsilon: 5 asked, 0.75 left)" in capsys.readouterr().err
         assert main(["query", *args, "--accuracy", "n=400", sql]) == 0  # costs ε ≈ 0.009
         assert "cost: ε=0.00" in capsys.readouterr().out
     finally:

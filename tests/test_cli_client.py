@@ -186,7 +186,7 @@ def test_owner_publishes_and_anyone_lists_and_downloads_releases(
         ),
         (
             ["publish", "--dataset", "people", "--name", "big", "--epsilon", "2000", SQL],
-            "error: The dataset's global privacy budget is exhausted",
+            "error: The dataset's global privacy budget is not enough for this release (epsilon: ",
         ),
         (["history", "--dataset", "nope"], "error: No dataset with id 'nope'."),
         (["releases", "--id", "rel_nope"], "error: No release with id 'rel_nope'."),

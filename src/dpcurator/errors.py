@@ -18,6 +18,8 @@ useful, a hint ("The 'epsilon' parameter of laplace must be > 0. Got -1.0.").
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import Any
 
 
@@ -36,6 +38,10 @@ class DomainError(DPError, ValueError):
 class BudgetExceededError(DPError):
     """A release would exceed the remaining privacy budget; nothing was charged.
 
+    The message names each budget parameter (epsilon, delta, rho) the release asks for more of
+    than is left, with both figures (the cost rounded up, what is left rounded down, to 4
+    significant digits), and what to change.
+
     Attributes:
         requested: the cost of the refused release.
         remaining: the budget that was left (unchanged by the refusal).
@@ -44,11 +50,45 @@ class BudgetExceededError(DPError):
     def __init__(self, requested: Any, remaining: Any, *, what: str = "privacy budget") -> None:
         self.requested = requested
         self.remaining = remaining
+        short = _shortfalls(requested, remaining)
+        if short:
+            gap = "; ".join(f"{name}: {asked} asked, {left} left" for name, asked, left in short)
+            change = " and ".join(name for name, _, _ in short)
+            advice = f"Ask for a smaller {change}, or for a larger budget from the data owner."
+        else:
+            gap = "the composition with what was already spent exceeds the budget"
+            advice = "Ask for a cheaper release, or for a larger budget from the data owner."
         super().__init__(
-            f"The {what} is exhausted: the release costs {requested} but only {remaining} "
-            "remains. Nothing was charged. Ask for a cheaper release (smaller epsilon/delta/rho) "
-            "or a larger budget from the data owner."
+            f"The {what} is not enough for this release ({gap}). Nothing was charged. {advice}"
         )
+
+
+#: The budget components a refusal may name, by their parameter names.
+_COMPONENTS = ("epsilon", "delta", "rho")
+
+
+def _shortfalls(requested: Any, remaining: Any) -> list[tuple[str, str, str]]:
+    """(parameter, cost rounded up, remainder rounded down) for each component asked beyond
+    what is left; only components both sides carry are compared."""
+    out = []
+    for name in _COMPONENTS:
+        asked, left = getattr(requested, name, None), getattr(remaining, name, None)
+        if isinstance(asked, int | Fraction) and isinstance(left, int | Fraction) and asked > left:
+            out.append(
+                (name, _rounded(Fraction(asked), up=True), _rounded(Fraction(left), up=False))
+            )
+    return out
+
+
+def _rounded(value: Fraction, *, up: bool, digits: int = 4) -> str:
+    """``value`` to ``digits`` significant digits, rounded outward (up or down), for people."""
+    if value == 0:
+        return "0"
+    exponent = math.floor(math.log10(abs(value))) - digits + 1
+    scale = Fraction(10) ** exponent
+    steps = value / scale
+    whole = math.ceil(steps) if up else math.floor(steps)
+    return f"{float(whole * scale):.{digits}g}"
 
 
 class UnsupportedQueryError(DPError):
