@@ -246,6 +246,39 @@ def test_an_async_submission_with_an_idempotency_key_is_one_job_and_one_charge(
     assert _spent(alice) == pytest.approx(before + 0.5)
 
 
+def test_a_keyed_retry_resumes_a_job_whose_server_stopped_and_releases_it_once(
+    workers: Workers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Worker b sees worker a's claim as lapsed (a lease of 0 s): the job is failed
+    (interrupted, charged); a retry with the key on b takes the charge over and finishes the
+    same job; a's late completion is refused (one release), and ε was charged once."""
+    gate = Gate(at=10, total=40)
+    monkeypatch.setattr(progress, "report", gate)
+    alice, alice_b = workers.clients["alice"], workers.clients["alice_b"]
+    body, key = {**LOGISTIC, "blocks": 40}, {**ASYNC, "Idempotency-Key": "fit-resumed"}
+    before = _spent(alice)
+    job_id = alice.post(FITS, json=body, headers=key).json()["id"]
+    try:
+        assert gate.reached.wait(60)
+        monkeypatch.setattr(workers.b.ledger, "lease_seconds", 0.0)
+        stopped = alice_b.get(f"/v1/jobs/{job_id}").json()
+        assert stopped["status"] == "failed"
+        assert stopped["error"]["reason"] == "interrupted"
+        assert stopped["charged"]
+        resumed = alice_b.post(FITS, json=body, headers=key)
+        assert resumed.status_code == 202, resumed.text
+        assert resumed.json()["id"] == job_id
+        assert resumed.json()["status"] in ("queued", "running")
+    finally:
+        gate.open()
+    _finish(job_id)
+    done = alice.get(f"/v1/jobs/{job_id}").json()
+    assert done["status"] == "done"
+    assert done["error"] is None
+    assert workers.a.ledger.charge(done["charge_id"]).claimed_by == workers.b.ledger.boot_id
+    assert _spent(alice) == pytest.approx(before + 0.5)
+
+
 def test_a_refusal_is_answered_at_once_and_free(workers: Workers) -> None:
     alice = workers.clients["alice"]
     before, listed = _spent(alice), len(alice.get("/v1/jobs").json())
@@ -330,6 +363,19 @@ def test_the_client_and_the_cli_poll_a_job_and_show_its_progress(
     assert "FIT logistic_regression" in out
     assert "100% done" in err
     assert err.startswith("\rjob_")
+
+
+def test_the_openapi_document_describes_jobs_and_the_202_answers(workers: Workers) -> None:
+    spec = httpx.get(f"{workers.url}/v1/openapi.json").json()
+    poll = spec["paths"]["/v1/jobs/{job_id}"]["get"]["responses"]
+    assert {"200", "401", "404", "503"} <= set(poll)
+    assert "application/problem+json" in poll["404"]["content"]
+    assert "200" in spec["paths"]["/v1/jobs"]["get"]["responses"]
+    for path in (FITS.replace(DATASET, "{dataset_id}"), SPARSE.replace(DATASET, "{dataset_id}")):
+        post = spec["paths"][path]["post"]
+        assert "Location" in post["responses"]["202"]["headers"]
+        assert {"409", "422", "502"} <= set(post["responses"])
+        assert "prefer" in {p["name"].lower() for p in post["parameters"]}
 
 
 @pytest.mark.slow
