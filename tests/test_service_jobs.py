@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -27,7 +28,15 @@ from dpcurator.service.client import CuratorClient
 from dpcurator.service.operations import CuratorService
 from dpcurator.service.server import build_service
 from tests.neighbour_queries import demo_frame, demo_metadata
-from tests.service_fixtures import LiveServer, ThreadServer, cheap_hasher
+from tests.service_fixtures import (
+    LiveServer,
+    ThreadServer,
+    cheap_hasher,
+    fresh_postgres_url,
+    postgres_server,
+)
+
+__all__ = ["postgres_server"]
 
 DATASET = "people"
 FITS = f"/v1/datasets/{DATASET}/fits"
@@ -74,12 +83,13 @@ def _register(owner: httpx.Client, csv: Path) -> dict[str, str]:
     return tokens
 
 
-@pytest.fixture(scope="module")
-def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
-    root = tmp_path_factory.mktemp("jobs")
+@contextmanager
+def two_workers(root: Path, url: str | None = None) -> Iterator[Workers]:
+    """Two services on one ledger (default: a SQLite file under ``root``) serving the demo
+    table, with an owner, alice and bob."""
     csv = root / "people.csv"
     demo_frame().to_csv(csv, index=False)
-    url = f"sqlite:///{root / 'ledger.sqlite3'}"
+    url = url or f"sqlite:///{root / 'ledger.sqlite3'}"
     a = build_service(url, hasher=cheap_hasher(), data_root=root)
     b = build_service(url, hasher=cheap_hasher(), data_root=root)
     _, owner = a.create_principal("owner", "owner")
@@ -94,6 +104,12 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
     finally:
         a.close()
         b.close()
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    with two_workers(tmp_path_factory.mktemp("jobs")) as both:
+        yield both
 
 
 @pytest.fixture(autouse=True)
@@ -201,6 +217,23 @@ def test_progress_increases_and_a_job_started_on_one_worker_is_polled_on_the_oth
     assert done["status"] == "done"
     assert done["progress"]["done"] == 1.0
     assert done == workers.clients["alice"].get(f"/v1/jobs/{job_id}").json()
+
+
+@pytest.mark.slow
+def test_jobs_on_a_postgresql_ledger(postgres_server: str, tmp_path: Path) -> None:
+    """The same life on PostgreSQL: 202 on one worker, polled and listed on the other."""
+    with two_workers(tmp_path, fresh_postgres_url(postgres_server)) as both:
+        before = _spent(both.clients["alice"])
+        body = {**LOGISTIC, "blocks": 30}
+        accepted = both.clients["alice"].post(FITS, json=body, headers=ASYNC)
+        assert accepted.status_code == 202, accepted.text
+        _finish(accepted.json()["id"])
+        done = both.clients["alice_b"].get(accepted.headers["location"]).json()
+        assert done["status"] == "done"
+        assert done["result"]["charge_id"] == done["charge_id"]
+        assert [j["id"] for j in both.clients["alice_b"].get("/v1/jobs").json()] == [done["id"]]
+        assert both.clients["bob_b"].get(accepted.headers["location"]).status_code == 404
+        assert _spent(both.clients["alice"]) == pytest.approx(before + 0.5)
 
 
 def test_only_its_creator_and_owners_see_a_job(workers: Workers) -> None:
