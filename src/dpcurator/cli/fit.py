@@ -2,15 +2,17 @@
 
 ``dpcurator fit --token T --dataset D --epsilon E [--delta X] --model linear y x1 x2 ...``
 posts to ``/v1/datasets/{D}/fits`` (charged to the caller's budget, like a query); with
-``--estimate`` to ``fits:estimate`` (free: the cost, and whether it fits). Registered by
-:mod:`dpcurator.cli.main`; the HTTP client is imported when the command runs, so
-``dpcurator --help`` stays fast. Errors are the server's problem text (naming the column or
-value), printed by :func:`dpcurator.cli.main` as one ``error: ...`` line.
+``--estimate`` to ``fits:estimate`` (free: the cost, and whether it fits). A long fit runs as a
+server job (``--background`` asks for one): its progress is shown on stderr while it is
+polled. Registered by :mod:`dpcurator.cli.main`; the HTTP client is imported when the
+command runs, so ``dpcurator --help`` stays fast. Errors are the server's problem text
+(naming the column or value), printed by :func:`dpcurator.cli.main` as one ``error: ...`` line.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from dpcurator.cli.args import add_connection, require_token
@@ -45,6 +47,11 @@ def add_parser(commands: Any) -> None:
     )
     sub.add_argument("--blocks", type=int, help="logistic sample_and_aggregate: the blocks")
     sub.add_argument("--estimate", action="store_true", help="only the cost (free)")
+    sub.add_argument(
+        "--background",
+        action="store_true",
+        help="run as a server job even if short (long fits always do); progress on stderr",
+    )
     sub.add_argument("response", help="the response column")
     sub.add_argument("predictors", nargs="+", help="the predictor columns")
 
@@ -59,10 +66,20 @@ def run(args: argparse.Namespace) -> int:
     with CuratorClient(args.url, token) as client:
         answer = client.fit(
             args.dataset, args.model, args.response, args.predictors, epsilon=args.epsilon,
-            delta=args.delta, alpha=args.alpha, estimate=args.estimate, **options,
+            delta=args.delta, alpha=args.alpha, estimate=args.estimate,
+            background=args.background, progress=show_progress, **options,
         )  # fmt: skip
     print(estimate_text(answer) if args.estimate else fit_text(answer))
     return 0
+
+
+def show_progress(job: dict[str, Any]) -> None:
+    """One status line of a server job on stderr, rewritten at each poll (a bar of 20)."""
+    done = float(job["progress"]["done"])
+    bar = "#" * round(20 * done)
+    line = f"\r{job['id']} [{bar:<20}] {100 * done:3.0f}% {job['progress']['message']}"
+    end = "\n" if job["status"] in ("done", "failed") else ""
+    print(f"{line:<78}", end=end, file=sys.stderr, flush=True)
 
 
 def _cost(cost: dict[str, Any]) -> str:

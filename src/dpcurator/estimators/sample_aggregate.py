@@ -52,6 +52,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcurator._validation import check_int, check_positive, check_probability, fail
+from dpcurator.core import progress
 from dpcurator.core.measures import PureDP
 from dpcurator.core.numbers import float_down, to_fraction
 from dpcurator.estimators.quantiles import QuantileBins, quantile_scores
@@ -160,7 +161,10 @@ def block_estimates(
     order = np.argsort(ids, kind="stable")
     bounds = np.searchsorted(ids[order], np.arange(blocks + 1))
     out = np.empty((blocks, box.dimension))
+    step = max(1, blocks // 100)  # the progress of a job: block b of k, every 1% (public k)
     for b in range(blocks):
+        if b % step == 0:
+            progress.report(b, blocks)
         try:
             with warnings.catch_warnings():  # a warning would tell the analyst about a block
                 warnings.simplefilter("ignore")

@@ -41,6 +41,7 @@ from dpcurator.service.operations import CuratorService
 from dpcurator.service.refusals import RefusalsLimitedError
 from dpcurator.service.routes.core import router
 from dpcurator.service.routes.fit import router as fit_router
+from dpcurator.service.routes.jobs import router as jobs_router
 from dpcurator.service.routes.pmw import router as pmw_router
 from dpcurator.service.routes.streams import router as streams_router
 from dpcurator.service.routes.synth import router as synth_router
@@ -282,6 +283,7 @@ def create_app(
     app.include_router(streams_router)
     app.include_router(pmw_router)
     app.include_router(synth_router)
+    app.include_router(jobs_router)
     app.mount("/console", StaticFiles(directory=STATIC_DIR, html=True), name="console")
     app.add_middleware(BodyLimit, max_body=max_body)
     app.add_middleware(SecurityHeaders)

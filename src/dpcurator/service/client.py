@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import time
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -30,6 +31,7 @@ from dpcurator.errors import (
 )
 from dpcurator.mechanisms.randomized_response import KaryRandomizedResponse
 from dpcurator.random import Rng
+from dpcurator.service.client_jobs import JobCalls
 from dpcurator.service.errors import ConflictError, NotFoundError
 
 
@@ -58,7 +60,7 @@ def _error(response: httpx.Response) -> DPError:
     return by_status.get(response.status_code, DPError)(detail)
 
 
-class CuratorClient:
+class CuratorClient(JobCalls):
     """Talk to a dpcurator server with an API token.
 
     Args:
@@ -89,6 +91,9 @@ class CuratorClient:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+    def _error(self, response: httpx.Response) -> DPError:
+        return _error(response)
 
     def _call(
         self, method: str, path: str, *, json: Any = None, headers: dict[str, str] | None = None
@@ -182,14 +187,21 @@ class CuratorClient:
         alpha: float = 0.05,
         idempotency_key: str | None = None,
         estimate: bool = False,
+        background: bool = False,
+        wait: bool = True,
+        progress: Callable[[dict[str, Any]], None] | None = None,
         **options: Any,
     ) -> dict[str, Any]:
         """Fit ``model`` (``linear``: δ > 0; ``logistic``) of ``response`` on ``predictors``;
         the answer's ``fit`` holds one row per term with its coefficient and (1-α) CI.
         ``options``: ``fit_intercept``, ``coef_bound``, ``method``, ``blocks``. With
         ``estimate=True``: the cost and whether it fits, nothing charged (``POST
-        .../fits:estimate``)."""
-        headers = None if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+        .../fits:estimate``).
+
+        A long fit runs on the server as a background job (202): the client polls it and
+        returns the same answer (:meth:`wait_job`). ``background``: ask for a job even for a
+        short fit; ``wait=False``: return the job instead of waiting; ``progress``: called with
+        the job at each poll."""
         body: dict[str, Any] = {
             "model": model,
             "response": response,
@@ -199,11 +211,39 @@ class CuratorClient:
             "alpha": alpha,
             **options,
         }
-        route = "fits:estimate" if estimate else "fits"
-        result: dict[str, Any] = self._call(
-            "POST", f"/v1/datasets/{dataset_id}/{route}", json=body, headers=headers
+        if estimate:
+            path = f"/v1/datasets/{dataset_id}/fits:estimate"
+            result: dict[str, Any] = self._call("POST", path, json=body)
+            return result
+        path = f"/v1/datasets/{dataset_id}/fits"
+        return self._submit(
+            path, body, key=idempotency_key, background=background, wait=wait, progress=progress
         )
-        return result
+
+    def sparse_vector(
+        self,
+        dataset_id: str,
+        queries: list[str],
+        *,
+        threshold: float,
+        epsilon: float,
+        c: int = 1,
+        numeric: bool = False,
+        idempotency_key: str | None = None,
+        background: bool = False,
+        wait: bool = True,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Which ``queries`` exceed ``threshold`` (at most ``c`` positives, ε charged once); the
+        answer's ``release`` holds one flag per query. ``background``, ``wait``, ``progress``:
+        as for :meth:`fit` (a long list runs as a job)."""
+        body = {"queries": list(queries), "threshold": threshold, "epsilon": epsilon, "c": c}
+        if numeric:
+            body["numeric"] = True
+        path = f"/v1/datasets/{dataset_id}/sparse-vector"
+        return self._submit(
+            path, body, key=idempotency_key, background=background, wait=wait, progress=progress
+        )
 
     def history(self, dataset_id: str, *, limit: int = 100) -> list[dict[str, Any]]:
         """This token's own query history on a dataset, newest first."""

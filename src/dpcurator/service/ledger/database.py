@@ -27,6 +27,7 @@ from dpcurator.service.errors import NotFoundError
 from dpcurator.service.ledger import epoch as ledger_epoch
 from dpcurator.service.ledger import postgres as ledger_postgres
 from dpcurator.service.ledger.health import OutageWatch
+from dpcurator.service.ledger.jobs import Job
 from dpcurator.service.ledger.lease import add_lease_column
 from dpcurator.service.models import Base, utcnow
 
@@ -36,6 +37,8 @@ SQLITE_CHECKPOINT_SECONDS = 1.0
 
 
 _Row = TypeVar("_Row")
+#: Tables created with the ledger's (imported for :meth:`Base.metadata.create_all`).
+TABLES = (Job,)
 
 
 class PmwMode(Base):

@@ -26,11 +26,21 @@ from dpcurator.query.fit.release import estimate_fit, fit_on
 from dpcurator.service import schemas as s
 from dpcurator.service.curator import DatasetRuntime
 from dpcurator.service.idempotency import IdempotencyKey
+from dpcurator.service.jobs import (
+    Submission,
+    Wrap,
+    fit_is_long,
+    no_hook,
+    prefers_async,
+    register_kind,
+)
 from dpcurator.service.json_response import FiniteJSONResponse
-from dpcurator.service.ledger.budgets import cost_of
+from dpcurator.service.ledger.budgets import BudgetView, cost_of
+from dpcurator.service.models import Charge
 from dpcurator.service.operations import fingerprint, fits_budget
 from dpcurator.service.problem_docs import document_problems
 from dpcurator.service.routes.core import Caller, Service
+from dpcurator.service.routes.jobs import ACCEPTED, Prefer, submit, wants_job
 
 router = APIRouter(prefix="", dependencies=[Depends(s.refuse_nul_parameters)])
 
@@ -60,47 +70,64 @@ def _exact(value: Fraction) -> float:
     return cast("float", value)
 
 
-@router.post("/v1/datasets/{dataset_id}/fits", tags=["fits"], response_model=s.FitOut)
+def _body(charge: Charge, *, replayed: bool, remaining: BudgetView | None) -> dict[str, Any]:
+    """The answer of a fit (the synchronous route's body, and a job's result)."""
+    return {
+        "charge_id": charge.id,
+        "dataset_id": charge.dataset_id,
+        "request": charge.query_text,
+        "replayed": replayed,
+        "cost": s.cost_json(cost_of(charge.epsilon, charge.delta)),
+        "remaining": None if remaining is None else s.budget_json(remaining),
+        "fit": charge.result or {},
+    }
+
+
+register_kind("fit", lambda charge: _body(charge, replayed=False, remaining=None))
+
+
+@router.post(
+    "/v1/datasets/{dataset_id}/fits", tags=["fits"], response_model=s.FitOut, responses=ACCEPTED
+)
 async def run_fit(
     service: Service,
     who: Caller,
     dataset_id: str,
     body: s.FitIn,
+    *,
     idempotency_key: IdempotencyKey = None,
+    prefer: Prefer = None,
 ) -> FiniteJSONResponse:
-    """Fit a model: reserve its cost atomically, compute, release the coefficients with CIs."""
+    """Fit a model: reserve its cost atomically, compute, release the coefficients with CIs.
+    With ``Prefer: respond-async``, or at least ``ASYNC_FIT_BLOCKS`` blocks, the fit runs as a
+    background job once its cost is reserved: 202 and the job to poll (``GET /v1/jobs/{id}``)."""
     request = fit_request(body)
     epsilon, delta = s.exact(body.epsilon), s.exact(body.delta)
     text = _text(request, body.alpha)
+    print_ = fingerprint(text, epsilon, delta)
 
-    def run(runtime: DatasetRuntime, budget: BudgetFilter) -> dict[str, Any]:
-        return fit_on(
-            runtime.session(budget), request, epsilon=_exact(epsilon), delta=_exact(delta),
-            alpha=body.alpha,
-        )  # fmt: skip
+    def compute(wrap: Wrap) -> dict[str, Any]:
+        def run(runtime: DatasetRuntime, budget: BudgetFilter) -> dict[str, Any]:
+            return fit_on(
+                runtime.session(wrap(budget)), request, epsilon=_exact(epsilon),
+                delta=_exact(delta), alpha=body.alpha,
+            )  # fmt: skip
 
-    answer = await run_in_threadpool(
-        service.charged,
-        who,
-        dataset_id,
-        text,
-        fingerprint(text, epsilon, delta),
-        run,
-        request_key=idempotency_key,
-        requested={"epsilon": str(epsilon), "delta": str(delta)},
-    )
-    charge, remaining = answer.charge, answer.remaining
-    return FiniteJSONResponse(
-        {
-            "charge_id": charge.id,
-            "dataset_id": charge.dataset_id,
-            "request": charge.query_text,
-            "replayed": answer.replayed,
-            "cost": s.cost_json(cost_of(charge.epsilon, charge.delta)),
-            "remaining": None if remaining is None else s.budget_json(remaining),
-            "fit": charge.result or {},
-        }
-    )
+        answer = service.charged(
+            who,
+            dataset_id,
+            text,
+            print_,
+            run,
+            request_key=idempotency_key,
+            requested={"epsilon": str(epsilon), "delta": str(delta)},
+        )
+        return _body(answer.charge, replayed=answer.replayed, remaining=answer.remaining)
+
+    if wants_job(prefer, fit_is_long(body.blocks)):
+        job = Submission("fit", dataset_id, print_, idempotency_key, compute, body.blocks)
+        return await submit(service, who, job, preferred=prefers_async(prefer))
+    return FiniteJSONResponse(await run_in_threadpool(compute, no_hook))
 
 
 @router.post("/v1/datasets/{dataset_id}/fits:estimate", tags=["fits"])

@@ -8,7 +8,6 @@ latest release or a survey's estimates costs nothing (post-processing).
 from __future__ import annotations
 
 from fractions import Fraction
-from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
@@ -19,11 +18,21 @@ from dpcurator.service import schemas as s
 from dpcurator.service.auth import Identity
 from dpcurator.service.errors import ForbiddenError, NotFoundError
 from dpcurator.service.idempotency import IdempotencyKey, changed_once, request_fingerprint
-from dpcurator.service.ledger.budgets import cost_of
-from dpcurator.service.models import Stream, Survey
+from dpcurator.service.jobs import (
+    Submission,
+    Wrap,
+    no_hook,
+    prefers_async,
+    register_kind,
+    sparse_is_long,
+)
+from dpcurator.service.json_response import FiniteJSONResponse
+from dpcurator.service.ledger.budgets import BudgetView, cost_of
+from dpcurator.service.models import Charge, Stream, Survey
 from dpcurator.service.operations import CuratorService
 from dpcurator.service.problem_docs import document_problems
 from dpcurator.service.routes.core import Caller, Owner, Service
+from dpcurator.service.routes.jobs import ACCEPTED, Prefer, submit, wants_job
 from dpcurator.service.stores.sparse import MAX_QUERIES, SparseQuestion, answer_sparse
 from dpcurator.service.stores.streams import StreamSpec, StreamStore
 from dpcurator.service.stores.surveys import SurveyStore
@@ -131,31 +140,51 @@ def _writable_stream(service: CuratorService, who: Identity, stream_id: str) -> 
     return stream
 
 
-@router.post("/v1/datasets/{dataset_id}/sparse-vector", tags=["queries"])
+def _sparse_body(charge: Charge, *, replayed: bool, remaining: BudgetView | None) -> dict[str, Any]:
+    """The answer of a sparse vector request (the synchronous body, and a job's result)."""
+    return {
+        "charge_id": charge.id,
+        "dataset_id": charge.dataset_id,
+        "replayed": replayed,
+        "cost": s.cost_json(cost_of(charge.epsilon, charge.delta)),
+        "remaining": None if remaining is None else s.budget_json(remaining),
+        "release": charge.result or {},
+    }
+
+
+register_kind("sparse_vector", lambda c: _sparse_body(c, replayed=False, remaining=None))
+
+
+@router.post("/v1/datasets/{dataset_id}/sparse-vector", tags=["queries"], responses=ACCEPTED)
 async def sparse_vector(
     service: Service,
     who: Caller,
     dataset_id: str,
     body: SparseIn,
+    *,
     idempotency_key: IdempotencyKey = None,
-) -> dict[str, Any]:
+    prefer: Prefer = None,
+) -> FiniteJSONResponse:
     """Sparse vector: flags for the queries above the threshold, stopping after ``c``. A retry
-    with the same ``Idempotency-Key`` and body gets the first answer, charged once."""
+    with the same ``Idempotency-Key`` and body gets the first answer, charged once. With
+    ``Prefer: respond-async``, or at least ``ASYNC_SPARSE_QUERIES`` queries, it runs as a
+    background job once ε is reserved: 202 and the job to poll (``GET /v1/jobs/{id}``)."""
     question = SparseQuestion(
         body.queries, body.threshold, body.c, s.exact(body.epsilon), body.numeric
     )
-    answer = await run_in_threadpool(
-        partial(answer_sparse, request_key=idempotency_key), service, who, dataset_id, question
-    )
-    charge = answer.charge
-    return {
-        "charge_id": charge.id,
-        "dataset_id": charge.dataset_id,
-        "replayed": answer.replayed,
-        "cost": s.cost_json(cost_of(charge.epsilon, charge.delta)),
-        "remaining": None if answer.remaining is None else s.budget_json(answer.remaining),
-        "release": charge.result or {},
-    }
+
+    def compute(wrap: Wrap) -> dict[str, Any]:
+        answer = answer_sparse(
+            service, who, dataset_id, question, request_key=idempotency_key, wrap=wrap
+        )
+        return _sparse_body(answer.charge, replayed=answer.replayed, remaining=answer.remaining)
+
+    if wants_job(prefer, sparse_is_long(len(body.queries))):
+        job = Submission(
+            "sparse_vector", dataset_id, question.fingerprint(), idempotency_key, compute
+        )
+        return await submit(service, who, job, preferred=prefers_async(prefer))
+    return FiniteJSONResponse(await run_in_threadpool(compute, no_hook))
 
 
 @router.post("/v1/datasets/{dataset_id}/streams", tags=["streams"], status_code=201)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from numbers import Integral
@@ -72,6 +73,10 @@ class SparseQuestion:
         if self.numeric:
             request["numeric"] = True
         return json.dumps(request, sort_keys=True)
+
+    def fingerprint(self) -> str:
+        """The request's fingerprint (its request key's, in the ledger)."""
+        return hashlib.sha256(f"{self.text()}\x00{self.epsilon}".encode()).hexdigest()
 
     def values_mechanism(self, sensitivity: Fraction) -> Laplace | None:
         """Numeric sparse: the Laplace mechanism of each released value (None: flags only)."""
@@ -171,17 +176,19 @@ def answer_sparse(
     question: SparseQuestion,
     *,
     request_key: str | None = None,
+    wrap: Callable[[BudgetFilter], BudgetFilter] | None = None,
 ) -> Answer:
     """Plan (free) -> reserve ε once in the ledger -> compute the exact answers -> Sparse, as
     every charged release is (:meth:`CuratorService.charged`): a retry with the same
-    ``request_key`` gets the first answer, charged once; never replayed from another request."""
+    ``request_key`` gets the first answer, charged once; never replayed from another request.
+    ``wrap`` wraps the ledger's filter (a background job's, :mod:`dpcurator.service.jobs`)."""
     text = question.text()
 
     def run(runtime: DatasetRuntime, budget: BudgetFilter) -> dict[str, Any]:
         session = Session(
             runtime.backend,
             runtime.metadata,
-            budget_filter=budget,
+            budget_filter=budget if wrap is None else wrap(budget),
             plan_cache=runtime.plans,
             result_cache=runtime.results,
         )
@@ -201,7 +208,7 @@ def answer_sparse(
         identity,
         dataset_id,
         text,
-        hashlib.sha256(f"{text}\x00{question.epsilon}".encode()).hexdigest(),
+        question.fingerprint(),
         run,
         request_key=request_key,
         requested={"epsilon": str(question.epsilon), "delta": "0"},

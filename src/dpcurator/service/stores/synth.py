@@ -9,7 +9,8 @@ their memory does not add up). The thread writes its progress to the row, then t
 frame as Parquet, and completes the charge; if it fails, the charge is marked failed and stands
 (its noise may have been drawn). A server that dies mid-job leaves the charge spent: the row is
 reported ``interrupted`` once the charge's claim has lapsed (see
-:mod:`dpcurator.service.ledger.lease`). Reserve -> compute -> complete, as for queries: the
+:mod:`dpcurator.service.ledger.lease`; the test is the background jobs' own,
+:func:`dpcurator.service.jobs.claim_lapsed`). Reserve -> compute -> complete, as for queries: the
 charge is never lost.
 
 Reading is post-processing and free: whoever may see the dataset (the owner, analysts with a
@@ -26,7 +27,6 @@ import json
 import logging
 import threading
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from typing import Any
 
 import pandas as pd
@@ -37,6 +37,7 @@ from dpcurator.errors import ENGINE_FAILURE_MESSAGE
 from dpcurator.service.auth import Identity, random_id
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.idempotency import request_fingerprint, same_request, stored_result
+from dpcurator.service.jobs import claim_lapsed
 from dpcurator.service.ledger.budgets import BudgetView, cost_of
 from dpcurator.service.ledger.charges import ChargeRequest
 from dpcurator.service.ledger.database import SyntheticRelease, found
@@ -215,9 +216,7 @@ class SynthStore:
             return release
         with self.ledger._transaction(write=False) as s:
             charge = found(s.get(Charge, release.charge_id), "charge", release.charge_id)
-        seen = charge.claimed_at or release.created_at
-        lease = timedelta(seconds=self.ledger.lease_seconds)
-        if charge.status == "reserved" and utcnow() - seen > lease:
+        if charge.status == "reserved" and claim_lapsed(self.ledger, charge, release.created_at):
             self._finish_failed(release.id, "interrupted")
             return self._row(release.id)
         return release
