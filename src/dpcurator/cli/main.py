@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -183,6 +182,8 @@ def _serve(args: argparse.Namespace) -> int:
     progress.addHandler(logging.StreamHandler(sys.stderr))
     ledger_url = args.ledger
     if ledger_url is None:
+        import tempfile  # noqa: PLC0415
+
         ledger_url = (
             f"sqlite:///{tempfile.mkdtemp(prefix='dpcurator-demo-')}/ledger.sqlite3"
             if args.demo
