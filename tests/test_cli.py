@@ -80,7 +80,9 @@ def test_serve_query_and_budget_commands(
         assert main(["query", *args, "--epsilon", "5", sql]) == 1
         assert "is not enough for this release (epsilon: 5 asked, 0.75 left)" in capsys.readouterr().err
         assert main(["query", *args, "--accuracy", "n=400", sql]) == 0  # costs ε ≈ 0.009
-        assert "cost: ε=0.00" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "cost: ε≤0.00" in out  # rounded up to 4 significant digits, and said so
+        assert "≤ rounded up, ≥ rounded down, to 4 significant digits" in out
     finally:
         server.stop()
 

@@ -102,13 +102,20 @@ def add_connection(sub: argparse.ArgumentParser, *, dataset: bool | None) -> Non
 
 
 def add_format(sub: argparse.ArgumentParser) -> None:
-    """``--format table|csv|json``."""
+    """``--format table|csv|json`` and ``--exact``."""
     sub.add_argument(
         "--format",
         choices=FORMATS,
         default="table",
         help="table (default, for people), csv (for spreadsheets; intervals with a ci_level "
         "column) or json (the server's documents; strict JSON: a non-finite number is null)",
+    )
+    sub.add_argument(
+        "--exact",
+        action="store_true",
+        help="print ε, δ and ρ exactly (a decimal, or the fraction n/d) in table and csv "
+        "(default: table rounds them outward to 4 significant digits, marked ≤ or ≥; json "
+        "always has the exact *_exact fields)",
     )
 
 

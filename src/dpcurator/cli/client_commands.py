@@ -148,36 +148,39 @@ def _query(args: argparse.Namespace) -> Output:
 
     with _client(args) as client:
         answer = client.query(args.dataset, args.sql, **_cost_options(args))
-    lines = [f.release_text(answer["release"]), f"cost: {f.cost_text(answer['cost'])}"]
+    amounts = f.Amounts(exact=args.exact)
+    lines = [f.release_text(answer["release"]), f"cost: {amounts.cost(answer['cost'], up=True)}"]
     if answer.get("remaining"):
-        lines.append(f"remaining: {f.cost_text(answer['remaining']['remaining'])}")
+        lines.append(f"remaining: {amounts.cost(answer['remaining']['remaining'], up=False)}")
     header, rows = f.release_wide(answer["release"])
-    return f.Output(text="\n".join(lines), doc=answer, header=header, rows=rows)
+    return amounts.output("\n".join(lines), answer, header, rows)
 
 
 def _estimate(args: argparse.Namespace) -> Output:
     from dpcurator.cli import format as f  # noqa: PLC0415
-    from dpcurator.query.release.view import level_text  # noqa: PLC0415
+    from dpcurator.core.display import level_text  # noqa: PLC0415
 
     with _client(args) as client:
         found = client.estimate(args.dataset, args.sql, **_cost_options(args))
     details = found["estimate"]
     alpha = details.get("alpha", 0.05)
     cost = found["cost"]
+    amounts = f.Amounts(exact=args.exact)
+    epsilon, delta = amounts.of(cost, "epsilon", up=True), amounts.of(cost, "delta", up=True)
     rows = [
-        [name, width, 1 - alpha, cost.get("epsilon"), cost.get("delta"), found["fits"]]
+        [name, width, 1 - alpha, epsilon, delta, found["fits"]]
         for name, width in details.get("ci_halfwidths", {}).items()
     ]
     title = f"{level_text(alpha)} CI half-width"
     lines = [
         f.aligned(["column", title], [[r[0], r[1]] for r in rows]),
-        f"cost: {f.cost_text(cost)} (an estimate: nothing was charged)",
+        f"cost: {amounts.cost(cost, up=True)} (an estimate: nothing was charged)",
     ]
     if found.get("remaining"):
-        left = f.cost_text(found["remaining"]["remaining"])
+        left = amounts.cost(found["remaining"]["remaining"], up=False)
         lines.append(f"fits the remaining budget ({left}): {f.cell(found['fits'])}")
     header = ["column", "ci_halfwidth", "ci_level", "epsilon", "delta", "fits"]
-    return f.Output(text="\n".join(lines), doc=found, header=header, rows=rows)
+    return amounts.output("\n".join(lines), found, header, rows)
 
 
 def _budget(args: argparse.Namespace) -> Output:
@@ -185,10 +188,15 @@ def _budget(args: argparse.Namespace) -> Output:
 
     with _client(args) as client:
         budget = client.budget(args.dataset)
-    parts = ("total", "spent", "remaining")
-    rows: list[list[Any]] = [[p, budget[p]["epsilon"], budget[p]["delta"]] for p in parts]
-    text = "\n".join(f"{p}: {f.cost_text(budget[p])}" for p in parts)
-    return f.Output(text=text, doc=budget, header=["part", "epsilon", "delta"], rows=rows)
+    amounts = f.Amounts(exact=args.exact)
+    #: Outward: what was spent rounds up; the total and what is left round down.
+    parts = {"total": False, "spent": True, "remaining": False}
+    rows: list[list[Any]] = [
+        [p, *(amounts.of(budget[p], part, up=up) for part in ("epsilon", "delta", "rho"))]
+        for p, up in parts.items()
+    ]
+    text = "\n".join(f"{p}: {amounts.cost(budget[p], up=up)}" for p, up in parts.items())
+    return amounts.output(text, budget, ["part", "epsilon", "delta", "rho"], rows)
 
 
 def _datasets(args: argparse.Namespace) -> Output:
@@ -196,21 +204,23 @@ def _datasets(args: argparse.Namespace) -> Output:
 
     with _client(args) as client:
         found = client.datasets()
+    amounts = f.Amounts(exact=args.exact)
     listed = []
     for d in found:
         kind, view = ("grant", d.get("budget")) if d.get("budget") else ("global cap", d.get("cap"))
+        left, total = (view["remaining"], view["total"]) if view else (None, None)
         listed.append(
             {
                 "id": d["id"],
                 "name": d["name"],
                 "budget": kind if view else None,
-                "remaining_epsilon": view["remaining"]["epsilon"] if view else None,
-                "remaining_delta": view["remaining"]["delta"] if view else None,
-                "total_epsilon": view["total"]["epsilon"] if view else None,
+                "remaining_epsilon": amounts.of(left, "epsilon", up=False),
+                "remaining_delta": amounts.of(left, "delta", up=False),
+                "total_epsilon": amounts.of(total, "epsilon", up=False),
             }
         )
     columns = ["id", "name", "budget", "remaining_epsilon", "remaining_delta", "total_epsilon"]
-    return f.records(listed, columns, empty="(no dataset)", doc=found)
+    return f.records(listed, columns, empty="(no dataset)", doc=found, amounts=amounts)
 
 
 def _history(args: argparse.Namespace) -> Output:
@@ -225,38 +235,40 @@ def _history(args: argparse.Namespace) -> Output:
     columns = ["id", "created_at", "dataset_id", "kind", "status", "epsilon", "delta", "sql"]
     if owner:
         columns[3:3] = ["analyst_id", "analyst"]
+    amounts = f.Amounts(exact=args.exact)
     flat = [
         {
             **e,
             "analyst_id": e["principal_id"],
             "analyst": names.get(e["principal_id"]),
-            "epsilon": e["cost"]["epsilon"],
-            "delta": e["cost"]["delta"],
+            "epsilon": amounts.of(e["cost"], "epsilon", up=True),
+            "delta": amounts.of(e["cost"], "delta", up=True),
         }
         for e in entries
     ]
-    return f.records(flat, columns, empty="(no query yet)", doc=entries)
+    return f.records(flat, columns, empty="(no query yet)", doc=entries, amounts=amounts)
 
 
 def _publish(args: argparse.Namespace) -> Output:
     queries = [{"sql": q, "epsilon": args.epsilon, "delta": args.delta} for q in args.sql]
     with _client(args) as client:
         release = client.publish(args.dataset, args.name, queries)
-    return _release_output(release)
+    return _release_output(release, exact=args.exact)
 
 
-def _release_output(release: dict[str, Any]) -> Output:
+def _release_output(release: dict[str, Any], *, exact: bool) -> Output:
     from dpcurator.cli import format as f  # noqa: PLC0415
 
     results = release["results"]
     total = f.total_cost([r["release"]["cost"] for r in results])
+    amounts = f.Amounts(exact=exact)
     title = (
         f"release {release['id']} {release['name']!r} on {release['dataset_id']}, "
-        f"published {release['created_at']}, cost {f.cost_text(total)}"
+        f"published {release['created_at']}, cost {amounts.cost(total, up=True)}"
     )
     header, rows = f.releases_long(results)
     text = f"{title}\n\n{f.results_text(results)}"
-    return f.Output(text=text, doc=release, header=header, rows=rows)
+    return amounts.output(text, release, header, rows)
 
 
 def _releases(args: argparse.Namespace) -> Output:
@@ -264,20 +276,24 @@ def _releases(args: argparse.Namespace) -> Output:
 
     with _client(args) as client:
         if args.id is not None:
-            return _release_output(client.release(args.id))
+            return _release_output(client.release(args.id), exact=args.exact)
         found = client.releases(args.dataset)
-    listed = [
-        {
-            "id": r["id"],
-            "name": r["name"],
-            "created_at": r["created_at"],
-            "queries": len(r["results"]),
-            **f.total_cost([q["release"]["cost"] for q in r["results"]]),
-        }
-        for r in found
-    ]
+    amounts = f.Amounts(exact=args.exact)
+    listed = []
+    for r in found:
+        total = f.total_cost([q["release"]["cost"] for q in r["results"]])
+        listed.append(
+            {
+                "id": r["id"],
+                "name": r["name"],
+                "created_at": r["created_at"],
+                "queries": len(r["results"]),
+                "epsilon": amounts.of(total, "epsilon", up=True),
+                "delta": amounts.of(total, "delta", up=True),
+            }
+        )
     columns = ["id", "name", "created_at", "queries", "epsilon", "delta"]
-    return f.records(listed, columns, empty="(no release published)", doc=found)
+    return f.records(listed, columns, empty="(no release published)", doc=found, amounts=amounts)
 
 
 def run(args: argparse.Namespace) -> int:

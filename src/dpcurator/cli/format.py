@@ -1,14 +1,21 @@
 """How the command line prints what the curator answered: ``--format table|csv|json``.
 
 Each command builds an :class:`Output` holding the same answer three ways: ``text`` for people
-(aligned columns; numbers as :func:`~dpcurator.query.release.view.number` writes them, a missing
+(aligned columns; numbers as :func:`~dpcurator.core.display.number` writes them, a missing
 value as ``—``, and the confidence level named wherever intervals appear), ``table`` for CSV
 (header and rows; full float precision, a missing value as an empty field) and ``doc`` for JSON
 (the server's documents, strict JSON: a non-finite number becomes ``null``, as the server itself
 writes it).
 
-Everything here is post-processing of released values (no privacy cost). Loaded only by the
-commands that print results, so ``dpcurator --help`` stays fast.
+Privacy amounts (ε, δ, ρ) go through :class:`Amounts` only: in text they are rounded outward to
+4 significant digits (:func:`~dpcurator.core.display.amount_text`: ``≤`` what was charged or
+spent, ``≥`` what is left) with a note stating the precision under the output; ``--exact``
+writes them exactly (text and CSV), and JSON always carries the server's exact ``*_exact``
+fractions.
+
+Everything here is post-processing of released values (no privacy cost). Standard library and
+:mod:`dpcurator.core.display` only (no engine, numpy or pandas), so that a client command
+answers in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -21,23 +28,111 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, TextIO
 
-from dpcurator.query.release.view import key_text, level_text, number
+from dpcurator.core.display import (
+    amount_text,
+    exact_amount,
+    exact_text,
+    key_text,
+    level_text,
+    number,
+    rounded_amount,
+    rounding_note,
+)
 
 Row = list[Any]
 
 
+#: Where the exact amounts are, for the note under a text output with a rounded amount.
+EXACT_HINT = "exact: --exact or --format json"
+#: The symbol of each part of a cost document.
+SYMBOLS = {"epsilon": "ε", "delta": "δ", "rho": "ρ"}
+
+
 @dataclass(frozen=True)
 class Output:
-    """One answer, ready for each ``--format``."""
+    """One answer, ready for each ``--format`` (``rounded``: its text shows an amount rounded
+    outward, and gets the note stating the precision)."""
 
     text: str
     doc: Any
     header: list[str] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
+    rounded: bool = False
+
+
+@dataclass(frozen=True)
+class Amount:
+    """An ε, δ or ρ of the server's answer, exact; shown rounded outward (``up``: a charge or
+    spending, else what is left) unless ``exact``."""
+
+    value: Fraction
+    up: bool
+    exact: bool = False
+
+    @property
+    def rounded(self) -> bool:
+        """Whether the text shows it rounded (``≤``/``≥``)."""
+        return not self.exact and rounded_amount(self.value, up=self.up)[1]
+
+    def assigned(self) -> str:
+        """``=0.5``, ``≤4.301`` or ``≥0.6999``, to follow its symbol."""
+        return amount_text(self.value, up=self.up, exact=self.exact)
+
+    def text(self) -> str:
+        """For a table cell: ``0.5``, ``≤4.301``, ``≥0.6999``."""
+        return self.assigned().removeprefix("=")
+
+    def csv(self) -> float | str:
+        """For a CSV cell: the nearest float, or the exact value with ``--exact``."""
+        return exact_text(self.value) if self.exact else float(self.value)
+
+
+class Amounts:
+    """Reads the amounts of the server's cost documents (``{"epsilon": .., "epsilon_exact":
+    "n/d", ...}``) and writes them for people, remembering whether any was rounded."""
+
+    def __init__(self, *, exact: bool = False) -> None:
+        self.exact = exact
+        self.rounded = False
+
+    def of(self, doc: dict[str, Any] | None, part: str, *, up: bool) -> Amount | None:
+        """Part ``epsilon``, ``delta`` or ``rho`` of ``doc`` (its ``<part>_exact`` fraction,
+        else its float), rounded ``up`` or down for people; None if ``doc`` has no such part."""
+        if doc is None:
+            return None
+        found = doc.get(f"{part}_exact")
+        if found is None:
+            found = doc.get(part)
+        return None if found is None else self.amount(found, up=up)
+
+    def amount(self, value: Fraction | int | float | str, *, up: bool) -> Amount:
+        """An exact amount (a float as the decimal it prints as), for a cell."""
+        shown = Amount(exact_amount(value), up=up, exact=self.exact)
+        self.rounded = self.rounded or shown.rounded
+        return shown
+
+    def cost(self, doc: dict[str, Any], *, up: bool) -> str:
+        """``ε=0.5 δ=0``, or ``ρ=0.1`` for a zCDP cost; rounded outward (``up``: a charge or
+        spending, else a budget or what is left) to a stated precision."""
+        parts = ["rho"] if doc.get("epsilon") is None and doc.get("rho") is not None else []
+        parts = parts or ["epsilon", "delta"]
+        shown = [(SYMBOLS[p], self.of(doc, p, up=up)) for p in parts]
+        return " ".join(f"{symbol}{a.assigned()}" for symbol, a in shown if a is not None)
+
+    def output(
+        self, text: str, doc: Any, header: list[str] | None = None, rows: list[Row] | None = None
+    ) -> Output:
+        """An :class:`Output` whose text gets the precision note if an amount was rounded."""
+        rows = rows or []
+        rounded = self.rounded or any(isinstance(c, Amount) and c.rounded for r in rows for c in r)
+        return Output(text=text, doc=doc, header=header or [], rows=rows, rounded=rounded)
 
 
 def strict(value: Any) -> Any:
-    """``value`` with every non-finite float replaced by None (JSON has no NaN or infinity)."""
+    """``value`` with every non-finite float replaced by None (JSON has no NaN or infinity),
+    and every :class:`Amount` as its CSV value."""
+    if isinstance(value, Amount):
+        return value.csv()
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -59,6 +154,8 @@ def show(output: Output, fmt: str, out: TextIO | None = None) -> None:
         writer.writerows([["" if c is None else c for c in strict(row)] for row in output.rows])
     else:
         out.write(output.text + "\n")
+        if output.rounded:
+            out.write(rounding_note(EXACT_HINT) + "\n")
 
 
 def _number(value: float | None) -> str:
@@ -67,7 +164,10 @@ def _number(value: float | None) -> str:
 
 
 def cell(value: Any) -> str:
-    """A value for people: numbers via ``number``, None as ``—``, text on one line."""
+    """A value for people: numbers via ``number``, amounts rounded outward, None as ``—``,
+    text on one line."""
+    if isinstance(value, Amount):
+        return value.text()
     if value is None or isinstance(value, float):
         return _number(value)
     if isinstance(value, bool):
@@ -84,26 +184,28 @@ def aligned(header: list[str], rows: list[Row]) -> str:
     )
 
 
-def records(flat: list[dict[str, Any]], columns: list[str], *, empty: str, doc: Any) -> Output:
+def records(
+    flat: list[dict[str, Any]], columns: list[str], *, empty: str, doc: Any, amounts: Amounts
+) -> Output:
     """Flat records (``columns`` of each) as text and CSV, or ``empty`` in text when there is
     none; ``doc`` (the server's documents they summarise) as JSON."""
     rows = [[d.get(c) for c in columns] for d in flat]
     text = aligned(columns, rows) if rows else empty
-    return Output(text=text, doc=doc, header=columns, rows=rows)
+    return amounts.output(text, doc, columns, rows)
 
 
-def cost_text(cost: dict[str, Any]) -> str:
-    """``ε=0.5 δ=0``, or ``ρ=0.1`` for a zCDP cost."""
-    if cost.get("epsilon") is None and cost.get("rho") is not None:
-        return f"ρ={_number(cost['rho'])}"
-    return f"ε={_number(cost['epsilon'])} δ={_number(cost['delta'])}"
+def cost_text(cost: dict[str, Any], *, up: bool = True, exact: bool = False) -> str:
+    """``ε=0.5 δ=0``, or ``ρ=0.1`` for a zCDP cost, rounded outward (``up``: a charge, else
+    what is left) unless ``exact`` (a one-off: :meth:`Amounts.cost` also remembers rounding)."""
+    return Amounts(exact=exact).cost(cost, up=up)
 
 
-def total_cost(costs: list[dict[str, Any]]) -> dict[str, float]:
-    """The exact sum of costs (their ``epsilon_exact``/``delta_exact`` fractions)."""
+def total_cost(costs: list[dict[str, Any]]) -> dict[str, str]:
+    """The exact sum of (ε, δ) costs (their ``epsilon_exact``/``delta_exact`` fractions), as a
+    cost document."""
     epsilon = sum((Fraction(c["epsilon_exact"]) for c in costs), Fraction(0))
     delta = sum((Fraction(c["delta_exact"]) for c in costs), Fraction(0))
-    return {"epsilon": float(epsilon), "delta": float(delta)}
+    return {"epsilon_exact": str(epsilon), "delta_exact": str(delta)}
 
 
 def ci_level(release: dict[str, Any]) -> float:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ from dpcurator.cli import fit as cli_fit
 from dpcurator.cli import metadata_check as metadata_check_cli
 from dpcurator.cli import synth as cli_synth
 from dpcurator.cli.args import CliError, delta, positive, positive_int
-from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import DPError
 
 DEFAULT_LEDGER = "sqlite:///dpcurator-ledger.sqlite3"
@@ -152,12 +150,20 @@ def _admin_parser(commands: Any) -> None:
             )
         if action == "revoke-token":
             sub.add_argument("token_id", help="the token's public id (dpc_<id>_<secret>)")
+        if action in ("list-grants", "list-datasets"):
+            sub.add_argument(
+                "--exact",
+                action="store_true",
+                help="print ε and δ exactly (a decimal, or the fraction n/d; default: rounded "
+                "outward to 4 significant digits, marked ≤ or ≥)",
+            )
 
 
 def _serve(args: argparse.Namespace) -> int:
     if (args.data is None) != (args.metadata is None):
         raise CliError("--data and --metadata go together")
     # Deferred: the server, its engines and pydantic load only when serving.
+    from dpcurator.core.measures import ApproxDP  # noqa: PLC0415
     from dpcurator.service.schemas import exact  # noqa: PLC0415
     from dpcurator.service.server import (  # noqa: PLC0415
         DEMO_DIR,
@@ -176,6 +182,8 @@ def _serve(args: argparse.Namespace) -> int:
     progress.addHandler(logging.StreamHandler(sys.stderr))
     ledger_url = args.ledger
     if ledger_url is None:
+        import tempfile  # noqa: PLC0415
+
         ledger_url = (
             f"sqlite:///{tempfile.mkdtemp(prefix='dpcurator-demo-')}/ledger.sqlite3"
             if args.demo
@@ -226,6 +234,7 @@ def _admin(args: argparse.Namespace) -> int:
         name=getattr(args, "name", None),
         token_id=getattr(args, "token_id", None),
         expires_in=getattr(args, "expires_in", None),
+        exact=getattr(args, "exact", False),
     )
     print("\n".join(lines) if lines else "(none)")
     return 0

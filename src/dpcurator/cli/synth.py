@@ -27,7 +27,7 @@ from dpcurator.cli.args import CliError
 from dpcurator.errors import DPError
 
 if TYPE_CHECKING:
-    from dpcurator.cli.format import Output
+    from dpcurator.cli.format import Amounts, Output
 
 HELP = "owners publish synthetic data or contingency tables; anyone allowed lists and downloads"
 KINDS = ("marginals", "fourier", "mst", "aim", "mwem")
@@ -148,18 +148,17 @@ def _estimate(args: argparse.Namespace) -> Output:
     header = list(errors[0]) if errors else []
     rows = [[e.get(c) for c in header] for e in errors]
     fits = "fits" if found["fits_cap"] else "does NOT fit"
+    amounts = f.Amounts(exact=args.exact)
     lines = [
-        f"{found['kind']}: cost {f.cost_text(found['cost'])} (an estimate: nothing was charged); "
-        f"{fits} the dataset's cap",
+        f"{found['kind']}: cost {amounts.cost(found['cost'], up=True)} (an estimate: nothing "
+        f"was charged); {fits} the dataset's cap",
         "expected error of one noisy cell (ci_halfwidth: 95% CI half-width, in records):",
         f.aligned(header, rows),
     ]
-    return f.Output(text="\n".join(lines), doc=found, header=header, rows=rows)
+    return amounts.output("\n".join(lines), found, header, rows)
 
 
-def _summary(release: dict[str, Any]) -> dict[str, Any]:
-    from dpcurator.cli import format as f  # noqa: PLC0415 (deferred)
-
+def _summary(release: dict[str, Any], amounts: Amounts) -> dict[str, Any]:
     progress = release["progress"]
     return {
         "id": release["id"],
@@ -168,7 +167,7 @@ def _summary(release: dict[str, Any]) -> dict[str, Any]:
         "progress": f"{100 * progress.get('done', 0):.0f}% {progress.get('message', '')}".strip(),
         "rows": release["rows"],
         "public": release["public"],
-        "cost": f.cost_text(release["cost"]),
+        "cost": amounts.cost(release["cost"], up=True),
         "created_at": release["created_at"],
     }
 
@@ -176,12 +175,13 @@ def _summary(release: dict[str, Any]) -> dict[str, Any]:
 _SUMMARY = ["id", "kind", "status", "progress", "rows", "public", "cost", "created_at"]
 
 
-def _one(release: dict[str, Any]) -> Output:
+def _one(release: dict[str, Any], *, exact: bool) -> Output:
     from dpcurator.cli import format as f  # noqa: PLC0415 (deferred)
 
-    flat = _summary(release)
+    amounts = f.Amounts(exact=exact)
+    flat = _summary(release, amounts)
     text = "\n".join(f"{k}: {f.cell(v)}" for k, v in flat.items())
-    return f.Output(text=text, doc=release, header=_SUMMARY, rows=[[flat[c] for c in _SUMMARY]])
+    return amounts.output(text, release, _SUMMARY, [[flat[c] for c in _SUMMARY]])
 
 
 def _publish(args: argparse.Namespace) -> Output:
@@ -197,11 +197,13 @@ def _publish(args: argparse.Namespace) -> Output:
             time.sleep(1.0)
             job = client.synthetic(job["id"])
     if args.wait and job["status"] != "done":
+        from dpcurator.cli.format import cost_text  # noqa: PLC0415 (deferred)
+
         raise CliError(
             f"synthetic release {job['id']} is {job['status']}; its charge stands "
-            f"({job['cost']['epsilon']:g}, {job['cost']['delta']:g})"
+            f"({cost_text(job['cost'], up=True)})"
         )
-    return _one(job)
+    return _one(job, exact=args.exact)
 
 
 def _list(args: argparse.Namespace) -> Output:
@@ -209,13 +211,14 @@ def _list(args: argparse.Namespace) -> Output:
 
     with cli_client_commands._client(args) as client:
         found = client.synthetic_releases(args.dataset)
-    flat = [_summary(r) for r in found]
-    return f.records(flat, _SUMMARY, empty="(no synthetic release)", doc=found)
+    amounts = f.Amounts(exact=args.exact)
+    flat = [_summary(r, amounts) for r in found]
+    return f.records(flat, _SUMMARY, empty="(no synthetic release)", doc=found, amounts=amounts)
 
 
 def _show(args: argparse.Namespace) -> Output:
     with cli_client_commands._client(args) as client:
-        return _one(client.synthetic(args.id))
+        return _one(client.synthetic(args.id), exact=args.exact)
 
 
 def _download(args: argparse.Namespace) -> int:

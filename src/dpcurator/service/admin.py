@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dpcurator.core.display import amount_text, rounding_note
 from dpcurator.errors import ParameterError
 from dpcurator.service.errors import NotFoundError
 from dpcurator.service.models import Principal
@@ -27,8 +28,10 @@ def run(
     name: str | None = None,
     token_id: str | None = None,
     expires_in: float | None = None,
+    exact: bool = False,
 ) -> list[str]:
-    """Run one ``dpcurator admin`` action on the ledger at URL ``ledger``; the lines to print."""
+    """Run one ``dpcurator admin`` action on the ledger at URL ``ledger``; the lines to print
+    (``exact``: budgets and spending exactly, else rounded outward with a note)."""
     require_ledger(ledger)
     service = build_service(ledger)
     try:
@@ -41,9 +44,9 @@ def run(
         if action in ("list-owners", "list-analysts"):
             return list_principals(service, action.removeprefix("list-").removesuffix("s"))
         if action == "list-grants":
-            return list_grants(service)
+            return list_grants(service, exact=exact)
         if action == "list-datasets":
-            return list_datasets(service)
+            return list_datasets(service, exact=exact)
         raise ParameterError(f"Unknown admin action {action!r}.")
     finally:
         service.close()
@@ -86,22 +89,47 @@ def list_principals(service: CuratorService, role: str) -> list[str]:
     return lines
 
 
-def list_grants(service: CuratorService) -> list[str]:
-    """Every grant: analyst, dataset, budget and spent (exact fractions)."""
-    return [
-        f"{g.principal_id}  {g.dataset_id}  budget ε={g.budget_epsilon} δ={g.budget_delta}  "
-        f"spent ε={g.spent_epsilon} δ={g.spent_delta}"
+class _Amounts:
+    """Writes a ledger's exact ε and δ (text fractions) rounded outward, unless ``exact``, and
+    remembers whether any was rounded (for the note stating the precision)."""
+
+    def __init__(self, *, exact: bool) -> None:
+        self.exact = exact
+        self.rounded = False
+
+    def pair(self, label: str, epsilon: str, delta: str, *, up: bool) -> str:
+        """``budget ε=1 δ=1e-5`` (``up``: spending, else a budget or cap)."""
+        shown = [amount_text(v, up=up, exact=self.exact) for v in (epsilon, delta)]
+        self.rounded = self.rounded or any(t[0] != "=" for t in shown)
+        return f"{label} ε{shown[0]} δ{shown[1]}"
+
+    def noted(self, lines: list[str]) -> list[str]:
+        """``lines``, then the note stating the precision if an amount was rounded."""
+        return [*lines, rounding_note("exact: --exact")] if self.rounded else lines
+
+
+def list_grants(service: CuratorService, *, exact: bool = False) -> list[str]:
+    """Every grant: analyst, dataset, budget and spent (rounded outward, or ``exact``)."""
+    amounts = _Amounts(exact=exact)
+    lines = [
+        f"{g.principal_id}  {g.dataset_id}  "
+        f"{amounts.pair('budget', g.budget_epsilon, g.budget_delta, up=False)}  "
+        f"{amounts.pair('spent', g.spent_epsilon, g.spent_delta, up=True)}"
         for g in service.ledger.grants()
     ]
+    return amounts.noted(lines)
 
 
-def list_datasets(service: CuratorService) -> list[str]:
-    """Every dataset: id, source path, global cap and spent (exact fractions)."""
-    return [
-        f"{d.id}  {d.source.get('path', '')}  cap ε={d.cap_epsilon} δ={d.cap_delta}  "
-        f"spent ε={d.spent_epsilon} δ={d.spent_delta}"
+def list_datasets(service: CuratorService, *, exact: bool = False) -> list[str]:
+    """Every dataset: id, source path, global cap and spent (rounded outward, or ``exact``)."""
+    amounts = _Amounts(exact=exact)
+    lines = [
+        f"{d.id}  {d.source.get('path', '')}  "
+        f"{amounts.pair('cap', d.cap_epsilon, d.cap_delta, up=False)}  "
+        f"{amounts.pair('spent', d.spent_epsilon, d.spent_delta, up=True)}"
         for d in service.ledger.datasets()
     ]
+    return amounts.noted(lines)
 
 
 def _named(service: CuratorService, name: str) -> Principal:
