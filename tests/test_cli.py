@@ -78,7 +78,8 @@ def test_serve_query_and_budget_commands(
         assert main(["budget", *args]) == 0
         assert "remaining: ε=0.75" in capsys.readouterr().out
         assert main(["query", *args, "--epsilon", "5", sql]) == 1
-        assert "is not enough for this release (epsilon: 5 asked, 0.75 left)" in capsys.readouterr().err
+        refusal = capsys.readouterr().err
+        assert "is not enough for this release (epsilon: 5 asked, 0.75 left)" in refusal
         assert main(["query", *args, "--accuracy", "n=400", sql]) == 0  # costs ε ≈ 0.009
         out = capsys.readouterr().out
         assert "cost: ε≤0.00" in out  # rounded up to 4 significant digits, and said so

@@ -112,13 +112,6 @@ def curator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
         yield served
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="dpcurator.service.client imports numpy, pandas, dpcurator.mechanisms and "
-    "dpcurator.random at module level (for the survey respondent's randomizer and "
-    "synthetic_data): defer them there, then drop this mark",
-)
 def test_client_commands_against_a_server_load_nothing_heavy(curator: tuple[str, str]) -> None:
     """``python -m dpcurator.cli budget`` (the console script's module), then query, estimate,
     datasets, history, releases, synthetic list and fit --estimate, in one fresh interpreter

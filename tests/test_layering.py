@@ -71,6 +71,7 @@ DEFERRED_IMPORTS_MODULES = (
     "dpcurator.cli.fit",
     "dpcurator.cli.synth",
     "dpcurator.cli.metadata_check",
+    "dpcurator.service.client",
 )
 
 

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from dpcurator.cli.args import add_connection, require_token
+from dpcurator.cli.format import cost_text
 
 HELP = "fit a model (linear or logistic regression): coefficients with CIs (charged)"
 
@@ -83,7 +84,8 @@ def show_progress(job: dict[str, Any]) -> None:
 
 
 def _cost(cost: dict[str, Any]) -> str:
-    return f"ε = {cost['epsilon']:g}, δ = {cost['delta']:g}"
+    """The charge, rounded up (the CLI's one rule for privacy amounts, :mod:`.format`)."""
+    return cost_text(cost, up=True)
 
 
 def estimate_text(answer: dict[str, Any]) -> str:

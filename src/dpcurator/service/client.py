@@ -16,11 +16,9 @@ import io
 import time
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import numpy as np
-import pandas as pd
 
 from dpcurator.errors import (
     AuthError,
@@ -29,10 +27,13 @@ from dpcurator.errors import (
     ParameterError,
     UnsupportedQueryError,
 )
-from dpcurator.mechanisms.randomized_response import KaryRandomizedResponse
-from dpcurator.random import Rng
 from dpcurator.service.client_jobs import JobCalls
 from dpcurator.service.errors import ConflictError, NotFoundError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dpcurator.random import Rng
 
 
 def _error(response: httpx.Response) -> DPError:
@@ -76,10 +77,14 @@ class CuratorClient(JobCalls):
         *,
         timeout: float = 30.0,
     ) -> None:
+        base = url.rstrip("/")
         self._http = httpx.Client(
-            base_url=url.rstrip("/"),
+            base_url=base,
             headers={} if token is None else {"Authorization": f"Bearer {token}"},
             timeout=timeout,
+            # Certificates are loaded (~0.1 s CPU) only for an https curator: a plain-http
+            # client never makes a TLS connection (it follows no redirect).
+            verify=httpx.URL(base).scheme == "https",
         )
 
     def close(self) -> None:
@@ -415,6 +420,8 @@ class CuratorClient(JobCalls):
 
     def synthetic_data(self, release_id: str) -> pd.DataFrame:
         """A finished synthetic release's table (free: post-processing)."""
+        import pandas as pd  # noqa: PLC0415 (deferred: a client command needs no pandas)
+
         return pd.read_parquet(io.BytesIO(self.synthetic_file(release_id, "parquet")))
 
     def synthetic_file(self, release_id: str, fmt: str = "csv") -> bytes:
@@ -465,6 +472,11 @@ def randomize_answers(
     unknown = sorted({a for a in answers if a not in index})
     if unknown:
         raise ParameterError(f"answers must be among the survey's categories; got {unknown}.")
+    # Deferred: numpy and the mechanisms load only on a respondent's machine, not per CLI call.
+    import numpy as np  # noqa: PLC0415
+
+    from dpcurator.mechanisms.randomized_response import KaryRandomizedResponse  # noqa: PLC0415
+
     mechanism = KaryRandomizedResponse(epsilon, len(categories))
     true = np.array([index[a] for a in answers], dtype=np.int64)
     return [int(r) for r in mechanism.randomize(true, rng)]
