@@ -133,9 +133,9 @@ def test_sensitivity_comes_from_the_privacy_unit() -> None:
     sides) and for r = 2 rows a person, four times for both."""
     base = _scales(None)
     assert base == _scales(PrivacyUnit())
-    # counts at ε/10 with Δ = 1; sums at 6ε/10 with Δ = h = 2; squares at 3ε/10 with Δ = h²/2
+    # counts at ε/10 with Δ = 1; sums at 7ε/10 with Δ = h = 2; squares at 2ε/10 with Δ = h²/2
     assert base["n"] == pytest.approx(10.0)
-    assert base["sum of (x - 2)"] == pytest.approx(2 / 0.6, rel=1e-3)
+    assert base["sum of (x - 2)"] == pytest.approx(2 / 0.7, rel=1e-3)
     for unit, factor in [
         (PrivacyUnit(relation="replace_one", public_size=3), 2),
         (PrivacyUnit(rows=2), 2),

@@ -38,7 +38,7 @@ from dpcurator.estimators.hypothesis.core import (
 from dpcurator.estimators.release import noisy
 
 #: Shares of ε for (counts, sums, centred squares): the sums carry the signal.
-WEIGHTS = (Fraction(1, 10), Fraction(6, 10), Fraction(3, 10))
+WEIGHTS = (Fraction(1, 10), Fraction(7, 10), Fraction(2, 10))
 
 #: Variances are floored at this share of h² (a release whose variance estimate is 0 or less).
 VARIANCE_FLOOR = 1e-9
