@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpcurator.core.measures import PureDP
+from dpcurator.core.measures import ZCDP, PureDP
 from dpcurator.errors import ParameterError, UnsupportedQueryError
 from dpcurator.estimators import difference_of_means_test
 from dpcurator.estimators import hypothesis as ht
@@ -41,15 +41,22 @@ def rejection_bound(repeats: int, alpha: float = ALPHA) -> int:
 
 
 def rejections(
-    name: str, n: int, epsilon: float, effect: float, repeats: int, *, public_test: bool = False
+    name: str,
+    n: int,
+    epsilon: float,
+    effect: float,
+    repeats: int,
+    *,
+    public_test: bool = False,
+    rho: bool = False,
 ) -> tuple[int, int]:
     """(DP rejections, public rejections) at α over ``repeats`` seeded data sets (the public
-    test runs only when asked)."""
+    test runs only when asked; ``epsilon`` is ρ when ``rho``)."""
     dp = public = 0
     for i in range(repeats):
-        p_dp, p_public = CASES[name].run(
-            n, effect, epsilon, 7919 * i + n, DRAWS, public=public_test
-        )
+        seed = 7919 * i + n
+        run = CASES[name].run
+        p_dp, p_public = run(n, effect, epsilon, seed, DRAWS, public=public_test, rho=rho)
         dp += p_dp <= ALPHA
         public += p_public <= ALPHA
     return dp, public
@@ -66,6 +73,15 @@ def test_type_one_error_is_at_most_alpha(name: str, n: int, epsilon: float) -> N
     assert dp <= rejection_bound(REPEATS), f"{dp}/{REPEATS} rejections at α = {ALPHA}"
 
 
+@pytest.mark.statistical
+@pytest.mark.parametrize(("n", "rho"), [(100, 0.005), (10_000, 0.5)])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_type_one_error_is_at_most_alpha_under_zcdp(name: str, n: int, rho: float) -> None:
+    """The same check with discrete Gaussian noise at ρ (ρ = ε²/2 for ε = 0.1 and 1)."""
+    dp, _ = rejections(name, n, rho, 0.0, REPEATS, rho=True)
+    assert dp <= rejection_bound(REPEATS), f"{dp}/{REPEATS} rejections at α = {ALPHA}"
+
+
 def _zero_noise(rng: Any, noise: Any, shape: tuple[int, ...]) -> np.ndarray:
     return np.zeros(shape)
 
@@ -79,7 +95,7 @@ def test_a_null_that_ignores_the_noise_is_caught(
     noise (the classical reference distribution applied to noisy statistics) over-rejects at
     n = 100, ε = 0.1, and the check above would fail on it."""
     for module in (moments, proportions, chi_square, ks):
-        monkeypatch.setattr(module, "laplace", _zero_noise)
+        monkeypatch.setattr(module, "noise_draws", _zero_noise)
     repeats = 60
     dp, _ = rejections(name, 100, 0.1, 0.0, repeats)
     assert dp > rejection_bound(repeats), f"only {dp}/{repeats} rejections"
@@ -146,6 +162,26 @@ def test_sensitivity_comes_from_the_privacy_unit() -> None:
             assert scaled[name] == pytest.approx(factor * scale, rel=1e-3), (unit, name)
 
 
+def test_zcdp_noise_comes_from_the_unit_and_costs_rho() -> None:
+    """Under ρ the counts get a discrete Gaussian of Δ₂² = count_l2_squared (×2 under
+    replace-one: σ × √2) and the sums Δ₂ = rows_changed·h (×2 under replace-one)."""
+    results = {}
+    for unit in (PrivacyUnit(), PrivacyUnit(relation="replace_one", public_size=3)):
+        results[unit.relation] = ht.one_sample_t_test(
+            [1.0, 2.0, 3.0], mean=2.0, lower=0, upper=4, rho=0.5, unit=unit, simulations=9,
+            rng=SeededRng(1),
+        )  # fmt: skip
+    base, replaced = results["add_remove"], results["replace_one"]
+    assert base.cost == ZCDP(Fraction(1, 2))
+    # counts at ρ/10 with Δ₂² = 1: σ² = 1/(2·0.05) = 10
+    assert base.noise["n"] == pytest.approx(10**0.5)
+    assert replaced.noise["n"] == pytest.approx(2**0.5 * base.noise["n"])
+    name = "sum of (x - 2)"
+    assert replaced.noise[name] == pytest.approx(2 * base.noise[name], rel=1e-3)
+    with pytest.raises(ParameterError, match="exactly one of epsilon and rho"):
+        ht.welch_t_test([1.0], [2.0], lower=0, upper=4, epsilon=1.0, rho=0.5)
+
+
 def test_a_person_column_is_refused_before_the_data_is_read() -> None:
     """Arrays carry no person ids: a user-level unit is refused, naming the column, before the
     data is touched (the data here would raise if read)."""
@@ -188,7 +224,7 @@ def test_result_reports_cost_statistics_and_summary() -> None:
     assert result.estimate == pytest.approx(2.0, abs=0.5)
     assert set(result.released) >= {"n", "mean", "variance"}
     text = result.summary()
-    for part in ("two-sample t (Welch)", "ε = 0.5", "p-value", "Laplace scale", "H0"):
+    for part in ("two-sample t (Welch)", "ε = 0.5", "p-value", "noise scale", "H0"):
         assert part in text
     assert str(result) == text
 

@@ -19,7 +19,7 @@ import pytest
 
 import dpcurator as dpc
 from dpcurator.accounting import PureEvent
-from dpcurator.core.measures import PureDP
+from dpcurator.core.measures import ZCDP, PureDP
 from dpcurator.errors import BudgetExceededError, DomainError, UnsupportedQueryError
 from dpcurator.estimators import hypothesis
 from dpcurator.interactive import PrivateMultiplicativeWeights
@@ -371,10 +371,13 @@ def test_randomized_response_conforms(
 HYPOTHESIS_EPSILON = 1.0
 
 
-def _hypothesis_release(name: str, table: pd.DataFrame, unit: Any, rng: SeededRng) -> object:
-    """Run the test ``name`` of the hypothesis package on the tiny table's columns."""
+def _hypothesis_release(
+    name: str, table: pd.DataFrame, unit: Any, rng: SeededRng, budget: str = "epsilon"
+) -> object:
+    """Run the test ``name`` of the hypothesis package on the tiny table's columns, at ε or
+    at ρ (``budget``) of HYPOTHESIS_EPSILON."""
     x, y, g, h = table["x"], table["y"], table["g"], table["h"]
-    common: dict[str, Any] = {"epsilon": HYPOTHESIS_EPSILON, "unit": unit, "simulations": 9}
+    common: dict[str, Any] = {budget: HYPOTHESIS_EPSILON, "unit": unit, "simulations": 9}
     common["rng"] = rng
     bounded = {"lower": 0.0, "upper": 10.0} | common
     first, second = x[y == 1], x[y == 0]
@@ -395,33 +398,41 @@ def _hypothesis_release(name: str, table: pd.DataFrame, unit: Any, rng: SeededRn
     return hypothesis.ks_test(first, second, edges=[2.5, 5.0, 7.5], **common)
 
 
-def _hypothesis_draws(
-    name: str, table: pd.DataFrame, unit: Any, patch: pytest.MonkeyPatch, replay: Any = None
+def _hypothesis_draws(  # noqa: PLR0917 (one run of the row)
+    name: str,
+    table: pd.DataFrame,
+    unit: Any,
+    budget: str,
+    patch: pytest.MonkeyPatch,
+    replay: Any = None,
 ) -> list[Any]:
     with patch.context() as scoped, Tap(replay).installed(scoped) as tap:
-        _hypothesis_release(name, table, unit, SeededRng(SEED))
+        _hypothesis_release(name, table, unit, SeededRng(SEED), budget)
     return tap.draws
 
 
+@pytest.mark.parametrize("budget", ["epsilon", "rho"])
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("relation", RELATIONS)
 @pytest.mark.parametrize("name", sorted(hypothesis.TESTS))
 def test_hypothesis_test_conforms(
-    name: str, relation: str, level: str, monkeypatch: pytest.MonkeyPatch
+    name: str, relation: str, level: str, budget: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every hypothesis test × relation × unit: the loss on each pair of neighbours fits ε."""
+    """Every hypothesis test × relation × unit × {ε, ρ}: the loss on each pair of neighbours
+    fits the charge (ε, or ρ-zCDP)."""
     unit = metadata(relation, level, len(_base(level))).unit
     if level == "person":
         table = frame(_base(level), level)
         with Tap().installed(monkeypatch) as tap:
             with pytest.raises(UnsupportedQueryError):
-                _hypothesis_release(name, table, unit, SeededRng(SEED))
+                _hypothesis_release(name, table, unit, SeededRng(SEED), budget)
             assert tap.draws == []
         return
     for index, (table, other) in enumerate(neighbours(relation, level)):
-        draws = _hypothesis_draws(name, table, unit, monkeypatch)
-        other_draws = _hypothesis_draws(name, other, unit, monkeypatch, replay=draws)
+        draws = _hypothesis_draws(name, table, unit, budget, monkeypatch)
+        other_draws = _hypothesis_draws(name, other, unit, budget, monkeypatch, replay=draws)
         observed = loss(draws, other_draws)
         assert observed.paired == len(draws) >= 1, index
-        assert within(PureDP(HYPOTHESIS_EPSILON), observed), (index, observed)
+        charge = ZCDP(HYPOTHESIS_EPSILON) if budget == "rho" else PureDP(HYPOTHESIS_EPSILON)
+        assert within(charge, observed), (index, observed)
         assert observed.overshoots == (), (index, observed.overshoots)

@@ -61,7 +61,8 @@ def one_way_anova(
     *samples: object,
     lower: float,
     upper: float,
-    epsilon: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
     unit: PrivacyUnit | None = None,
     simulations: int = SIMULATIONS,
     rng: Rng | None = None,
@@ -73,7 +74,7 @@ def one_way_anova(
     if len(samples) < 2:
         raise fail(owner, "samples", "at least 2 groups", len(samples))
     low, high = bounds(owner, lower, upper)
-    plan = setup(owner, epsilon, unit, simulations, rng)
+    plan = setup(owner, epsilon, rho, unit, simulations, rng)
     groups = [clamped(column(owner, f"samples[{j}]", s), low, high) for j, s in enumerate(samples)]
     moments = release_moments(plan, groups, low, high)
     statistic, p = anova_from_moments(moments, plan)

@@ -1,15 +1,15 @@
 """DP chi-square tests: goodness of fit and independence over public categories.
 
-The release is the histogram (or the r×c contingency table) of the rows over PUBLIC categories
-with discrete Laplace noise at the whole ε: one row falls in one cell, so the L1 sensitivity is
-``count_l1(cells)`` of the unit given (one row added or removed by default: 1). Rows outside the
-categories (and missing values) fall in no cell. The statistic is Pearson's with the noise
-variance v added to each cell's denominator, Σ (o − e)² / (max(e, 1) + v): where the noise
-dominates a cell it weighs the cell less, which is where the power of the plain statistic goes
-(Gaboardi, Lim, Rogers & Vadhan 2016; Rogers & Kifer 2017 project the noise out instead). The
-null distribution is simulated: goodness of fit — multinomial(ñ, p₀) plus fresh noise;
-independence — a parametric bootstrap at the product of the noisy table's normalised,
-non-negative margins plus fresh noise (Gaboardi et al. 2016, Ferrando, Wang & Sheldon 2022).
+The release is the histogram (or the r×c contingency table) of the rows over PUBLIC categories with
+discrete Laplace noise at the whole ε (or Gaussian at ρ, :mod:`.core`): one row falls in one cell,
+so the L1 sensitivity is ``count_l1(cells)`` of the unit given (one row added or removed by default:
+1). Rows outside the categories (and missing values) fall in no cell. The statistic is Pearson's
+with the noise variance v added to each cell's denominator, Σ (o − e)² / (max(e, 1) + v): where the
+noise dominates a cell it weighs the cell less, which is where the power of the plain statistic goes
+(Gaboardi, Lim, Rogers & Vadhan 2016; Rogers & Kifer 2017 project the noise out instead). The null
+distribution is simulated: goodness of fit — multinomial(ñ, p₀) plus fresh noise; independence — a
+parametric bootstrap at the product of the noisy table's normalised, non-negative margins plus fresh
+noise (Gaboardi et al. 2016, Ferrando, Wang & Sheldon 2022).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from dpcurator.estimators.hypothesis.core import (
     as_tuple,
     check_categories,
     codes,
-    laplace,
     multinomial,
+    noise_draws,
     p_value,
     release_counts,
     setup,
@@ -57,7 +57,7 @@ def goodness_of_fit_from_table(
     """(χ², p) of H0: cell probabilities ``p0``, from a released histogram."""
     statistic = float(_statistic(table, _total(table, 1) * p0, noise, 1))
     drawn = multinomial(plan.rng, int(np.rint(_total(table, 1))), p0, plan.simulations)
-    simulated = drawn + laplace(plan.rng, noise, drawn.shape)
+    simulated = drawn + noise_draws(plan.rng, noise, drawn.shape)
     null = _statistic(simulated, _total(simulated, 1)[:, None] * p0, noise, 1)
     return statistic, p_value(statistic, null)
 
@@ -67,7 +67,8 @@ def goodness_of_fit_test(
     categories: object,
     probabilities: object,
     *,
-    epsilon: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
     unit: PrivacyUnit | None = None,
     simulations: int = SIMULATIONS,
     rng: Rng | None = None,
@@ -80,7 +81,7 @@ def goodness_of_fit_test(
     if p0.size != len(cats) or not (np.all(np.isfinite(p0)) and np.all(p0 > 0)):
         raise fail(owner, "probabilities", f"{len(cats)} finite values > 0", probabilities)
     p0 = p0 / p0.sum()
-    plan = setup(owner, epsilon, unit, simulations, rng)
+    plan = setup(owner, epsilon, rho, unit, simulations, rng)
     coded = codes(owner, ("data", "categories"), data, cats)
     table, noise = release_counts(plan, np.bincount(coded[coded >= 0], minlength=len(cats)))
     statistic, p = goodness_of_fit_from_table(table, noise, p0, plan)
@@ -110,7 +111,7 @@ def independence_from_table(table: FloatArray, noise: Noise, plan: Setup) -> tup
     statistic = float(_statistic(table, expected, noise, 2))
     cells = expected.reshape(-1) / expected.sum()
     drawn = multinomial(plan.rng, int(np.rint(_total(table, 2))), cells, plan.simulations)
-    simulated = (drawn + laplace(plan.rng, noise, drawn.shape)).reshape(-1, r, c)
+    simulated = (drawn + noise_draws(plan.rng, noise, drawn.shape)).reshape(-1, r, c)
     null = _statistic(simulated, _independence_expected(simulated), noise, 2)
     return statistic, p_value(statistic, null)
 
@@ -121,7 +122,8 @@ def independence_test(
     row_categories: object,
     column_categories: object,
     *,
-    epsilon: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
     unit: PrivacyUnit | None = None,
     simulations: int = SIMULATIONS,
     rng: Rng | None = None,
@@ -131,7 +133,7 @@ def independence_test(
     owner = "independence_test"
     row_cats = check_categories(owner, "row_categories", row_categories)
     col_cats = check_categories(owner, "column_categories", column_categories)
-    plan = setup(owner, epsilon, unit, simulations, rng)
+    plan = setup(owner, epsilon, rho, unit, simulations, rng)
     row_codes = codes(owner, ("rows", "row_categories"), rows, row_cats)
     col_codes = codes(owner, ("columns", "column_categories"), columns, col_cats)
     if row_codes.size != col_codes.size:

@@ -1,23 +1,25 @@
 """What every DP hypothesis test shares: the privacy setup, the result, the simulated null.
 
 Each test releases noisy *sufficient statistics* once (counts of public cells, sums of values
-clamped to public bounds) with exact discrete Laplace noise, then computes its statistic and its
-p-value from those noisy numbers and public inputs only: post-processing, free and safe to
-publish. The p-value is *valid under the privacy noise* because the null distribution is
-simulated for the noisy statistic itself — the sampling of the data under H0 (a parametric
-bootstrap at nuisance parameters estimated from the release) AND a fresh draw of the public
-noise law — rather than read from the classical table, which ignores the noise and over-rejects
-at small n or ε (Gaboardi, Lim, Rogers & Vadhan 2016; Ferrando, Wang & Sheldon 2022, "Parametric
-bootstrap for differentially private confidence intervals"; Kazan, Shi, Groce & Bray 2023, "The
-test of tests"). The Monte Carlo p-value is (1 + #{T* >= T}) / (1 + M) over M simulated
-statistics T*.
+clamped to public bounds) with exact discrete Laplace noise at a declared ε (pure DP), or exact
+discrete Gaussian noise at a declared ρ (ρ-zCDP; Canonne, Kamath & Steinke 2020), then computes its
+statistic and its p-value from those noisy numbers and public inputs only: post-processing, free and
+safe to publish. The p-value is *valid under the privacy noise* because the null distribution is
+simulated for the noisy statistic itself — the sampling of the data under H0 (a parametric bootstrap
+at nuisance parameters estimated from the release) AND a fresh draw of the public noise law — rather
+than read from the classical table, which ignores the noise and over-rejects at small n or ε
+(Gaboardi, Lim, Rogers & Vadhan 2016; Ferrando, Wang & Sheldon 2022, "Parametric bootstrap for
+differentially private confidence intervals"; Kazan, Shi, Groce & Bray 2023, "The test of tests").
+The Monte Carlo p-value is (1 + #{T* >= T}) / (1 + M) over M simulated statistics T*.
 
 **Where the sensitivity comes from.** The tests take arrays; the neighbouring relation and unit
 come from a :class:`~dpcurator.query.privacy_unit.PrivacyUnit` (default: add or remove one row),
-and the only question asked of it is :meth:`~PrivacyUnit.count_l1`: how many per-row
-contributions one neighbour can change over the test's cells (sides·r·min(g, cells)). A
-statistic whose per-row contribution has magnitude at most ``c`` therefore has L1 sensitivity
-``count_l1(cells)·c`` (the general rule of :mod:`dpcurator.query.privacy_unit`). Arrays carry no
+and every sensitivity is asked of it: under ε, :meth:`~PrivacyUnit.count_l1` — how many per-row
+contributions one neighbour can change over the test's cells (sides·r·min(g, cells)) — so a
+statistic whose per-row contribution has magnitude at most ``c`` has L1 sensitivity
+``count_l1(cells)·c`` (the general rule of :mod:`dpcurator.query.privacy_unit`); under ρ, a
+count vector's Δ₂² is :meth:`~PrivacyUnit.count_l2_squared` and a vector of sums' Δ₂ is
+√g'·``rows_changed``·c (:meth:`Setup.sums`). Arrays carry no
 person ids, so a user-level unit (a person column) is refused before any data is read: its
 contribution bounds are enforced by a session's engines, not here.
 
@@ -39,10 +41,11 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcurator._validation import check_int, check_positive, fail
-from dpcurator.core.measures import PureDP
-from dpcurator.core.numbers import to_fraction
+from dpcurator.core.measures import ZCDP, PureDP
+from dpcurator.core.numbers import fraction_up, to_fraction
 from dpcurator.errors import UnsupportedQueryError
-from dpcurator.mechanisms import Laplace
+from dpcurator.estimators.regression import gaussian_for_floats
+from dpcurator.mechanisms import Gaussian, Laplace
 from dpcurator.mechanisms._grid import grid_exponent
 from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.random import Rng, default_rng
@@ -71,19 +74,21 @@ class HypothesisTestResult:
         test: the test's name (``one-sample t``, ``chi-square independence``, ...).
         statistic: the test statistic computed from the noisy release.
         p_value: the Monte Carlo p-value under the noise-aware null distribution.
-        cost: the privacy cost of the release (pure ε, exact).
+        cost: the privacy cost of the release (pure ε, or ρ-zCDP; exact).
         method: the null's construction and its paper.
         null: the null hypothesis, in words.
         released: the noisy sufficient statistics, by name (safe to publish).
-        noise: the public scale b of the discrete Laplace noise of each released statistic.
+        noise: the public noise scale of each released statistic (the Laplace b, or the
+            Gaussian σ).
         estimate: the effect the test is about (a mean, a difference, ...), from the release.
         simulations: the number M of draws of the null distribution.
+        extra: further figures (a standard error, the classical F), by name.
     """
 
     test: str
     statistic: float
     p_value: float
-    cost: PureDP
+    cost: PureDP | ZCDP
     method: str
     null: str
     released: Mapping[str, tuple[float, ...]]
@@ -100,7 +105,7 @@ class HypothesisTestResult:
         """A plain-text report: the test, H0, the statistic and p-value, the cost and the
         released statistics with their noise scales."""
         lines = [
-            f"{self.test} (differentially private, ε = {float(self.cost.epsilon):g})",
+            f"{self.test} (differentially private, {self.cost})",
             f"  H0: {self.null}",
             f"  statistic = {self.statistic:.6g}, p-value = {self.p_value:.4g} "
             f"(Monte Carlo, M = {self.simulations}; resolution {1 / (1 + self.simulations):.2g})",
@@ -112,7 +117,7 @@ class HypothesisTestResult:
         for name, values in self.released.items():
             shown = ", ".join(f"{v:.6g}" for v in values)
             scale = self.noise.get(name)
-            noise = "" if scale is None else f"  (Laplace scale {scale:.4g})"
+            noise = "" if scale is None else f"  (noise scale {scale:.4g})"
             lines.append(f"    {name}: [{shown}]{noise}")
         lines.append(f"  method: {self.method}")
         return "\n".join(lines)
@@ -125,62 +130,85 @@ class HypothesisTestResult:
 # The privacy setup
 
 
+Mechanism = Laplace | Gaussian
+
+
 @dataclass(frozen=True)
 class Noise:
-    """The public law of one released statistic's noise: discrete Laplace of ``scale`` on the
-    grid ``grid`` (1 for counts, 2^k for floats)."""
+    """The public law of one released statistic's noise: discrete Laplace (``kind``
+    ``laplace``, scale b) or discrete Gaussian (``gaussian``, σ) on the grid ``grid`` (1 for
+    counts, 2^k for floats)."""
 
     scale: float
     grid: float
+    kind: str = "laplace"
 
     @classmethod
-    def of(cls, mechanism: Laplace, *, floats: bool) -> Noise:
-        scale = mechanism.scale
+    def of(cls, mechanism: Mechanism, *, floats: bool) -> Noise:
+        kind = "gaussian" if isinstance(mechanism, Gaussian) else "laplace"
+        scale = scale_of(mechanism)
         grid = math.ldexp(1.0, grid_exponent(scale)) if floats else 1.0
-        return cls(float(scale), grid)
+        return cls(float(scale), grid, kind)
 
     @property
     def variance(self) -> float:
-        """Var of the noise: 2q/(1 − q)² grid² with q = exp(−grid/scale)."""
+        """Var of the noise: 2q/(1 − q)² grid² with q = exp(−grid/b) (Laplace); σ² (Gaussian:
+        the discrete Gaussian's variance is at most σ², and within 10^-8 of it for σ >= 1)."""
+        if self.kind == "gaussian":
+            return self.scale**2
         q = math.exp(-self.grid / self.scale)
         return 2 * q / (1 - q) ** 2 * self.grid**2
 
 
+def scale_of(mechanism: Mechanism) -> Fraction:
+    """The noise scale: b (Laplace) or σ (Gaussian)."""
+    return mechanism.sigma if isinstance(mechanism, Gaussian) else mechanism.scale
+
+
 @dataclass(frozen=True)
 class Setup:
-    """The checked public inputs of a test: ε (exact), the unit, M and the randomness."""
+    """The checked public inputs of a test: ε or ρ (exact), the unit, M and the randomness."""
 
-    epsilon: Fraction
+    budget: Fraction
+    concentrated: bool
     unit: PrivacyUnit
     simulations: int
     rng: Rng
 
     @property
-    def cost(self) -> PureDP:
-        """The release's cost: ε (pure), exact."""
-        return PureDP(self.epsilon)
+    def cost(self) -> PureDP | ZCDP:
+        """The release's cost: ε (pure DP) or ρ (zCDP), exact."""
+        return ZCDP(self.budget) if self.concentrated else PureDP(self.budget)
 
     def rows_moved(self, cells: int) -> int:
         """Per-row contributions one neighbour changes over ``cells`` cells (asked of the
-        unit: sides·r·min(g, cells))."""
+        unit: sides·r·min(g, cells)): the L1 sensitivity of a count vector."""
         return self.unit.count_l1(cells)
 
-    def share(self, weight: Fraction) -> Fraction:
-        return self.epsilon * weight
+    def counts(self, weight: Fraction, cells: int) -> Mechanism:
+        """The mechanism of a count vector over ``cells`` cells at ``weight`` of the budget:
+        discrete Laplace with Δ₁ = ``count_l1(cells)``, or discrete Gaussian with
+        Δ₂² = ``count_l2_squared(cells)`` (non-negative counts; asked of the unit)."""
+        share = self.budget * weight
+        if self.concentrated:
+            return Gaussian.for_rho_squared(share, self.unit.count_l2_squared(cells))
+        return Laplace.for_epsilon(share, self.rows_moved(cells))
 
-    def counts(self, weight: Fraction, cells: int) -> Laplace:
-        """The mechanism of a count vector over ``cells`` cells at ε·``weight``."""
-        return Laplace.for_epsilon(self.share(weight), self.rows_moved(cells))
-
-    def sums(self, weight: Fraction, cells: int, per_row: float) -> Laplace:
-        """The mechanism of ``cells`` sums of per-row contributions in [−per_row, per_row]."""
+    def sums(self, weight: Fraction, cells: int, per_row: float) -> Mechanism:
+        """The mechanism of ``cells`` sums of per-row contributions in [−per_row, per_row]:
+        Δ₁ = ``count_l1(cells)``·per_row, or Δ₂ = √g'·(sides·r)·per_row (a person's rows,
+        at most r a cell in g' = ``groups_touched(cells)`` cells, on each side)."""
+        share = self.budget * weight
+        if self.concentrated:
+            l2 = math.sqrt(self.unit.groups_touched(cells)) * self.unit.rows_changed * per_row
+            return gaussian_for_floats(share, fraction_up(l2), cells)
         sensitivity = to_fraction(self.rows_moved(cells)) * to_fraction(per_row)
-        return Laplace.for_epsilon_floats(self.share(weight), sensitivity, cells)
+        return Laplace.for_epsilon_floats(share, sensitivity, cells)
 
 
 def release_counts(plan: Setup, counts: IntArray) -> tuple[FloatArray, Noise]:
-    """A count vector (any shape; its cells are disjoint, one per row) released at the whole ε
-    of ``plan`` with sensitivity ``count_l1(cells)``, and its noise law."""
+    """A count vector (any shape; its cells are disjoint, one per row) released at the whole
+    budget of ``plan`` (:meth:`Setup.counts`), and its noise law."""
     mechanism = plan.counts(Fraction(1), counts.size)
     released = mechanism.release_integers(counts, plan.rng).astype(np.float64)
     return released, Noise.of(mechanism, floats=False)
@@ -198,11 +226,20 @@ def codes(owner: str, names: tuple[str, str], data: object, cats: list[object]) 
     return np.asarray(found, np.int64).reshape(-1)
 
 
-def setup(
-    owner: str, epsilon: object, unit: PrivacyUnit | None, simulations: object, rng: Rng | None
+def setup(  # noqa: PLR0917 (the public inputs every test shares)
+    owner: str,
+    epsilon: object,
+    rho: object,
+    unit: PrivacyUnit | None,
+    simulations: object,
+    rng: Rng | None,
 ) -> Setup:
-    """Check the public inputs (free refusals, before any data is read)."""
-    eps = to_fraction(check_positive(owner, "epsilon", epsilon))
+    """Check the public inputs (free refusals, before any data is read): exactly one of
+    ``epsilon`` (pure DP, discrete Laplace) and ``rho`` (ρ-zCDP, discrete Gaussian)."""
+    if (epsilon is None) == (rho is None):
+        raise fail(owner, "epsilon", "exactly one of epsilon and rho", (epsilon, rho))
+    name, value = ("epsilon", epsilon) if rho is None else ("rho", rho)
+    budget = to_fraction(check_positive(owner, name, value))
     draws = check_int(owner, "simulations", simulations, minimum=1)
     chosen = PrivacyUnit() if unit is None else unit
     if not isinstance(chosen, PrivacyUnit):
@@ -214,7 +251,7 @@ def setup(
             "(declare max_rows_per_person for persons owning several rows) or release the "
             "statistics through a session."
         )
-    return Setup(eps, chosen, draws, rng or default_rng())
+    return Setup(budget, rho is not None, chosen, draws, rng or default_rng())
 
 
 def shares(*weights: int) -> tuple[Fraction, ...]:
@@ -285,13 +322,17 @@ def normals(rng: Rng, size: int) -> FloatArray:
     return np.concatenate([radius * np.cos(angle), radius * np.sin(angle)])[:size]
 
 
-def laplace(rng: Rng, noise: Noise, shape: tuple[int, ...]) -> FloatArray:
-    """Draws of the discrete Laplace law of ``noise`` (a difference of two geometrics)."""
+def noise_draws(rng: Rng, noise: Noise, shape: tuple[int, ...]) -> FloatArray:
+    """Draws of the law of ``noise``: discrete Laplace exactly (a difference of two
+    geometrics), discrete Gaussian as the normal of σ rounded to the grid."""
     size = math.prod(shape)
+    if noise.kind == "gaussian":
+        steps = np.rint(noise.scale / noise.grid * normals(rng, size))
+        return np.asarray((steps * noise.grid).reshape(shape), np.float64)
     units = noise.scale / noise.grid
     first = np.floor(-units * np.log(uniforms(rng, size)))
     second = np.floor(-units * np.log(uniforms(rng, size)))
-    return ((first - second) * noise.grid).reshape(shape)
+    return np.asarray(((first - second) * noise.grid).reshape(shape), np.float64)
 
 
 def binomial_rows(rng: Rng, trials: FloatArray, q: float) -> FloatArray:

@@ -3,7 +3,8 @@
 The release is the histogram of each sample over public bins (cut points ``edges``: bin 0 holds
 the values below the first edge, bin b those in [edges[b−1], edges[b]), the last those at or
 above the last edge; NaN falls in no bin): one row falls in one of the 2B cells, so the counts
-get discrete Laplace noise at the whole ε with L1 sensitivity ``count_l1(2B)`` of the unit given.
+get discrete Laplace noise at the whole ε with L1 sensitivity ``count_l1(2B)`` of the unit given
+(or Gaussian noise at ρ, :mod:`.core`).
 The statistic is the KS distance between the two noisy empirical CDFs (bin counts clipped at 0),
 D = √(n₁n₂/(n₁+n₂)) · max_b |F̃₁(b) − F̃₂(b)|, a rank statistic evaluated at the public cut
 points. Its p-value comes from the parametric bootstrap under H0 (both samples multinomial over
@@ -26,8 +27,8 @@ from dpcurator.estimators.hypothesis.core import (
     Setup,
     as_tuple,
     column,
-    laplace,
     multinomial,
+    noise_draws,
     p_value,
     release_counts,
     setup,
@@ -53,7 +54,7 @@ def ks_from_table(table: FloatArray, noise: Noise, plan: Setup) -> tuple[float, 
     sizes = np.maximum(np.rint(cells.sum(axis=1)), 1.0)
     draws = [multinomial(plan.rng, int(n), pooled, plan.simulations) for n in sizes]
     simulated = np.stack(draws, axis=1)
-    simulated = simulated + laplace(plan.rng, noise, simulated.shape)
+    simulated = simulated + noise_draws(plan.rng, noise, simulated.shape)
     return statistic, p_value(statistic, _distance(simulated))
 
 
@@ -62,7 +63,8 @@ def ks_test(
     second: object,
     *,
     edges: object,
-    epsilon: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
     unit: PrivacyUnit | None = None,
     simulations: int = SIMULATIONS,
     rng: Rng | None = None,
@@ -73,7 +75,7 @@ def ks_test(
     cuts = np.asarray(edges, dtype=np.float64).reshape(-1)
     if cuts.size < 1 or not np.all(np.isfinite(cuts)) or np.any(np.diff(cuts) <= 0):
         raise fail(owner, "edges", "at least one finite cut point, increasing", edges)
-    plan = setup(owner, epsilon, unit, simulations, rng)
+    plan = setup(owner, epsilon, rho, unit, simulations, rng)
     bins = cuts.size + 1
     counts = []
     for name, sample in (("first", first), ("second", second)):

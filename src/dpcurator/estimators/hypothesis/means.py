@@ -103,7 +103,8 @@ def one_sample_t_test(
     mean: float,
     lower: float,
     upper: float,
-    epsilon: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
     alternative: str = "two-sided",
     unit: PrivacyUnit | None = None,
     simulations: int = SIMULATIONS,
@@ -126,7 +127,7 @@ def one_sample_t_test(
     side = check_alternative(owner, alternative)
     if not low <= mean <= high:
         raise fail(owner, "mean", f"a value in the bounds [{low:g}, {high:g}]", mean)
-    plan = setup(owner, epsilon, unit, simulations, rng)
+    plan = setup(owner, epsilon, rho, unit, simulations, rng)
     values = clamped(column(owner, "data", data), low, high)
     return _one_sample("one-sample t", values, low, high, float(mean), plan, side)
 
@@ -137,7 +138,8 @@ def paired_t_test(
     *,
     lower: float,
     upper: float,
-    epsilon: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
     difference: float = 0.0,
     max_difference: float | None = None,
     alternative: str = "two-sided",
@@ -160,7 +162,7 @@ def paired_t_test(
         raise fail(owner, "max_difference", "a finite value > 0", max_difference)
     if not -reach <= difference <= reach:
         raise fail(owner, "difference", f"a value in [{-reach:g}, {reach:g}]", difference)
-    plan = setup(owner, epsilon, unit, simulations, rng)
+    plan = setup(owner, epsilon, rho, unit, simulations, rng)
     x = clamped(column(owner, "first", first), low, high)
     y = clamped(column(owner, "second", second), low, high)
     if x.size != y.size:
@@ -195,7 +197,8 @@ def welch_t_test(
     *,
     lower: float,
     upper: float,
-    epsilon: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
     alternative: str = "two-sided",
     unit: PrivacyUnit | None = None,
     simulations: int = SIMULATIONS,
@@ -208,7 +211,7 @@ def welch_t_test(
     owner = "welch_t_test"
     low, high = bounds(owner, lower, upper)
     side = check_alternative(owner, alternative)
-    plan = setup(owner, epsilon, unit, simulations, rng)
+    plan = setup(owner, epsilon, rho, unit, simulations, rng)
     groups = [clamped(column(owner, name, sample), low, high)
               for name, sample in (("first", first), ("second", second))]  # fmt: skip
     moments = release_moments(plan, groups, low, high)

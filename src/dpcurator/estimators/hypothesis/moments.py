@@ -7,9 +7,9 @@ with u = x − c in [−h, h], the release is, per group,
 * S̃ = Σu + Z₂ (per row |u| <= h),
 * R̃ = Σ(u² − h²/2) + Z₃ (per row |u² − h²/2| <= h²/2: centring halves the sensitivity),
 
-each vector with discrete Laplace noise at a public share of ε and L1 sensitivity
-``count_l1(k)`` × the per-row bound (:mod:`.core`), so the release is ε-DP by basic
-composition. Means, variances and the noise variance of each mean are post-processing.
+each vector with discrete Laplace noise at a public share of ε and L1 sensitivity ``count_l1(k)`` ×
+the per-row bound (or discrete Gaussian noise at a share of ρ, :mod:`.core`), so the release is ε-DP
+(ρ-zCDP) by composition. Means, variances and the noise variance of each mean are post-processing.
 
 The null simulator draws each group's (n, Σu, Σu²) from the normal model at public-plus-released
 parameters (S ~ N(nμ, nσ²), the within-group sum of squares σ²·χ²(n − 1), both clipped to what
@@ -32,8 +32,9 @@ from dpcurator.estimators.hypothesis.core import (
     Setup,
     as_tuple,
     chi_square_sample,
-    laplace,
+    noise_draws,
     normals,
+    scale_of,
 )
 from dpcurator.estimators.release import noisy
 
@@ -99,8 +100,8 @@ def release_moments(plan: Setup, groups: list[FloatArray], lower: float, upper: 
     sum_mech = plan.sums(WEIGHTS[1], k, half)
     square_mech = plan.sums(WEIGHTS[2], k, half * half / 2)
     noisy_counts = count_mech.release_integers(counts, plan.rng).astype(np.float64)
-    noisy_sums = noisy(sum_mech, sum_mech.scale, sums, plan.rng)
-    noisy_squares = noisy(square_mech, square_mech.scale, squares, plan.rng)
+    noisy_sums = noisy(sum_mech, scale_of(sum_mech), sums, plan.rng)
+    noisy_squares = noisy(square_mech, scale_of(square_mech), squares, plan.rng)
     noise = (
         Noise.of(count_mech, floats=False),
         Noise.of(sum_mech, floats=True),
@@ -123,9 +124,9 @@ def simulate_moments(
     centred = squares - n * h * h / 2
     count_noise, sum_noise, square_noise = observed.noise
     return Moments(
-        n + laplace(rng, count_noise, (draws, k)),
-        sums + laplace(rng, sum_noise, (draws, k)),
-        centred + laplace(rng, square_noise, (draws, k)),
+        n + noise_draws(rng, count_noise, (draws, k)),
+        sums + noise_draws(rng, sum_noise, (draws, k)),
+        centred + noise_draws(rng, square_noise, (draws, k)),
         observed.centre,
         h,
         observed.noise,

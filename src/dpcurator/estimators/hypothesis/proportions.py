@@ -1,13 +1,12 @@
 """DP two-proportion z-test: H0 that two groups have the same rate of successes.
 
-The release is the 2×2 table (successes, failures) × (first, second) of the rows: one row falls
-in exactly one cell, so the four counts get discrete Laplace noise with L1 sensitivity
-``count_l1(4)`` at the whole ε (ε-DP for the unit given). Values equal to 1 (or True) are
-successes, values equal to 0 failures; any other value falls in no cell. The statistic is the
-pooled z with the noise variance of each rate in its standard error; the p-value comes from the
-parametric bootstrap under H0 (both groups binomial at the pooled rate and their released sizes,
-plus fresh noise of the public law: Ferrando, Wang & Sheldon 2022; Awan & Slavković 2018 for
-DP tests of binomial data).
+The release is the 2×2 table (successes, failures) × (first, second) of the rows: one row falls in
+exactly one cell, so the four counts get discrete Laplace noise with L1 sensitivity ``count_l1(4)``
+at the whole ε (or Gaussian noise at ρ, :mod:`.core`). Values equal to 1 (or True) are successes,
+values equal to 0 failures; any other value falls in no cell. The statistic is the pooled z with the
+noise variance of each rate in its standard error; the p-value comes from the parametric bootstrap
+under H0 (both groups binomial at the pooled rate and their released sizes, plus fresh noise of the
+public law: Ferrando, Wang & Sheldon 2022; Awan & Slavković 2018 for DP tests of binomial data).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from dpcurator.estimators.hypothesis.core import (
     as_tuple,
     binomial,
     codes,
-    laplace,
+    noise_draws,
     release_counts,
     setup,
 )
@@ -58,7 +57,7 @@ def two_proportion_from_table(
     sizes = np.rint(n)
     successes = binomial(plan.rng, sizes, pooled, plan.simulations)
     simulated = np.stack([successes, sizes - successes], axis=-1)
-    simulated = simulated + laplace(plan.rng, noise, simulated.shape)
+    simulated = simulated + noise_draws(plan.rng, noise, simulated.shape)
     null, _, _ = _z(simulated, noise)
     return float(z), oriented_p_value(float(z), null, alternative)
 
@@ -67,7 +66,8 @@ def two_proportion_z_test(
     first: object,
     second: object,
     *,
-    epsilon: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
     alternative: str = "two-sided",
     unit: PrivacyUnit | None = None,
     simulations: int = SIMULATIONS,
@@ -77,7 +77,7 @@ def two_proportion_z_test(
     docstring). The estimate is rate(first) − rate(second)."""
     owner = "two_proportion_z_test"
     side = check_alternative(owner, alternative)
-    plan = setup(owner, epsilon, unit, simulations, rng)
+    plan = setup(owner, epsilon, rho, unit, simulations, rng)
     counts = []
     for name, sample in (("first", first), ("second", second)):
         coded = codes(owner, (name, ""), sample, [1, 0])
