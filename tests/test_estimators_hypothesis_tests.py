@@ -1,4 +1,5 @@
-"""DP hypothesis tests: type-I error under the null (with the noise), power, and the naive test.
+"""DP hypothesis tests (the three of the first version, through their names exported by
+``dpcurator.estimators``): type-I error under the null (with the noise), power, and the naive test.
 
 Every rate check is a one-sided binomial test at the suite's ALPHA over repeated data sets. The
 declared level of the DP tests is LEVEL; their type-I error must not exceed LEVEL + TOLERANCE
@@ -53,23 +54,25 @@ def independence(gen: np.random.Generator, rng: SeededRng, shift: float) -> Hypo
 def means(gen: np.random.Generator, rng: SeededRng, shift: float) -> HypothesisTestResult:
     first, second = gen.normal(5, 2, 1000), gen.normal(5 + shift, 2, 1000)
     return difference_of_means_test(
-        first, second, epsilon=0.2, lower=0, upper=10, simulations=199, rng=rng
+        first, second, epsilon=0.1, lower=0, upper=10, simulations=199, rng=rng
     )
 
 
 def naive_gof(result: HypothesisTestResult) -> float:
     """Pearson's chi-square test on the noisy counts, ignoring the noise."""
-    return float(stats.chi2.sf(result.statistic, 3))
+    counts = np.maximum(np.array(result.released["counts"]), 0.0)
+    return float(stats.chisquare(counts, counts.sum() * P0).pvalue)
 
 
 def naive_independence(result: HypothesisTestResult) -> float:
-    table = np.maximum(result.released, 0.5)
+    table = np.maximum(np.reshape(result.released["table (row-major)"], (3, 2)), 0.5)
     return float(stats.chi2_contingency(table, correction=False).pvalue)
 
 
 def naive_means(result: HypothesisTestResult) -> float:
     """Welch's test on the released (n, mean, variance), ignoring the noise."""
-    n1, m1, v1, n2, m2, v2 = result.released
+    (n1, n2), (m1, m2) = result.released["n"], result.released["mean"]
+    v1, v2 = result.released["variance"]
     z = (m1 - m2) / np.sqrt(v1 / n1 + v2 / n2)
     return float(2 * stats.norm.sf(abs(z)))
 
@@ -81,7 +84,7 @@ CASES: dict[str, tuple[Run, Callable[[HypothesisTestResult], float], float]] = {
         naive_gof, 1.0,
     ),
     "independence": (independence, naive_independence, 0.35),
-    "difference_of_means": (means, naive_means, 0.8),
+    "difference_of_means": (means, naive_means, 1.0),
 }  # fmt: skip
 
 
@@ -99,7 +102,7 @@ def test_type_one_error_holds_under_the_noise_and_the_naive_test_is_inflated(nam
 @pytest.mark.statistical
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_power_at_the_stated_alternative(name: str) -> None:
-    """Power > 0.8 at the alternative of CASES (uniform cells; +0.35 in one row; +0.8 = 0.4 sd)."""
+    """Power > 0.8 at the alternative of CASES (uniform cells; +0.35 in one row; +1.0 = 0.5 sd)."""
     run, _, alternative = CASES[name]
     gen, rng = np.random.default_rng(12), SeededRng(12)
     rejections = sum(run(gen, rng, alternative).rejects(LEVEL) for _ in range(REPS // 3))
@@ -113,7 +116,7 @@ def test_inputs_and_release(kind: str) -> None:
     out = goodness_of_fit_test(
         column[kind], ["a", "b", "c"], [0.5, 0.25, 0.25], epsilon=1e4, rng=SeededRng(1)
     )
-    assert out.released.tolist() == [400, 200, 200]
+    assert out.released["counts"] == (400, 200, 200)
     assert out.cost.epsilon == 10_000
     assert out.p_value > 0.9  # the counts fit H0 exactly
     assert out.simulations == 999

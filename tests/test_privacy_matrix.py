@@ -14,12 +14,14 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import dpcurator as dpc
 from dpcurator.accounting import PureEvent
-from dpcurator.core.measures import PureDP
-from dpcurator.errors import BudgetExceededError, DomainError
+from dpcurator.core.measures import ZCDP, PureDP
+from dpcurator.errors import BudgetExceededError, DomainError, UnsupportedQueryError
+from dpcurator.estimators import hypothesis
 from dpcurator.interactive import PrivateMultiplicativeWeights
 from dpcurator.mechanisms import randomized_response
 from dpcurator.mechanisms.randomized_response import KaryRandomizedResponse
@@ -37,7 +39,20 @@ from dpcurator.synth.fourier import plan_fourier, release_fourier
 from dpcurator.synth.marginals import plan_marginals, release_marginals
 from dpcurator.synth.mst import independent, mst
 from dpcurator.synth.mwem import mwem
-from tests.privacy_matrix import LEVELS, RELATIONS, Kind, Tap, audit, loss, within
+from tests.privacy_matrix import (
+    LEVELS,
+    RELATIONS,
+    SEED,
+    Kind,
+    Tap,
+    _base,
+    audit,
+    frame,
+    loss,
+    metadata,
+    neighbours,
+    within,
+)
 
 
 def _sql(text: str, **options: object) -> Kind:
@@ -217,8 +232,8 @@ def test_release_kind_conforms(
 
 
 # ----------------------------------------------------------------------------------------------
-# Outside the table: streams and local-model surveys. Hypothesis tests
-# (dpcurator.estimators.hypothesis_tests) take arrays, not a session, so they have no row here.
+# Outside the table: streams and local-model surveys. Hypothesis tests take arrays and a unit,
+# not a session: their rows are at the end of this file (test_hypothesis_test_conforms).
 
 #: A tiny stream of 8 time slots (two batches: 5 then 3 events), values in [0, 10], and each
 #: event's person (user level caps every person at 2 events).
@@ -343,3 +358,81 @@ def test_randomized_response_conforms(
     used = _exact_ln(worst)
     assert used <= Decimal(eps.numerator) / Decimal(eps.denominator)
     assert math.isclose(float(used), float(eps), rel_tol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# Hypothesis tests (issue 27 item 2: dpcurator.estimators.hypothesis). They take arrays and a
+# PrivacyUnit, not a session: each row runs the test on the columns of every pair of worst-case
+# neighbours with the unit of the relation and level (metadata(...).unit), both runs seeded alike
+# (the second replaying the first's outputs), and checks the recorded draws' loss against the
+# test's ε and each draw against its calibration. A person column is refused (arrays carry no
+# person ids), before any draw.
+
+HYPOTHESIS_EPSILON = 1.0
+
+
+def _hypothesis_release(
+    name: str, table: pd.DataFrame, unit: Any, rng: SeededRng, budget: str = "epsilon"
+) -> object:
+    """Run the test ``name`` of the hypothesis package on the tiny table's columns, at ε or
+    at ρ (``budget``) of HYPOTHESIS_EPSILON."""
+    x, y, g, h = table["x"], table["y"], table["g"], table["h"]
+    common: dict[str, Any] = {budget: HYPOTHESIS_EPSILON, "unit": unit, "simulations": 9}
+    common["rng"] = rng
+    bounded = {"lower": 0.0, "upper": 10.0} | common
+    first, second = x[y == 1], x[y == 0]
+    if name == "one_sample_t_test":
+        return hypothesis.one_sample_t_test(x, mean=5.0, **bounded)
+    if name == "paired_t_test":
+        return hypothesis.paired_t_test(x, 10.0 * y, **bounded)
+    if name == "welch_t_test":
+        return hypothesis.welch_t_test(first, second, **bounded)
+    if name == "one_way_anova":
+        return hypothesis.one_way_anova(*(x[g == key] for key in "abcd"), **bounded)
+    if name == "two_proportion_z_test":
+        return hypothesis.two_proportion_z_test(y[g == "a"], y[g != "a"], **common)
+    if name == "goodness_of_fit_test":
+        return hypothesis.goodness_of_fit_test(g, list("abcd"), [0.25] * 4, **common)
+    if name == "independence_test":
+        return hypothesis.independence_test(g, h, list("abcd"), list("uvwz"), **common)
+    return hypothesis.ks_test(first, second, edges=[2.5, 5.0, 7.5], **common)
+
+
+def _hypothesis_draws(  # noqa: PLR0917 (one run of the row)
+    name: str,
+    table: pd.DataFrame,
+    unit: Any,
+    budget: str,
+    patch: pytest.MonkeyPatch,
+    replay: Any = None,
+) -> list[Any]:
+    with patch.context() as scoped, Tap(replay).installed(scoped) as tap:
+        _hypothesis_release(name, table, unit, SeededRng(SEED), budget)
+    return tap.draws
+
+
+@pytest.mark.parametrize("budget", ["epsilon", "rho"])
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("relation", RELATIONS)
+@pytest.mark.parametrize("name", sorted(hypothesis.TESTS))
+def test_hypothesis_test_conforms(
+    name: str, relation: str, level: str, budget: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every hypothesis test × relation × unit × {ε, ρ}: the loss on each pair of neighbours
+    fits the charge (ε, or ρ-zCDP)."""
+    unit = metadata(relation, level, len(_base(level))).unit
+    if level == "person":
+        table = frame(_base(level), level)
+        with Tap().installed(monkeypatch) as tap:
+            with pytest.raises(UnsupportedQueryError):
+                _hypothesis_release(name, table, unit, SeededRng(SEED), budget)
+            assert tap.draws == []
+        return
+    for index, (table, other) in enumerate(neighbours(relation, level)):
+        draws = _hypothesis_draws(name, table, unit, budget, monkeypatch)
+        other_draws = _hypothesis_draws(name, other, unit, budget, monkeypatch, replay=draws)
+        observed = loss(draws, other_draws)
+        assert observed.paired == len(draws) >= 1, index
+        charge = ZCDP(HYPOTHESIS_EPSILON) if budget == "rho" else PureDP(HYPOTHESIS_EPSILON)
+        assert within(charge, observed), (index, observed)
+        assert observed.overshoots == (), (index, observed.overshoots)

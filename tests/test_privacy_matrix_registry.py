@@ -14,6 +14,7 @@ import pytest
 
 import dpcurator as dpc
 from dpcurator import mining
+from dpcurator.estimators import hypothesis
 from dpcurator.estimators.logistic import METHODS
 from dpcurator.query.fit import core as fit_module
 from dpcurator.query.fit.core import FIT_KINDS
@@ -22,7 +23,7 @@ from dpcurator.random import SeededRng
 from dpcurator.service.stores.streams import KINDS as STREAM_KINDS
 from dpcurator.service.stores.synth_plan import KINDS as SYNTH_KINDS
 from tests.privacy_matrix import LEVELS, RELATIONS, _base, frame, metadata, neighbours
-from tests.test_privacy_matrix import KINDS
+from tests.test_privacy_matrix import KINDS, test_hypothesis_test_conforms
 
 #: Where each offered kind is checked: a text that names its row(s) in the matrix, or
 #: ``test_objective_perturbation_rows`` for objective perturbation.
@@ -152,3 +153,16 @@ def test_the_worst_case_neighbours_reach_the_unit_bound() -> None:
     after = Counter(map(tuple, other.to_numpy().tolist()))
     assert sum(((before - after) + (after - before)).values()) == 4
     assert frame(_base("row"), "row").shape[0] == len(_base("row"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Hypothesis tests (issue 27 item 2): each test on arrays has its rows in
+# tests/test_privacy_matrix.py::test_hypothesis_test_conforms (parametrised by hypothesis.TESTS).
+
+
+def test_every_hypothesis_test_has_a_row() -> None:
+    """Every public test of dpcurator.estimators.hypothesis is in TESTS, which the matrix runs."""
+    public = {name for name in hypothesis.__all__ if name.endswith(("_test", "_anova"))}
+    public.discard("difference_of_means_test")  # the old name of welch_t_test
+    assert public == set(hypothesis.TESTS)
+    assert callable(test_hypothesis_test_conforms)

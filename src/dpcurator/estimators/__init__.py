@@ -6,11 +6,17 @@ from __future__ import annotations
 
 from dpcurator.estimators.bounds import LogBins, bounds_from_noisy_counts, detection_threshold
 from dpcurator.estimators.clipping import ClippingBias
-from dpcurator.estimators.hypothesis_tests import (
+from dpcurator.estimators.hypothesis import (
     HypothesisTestResult,
     difference_of_means_test,
     goodness_of_fit_test,
     independence_test,
+    ks_test,
+    one_sample_t_test,
+    one_way_anova,
+    paired_t_test,
+    two_proportion_z_test,
+    welch_t_test,
 )
 from dpcurator.estimators.logistic import logistic_regression
 from dpcurator.estimators.mle import MODELS, Model, dp_mle, dp_mle_sufficient
@@ -52,9 +58,13 @@ __all__ = [
     "dp_quantile",
     "goodness_of_fit_test",
     "independence_test",
+    "ks_test",
     "linear_regression",
     "logistic_regression",
     "median",
+    "one_sample_t_test",
+    "one_way_anova",
+    "paired_t_test",
     "ptr_iqr",
     "ptr_l1_regression",
     "ptr_median",
@@ -68,4 +78,6 @@ __all__ = [
     "smooth_median",
     "smooth_sensitivity_release",
     "trimmed_mean",
+    "two_proportion_z_test",
+    "welch_t_test",
 ]
