@@ -10,8 +10,9 @@ error (Fichtenberger, Henzinger & Upadhyay 2023; Henzinger, Upadhyay & Upadhyay 
 T = 2^20 its variance factor max_t ‖B_t‖² · max_j ‖C_j‖² is 30.0, against 420 for the binary tree.
 Here C is a Buffered Linear Toeplitz matrix (BLT: Dvijotham, McMahan, Pillutla, Steinke &
 Thakurta 2024; :mod:`dpcurator.streams.toeplitz`), c_0 = 1, c_k = Σ_i ω_i θ_i^(k-1), fitted to
-the horizon (:data:`~dpcurator.streams._blt_table.BLT_TABLE`, within 0.3% of the square-root
-factorization's factor): C x and C^(-1) y are computed in O(d) memory with d <= 12 buffers.
+the horizon (:data:`~dpcurator.streams._blt_table.BLT_TABLE`: within 0.3% of the square-root
+factorization's factor up to T = 2^24, 2.6% at 2^36): C x and C^(-1) y are computed in O(d)
+memory with d <= 8 buffers.
 
 **The integer lattice.** Discrete Gaussian noise is only private on integer-valued statistics
 (Canonne, Kamath & Steinke 2020, Theorem 4: for f: X -> Z^n of L2 sensitivity Δ, f(x) + Z with
@@ -48,11 +49,12 @@ works on units - lower, in [0, span], and adds t · lower back: public.)
 **Accuracy.** The released total at t is the clamped running sum plus Σ_j (B_t)_j Z_j / 2^P, plus
 at most (1/2 + η) · 2^-P · ‖B_t‖₁ from the lattice, half a step of output rounding and, for sums,
 t · resolution / 2 of input rounding. The discrete Gaussian's variance is below σ² and its moment
-generating function below the continuous one's (CKS20, Corollary 9 and Lemma 17), so the noise
+generating function at most the continuous one's (CKS20, §2: it is σ-sub-Gaussian), so the noise
 has variance at most σ² ‖B_t‖² / 4^P (:meth:`CorrelatedContinualSum.variance`) and
 :meth:`~CorrelatedContinualSum.ci_halfwidth` is the sub-Gaussian bound σ ‖B_t‖ 2^-P sqrt(2 ln(2/α))
 plus those deterministic terms (‖B_t‖₁ <= sqrt(t) ‖B_t‖₂): with probability at least 1 - α the
-release at t is within it of the true (clamped) running sum.
+release at t is within it of the true (clamped) running sum (the decoder's floating-point
+rounding, of the order of t · 2^-52 of the magnitudes it adds, is not counted).
 
 **Unknown horizon.** ``horizon=None`` uses the ``ANYTIME`` BLT of the table, fitted to keep the
 variance factor at every t from 2 to 2^36 within a constant factor of the square-root
@@ -85,6 +87,7 @@ ANYTIME_LIMIT = 2**36
 #: The lattice is chosen so that σ is at most this many lattice steps (the sampler takes 2^31).
 _TARGET_SIGMA = 2**30
 _GUARD_BITS = 64
+_MIN_LATTICE_BITS = -60
 #: Largest |F_t| accepted (int64 noise addition; decided at construction).
 _MAX_LATTICE = 2**61
 _SQRT_BITS = 40
@@ -204,6 +207,8 @@ class CorrelatedContinualSum:
             if (main + slack) ** 2 <= 2 * self.rho * _TARGET_SIGMA**2:
                 return bits
             bits -= 1
+            if bits < _MIN_LATTICE_BITS:
+                raise fail(owner, "rho", "a larger value for this horizon", float(self.rho))
 
     @classmethod
     def counter(
