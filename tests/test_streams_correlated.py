@@ -79,16 +79,24 @@ def test_b_times_c_is_the_prefix_sum_matrix(horizon: int) -> None:
 
 
 def test_the_factorization_is_near_the_square_root_one() -> None:
-    """The fitted BLT's worst-step variance factor is within 0.5% of the square-root
-    factorization's at every design horizon of the table used by the tests."""
-    for exponent in (4, 8, 10, 12):
+    """The fitted BLT's worst-step variance factor is within 0.3% of the square-root
+    factorization's up to T = 2^24 (30.04 at 2^20, the issue's goal being 30), and the anytime
+    BLT within 1.91 times the square-root factorization's at every power of two t from 2^4 to 2^36."""
+    for exponent in (4, 8, 10, 12, 16, 20, 24):
         horizon = 2**exponent
         thetas, omegas = (np.array(v) for v in blt_parameters(horizon))
         lam = -np.log(thetas)
         factor = column_norm_squared(lam, omegas, horizon) * row_norm_squared(
             thetas, omegas, horizon
         )
-        assert factor <= 1.005 * sqrt_factor_norm_squared(horizon) ** 2
+        assert factor <= 1.003 * sqrt_factor_norm_squared(horizon) ** 2
+    assert factor < 40.6
+    thetas, omegas = (np.array(v) for v in blt_parameters(None))
+    column = column_norm_squared(-np.log(thetas), omegas, ANYTIME_LIMIT)
+    for exponent in range(4, 37):
+        t = 2**exponent
+        ratio = column * row_norm_squared(thetas, omegas, t) / sqrt_factor_norm_squared(t) ** 2
+        assert ratio < 1.91, exponent
 
 
 def _exact_encoding(stream: CorrelatedContinualSum, units: list[int]) -> list[Fraction]:

@@ -57,9 +57,10 @@ release at t is within it of the true (clamped) running sum (the decoder's float
 rounding, of the order of t · 2^-52 of the magnitudes it adds, is not counted).
 
 **Unknown horizon.** ``horizon=None`` uses the ``ANYTIME`` BLT of the table, fitted to keep the
-variance factor at every t from 2 to 2^36 within a constant factor of the square-root
-factorization's at t (its columns have bounded norm however long the stream runs); its privacy
-holds for up to 2^36 events, after which updates are refused.
+variance factor within 1.91 times the square-root factorization's at t for every power of two t
+from 2^4 to 2^36 (2.3 times at t = 2; its columns have bounded norm however long the stream
+runs; Jacobsen & Fawaz reach 1.5 times with another construction); its privacy holds for up to
+2^36 events, after which updates are refused.
 """
 
 from __future__ import annotations
