@@ -81,7 +81,8 @@ def test_b_times_c_is_the_prefix_sum_matrix(horizon: int) -> None:
 def test_the_factorization_is_near_the_square_root_one() -> None:
     """The fitted BLT's worst-step variance factor is within 0.3% of the square-root
     factorization's up to T = 2^24 (30.04 at 2^20, the issue's goal being 30), and the anytime
-    BLT within 1.91 times the square-root factorization's at every power of two t from 2^4 to 2^36."""
+    BLT within 1.91 times the square-root factorization's at every power of two t from 2^4 to
+    2^36."""
     for exponent in (4, 8, 10, 12, 16, 20, 24):
         horizon = 2**exponent
         thetas, omegas = (np.array(v) for v in blt_parameters(horizon))
