@@ -65,6 +65,7 @@ runs; Jacobsen & Fawaz reach 1.5 times with another construction); its privacy h
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from fractions import Fraction
@@ -79,7 +80,7 @@ from dpcurator.mechanisms import Gaussian
 from dpcurator.random import Rng, default_rng
 from dpcurator.streams._blt_table import ANYTIME, BLT_TABLE
 from dpcurator.streams._events import EventGrid
-from dpcurator.streams.toeplitz import column_norm_squared_bound, row_norm_squared
+from dpcurator.streams.toeplitz import FloatArray, column_norm_squared_bound, row_norm_squared
 
 __all__ = ["ANYTIME_LIMIT", "CorrelatedContinualSum"]
 
@@ -89,6 +90,8 @@ ANYTIME_LIMIT = 2**36
 _TARGET_SIGMA = 2**30
 _GUARD_BITS = 64
 _MIN_LATTICE_BITS = -60
+#: Steps decoded at once (the decoder's block matrices are public constants, cached).
+_BLOCK = 64
 #: Largest |F_t| accepted (int64 noise addition; decided at construction).
 _MAX_LATTICE = 2**61
 _SQRT_BITS = 40
@@ -120,6 +123,32 @@ def blt_parameters(horizon: int | None) -> tuple[tuple[float, ...], tuple[float,
         exponent = max(1, (horizon - 1).bit_length())
         lam, omega = BLT_TABLE[min(e for e in BLT_TABLE if e >= exponent)]
     return tuple(math.exp(-v) for v in lam), tuple(omega)
+
+
+@functools.lru_cache(maxsize=64)
+def _decoder_blocks(
+    thetas: tuple[float, ...], omegas: tuple[float, ...]
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """The decoder's block matrices for blocks of m = ``_BLOCK`` steps (public constants):
+    w = R u - Φ W_0 with R the m × m lower-triangular Toeplitz matrix of C^(-1)'s coefficients
+    r_0 = 1, r_k = -ω·N^(k-1) 1, Φ_j = ω·N^j; W_n = N^n W_0 + K[:, m-n:] u with K's column
+    m-1-i equal to N^i 1. N = diag(θ) - 1 ω^T."""
+    theta, omega = np.array(thetas), np.array(omegas)
+    d, m = theta.size, _BLOCK
+    step = np.diag(theta) - np.outer(np.ones(d), omega)
+    phi = np.empty((m, d))
+    inputs = np.empty((d, m))
+    powers = np.empty((m + 1, d, d))
+    row, column, power = omega.copy(), np.ones(d), np.eye(d)
+    for j in range(m):
+        phi[j], inputs[:, m - 1 - j], powers[j] = row, column, power
+        row, column, power = row @ step, step @ column, step @ power
+    powers[m] = power
+    r = np.concatenate(([1.0], -phi[:-1].sum(axis=1)))
+    index = np.arange(m)
+    lags = index[:, None] - index[None, :]
+    inverse = np.where(lags >= 0, r[np.clip(lags, 0, None)], 0.0)
+    return inverse, phi, inputs, powers
 
 
 class CorrelatedContinualSum:
@@ -248,17 +277,22 @@ class CorrelatedContinualSum:
         return out
 
     def _decode(self, noisy: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        """The running sums of C^(-1) y / 2^P (floating point, a function of y only)."""
-        scale = math.ldexp(1.0, -self.lattice_bits)
-        thetas, omegas = self.thetas.tolist(), self.omegas.tolist()
-        state, total = self._decoder, self._released
-        out = np.empty(noisy.size, dtype=np.float64)
-        for index, y in enumerate(noisy.tolist()):
-            w = y * scale - sum(o * v for o, v in zip(omegas, state, strict=True))
-            state = [t * v + w for t, v in zip(thetas, state, strict=True)]
-            total += w
-            out[index] = total
-        self._decoder, self._released = state, total
+        """The running sums of C^(-1) y / 2^P (floating point, a function of y only), by blocks
+        of the recursion W_(j+1) = N W_j + 1 u_j, w_j = u_j - ω·W_j (:func:`_decoder_blocks`)."""
+        inverse, phi, inputs, powers = _decoder_blocks(tuple(self.thetas), tuple(self.omegas))
+        u = noisy.astype(np.float64) * math.ldexp(1.0, -self.lattice_bits)
+        state = np.array(self._decoder)
+        total = self._released
+        out = np.empty(u.size, dtype=np.float64)
+        for begin in range(0, u.size, _BLOCK):
+            block = u[begin : begin + _BLOCK]
+            n = block.size
+            w = inverse[:n, :n] @ block - phi[:n] @ state
+            sums = total + np.cumsum(w)
+            out[begin : begin + n] = sums
+            total = float(sums[-1])
+            state = powers[n] @ state + inputs[:, _BLOCK - n :] @ block
+        self._decoder, self._released = state.tolist(), total
         return out
 
     def update(
