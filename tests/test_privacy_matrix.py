@@ -33,7 +33,7 @@ from dpcurator.service.stores.sparse import (
     plan_sparse,
     sparse_flags,
 )
-from dpcurator.streams import ContinualSum
+from dpcurator.streams import ContinualSum, CorrelatedContinualSum, KaryContinualSum
 from dpcurator.synth.aim import aim
 from dpcurator.synth.fourier import plan_fourier, release_fourier
 from dpcurator.synth.marginals import plan_marginals, release_marginals
@@ -309,6 +309,67 @@ def test_tree_stream_conforms(
         assert observed.paired == len(draws) == 2 * stream.levels
         assert observed.laplace > 0, "the neighbours should differ in some node"
         assert within(PureDP(stream.epsilon_spent), observed), (index, observed)
+
+
+def _new_stream(kind: str, counting: bool, cap: int | None) -> Any:
+    """A stream of the new kinds (issue 27) on the 8-slot stream: ρ = 1/2 or ε = 1."""
+    if kind == "correlated":
+        if counting:
+            return CorrelatedContinualSum.counter(0.5, 8, max_events_per_person=cap)
+        return CorrelatedContinualSum(0.5, 8, 0.0, 10.0, max_events_per_person=cap)
+    if counting:
+        return KaryContinualSum.counter(1.0, 8, branching=3, max_events_per_person=cap)
+    return KaryContinualSum(1.0, 8, 0.0, 10.0, branching=3, max_events_per_person=cap)
+
+
+def _new_stream_draws(  # noqa: PLR0917 (the stream, its neighbour's data, the seed)
+    kind: str,
+    counting: bool,
+    level: str,
+    values: list[float],
+    persons: list[int | str],
+    seed: int,
+    patch: pytest.MonkeyPatch,
+    *,
+    replay: Any = None,
+) -> tuple[Any, Any]:
+    cap = 2 if level == "user" else None
+    rng = SeededRng(seed)
+    who = persons if cap else None
+    with patch.context() as scoped, Tap(replay).installed(scoped) as tap:
+        stream = _new_stream(kind, counting, cap)  # built under the tap: its calibration recorded
+        stream.update(values[:5], rng, who[:5] if who else None)
+        stream.update(values[5:], rng, who[5:] if who else None)
+    return tap.draws, stream
+
+
+@pytest.mark.parametrize("relation", RELATIONS)
+@pytest.mark.parametrize("level", ["event", "user"])
+@pytest.mark.parametrize("counting", [True, False], ids=["counter", "sum"])
+@pytest.mark.parametrize("kind", ["correlated", "kary"])
+def test_new_stream_conforms(
+    kind: str, counting: bool, level: str, relation: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The correlated-noise stream (:class:`~dpcurator.streams.CorrelatedContinualSum`,
+    discrete Gaussian on the integer lattice encoding of C x) and the k-ary tree
+    (:class:`~dpcurator.streams.KaryContinualSum`, discrete Laplace node sums) on the streams'
+    relation (one event, or all events of one person with ``max_events_per_person=2``): the
+    recorded inputs' loss (‖F(x) − F(x′)‖²/(2σ²) summed over both batches, or the Laplace L1
+    loss) must fit the stream's charge (``rho_spent`` as zCDP, ``epsilon_spent`` as pure DP),
+    and no draw may move more than the sensitivity its mechanism was built for."""
+    for index, (values, persons, other, who) in enumerate(_stream_neighbours(relation, level)):
+        args = (kind, counting, level)
+        draws, stream = _new_stream_draws(*args, values, persons, index, monkeypatch)
+        other_draws, _ = _new_stream_draws(*args, other, who, index, monkeypatch, replay=draws)
+        observed = loss(draws, other_draws)
+        assert observed.paired == len(draws) == 2 * getattr(stream, "levels", 1)
+        assert observed.overshoots == (), (index, observed.overshoots)
+        if kind == "correlated":
+            assert observed.rho > 0, "the neighbours should differ in some step"
+            assert within(ZCDP(stream.rho_spent), observed), (index, observed)
+        else:
+            assert observed.laplace > 0, "the neighbours should differ in some node"
+            assert within(PureDP(stream.epsilon_spent), observed), (index, observed)
 
 
 def _exact_ln(ratio: Fraction) -> Decimal:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import dpcurator as dpc
-from dpcurator import mining
+from dpcurator import mining, streams
 from dpcurator.estimators import hypothesis
 from dpcurator.estimators.logistic import METHODS
 from dpcurator.query.fit import core as fit_module
@@ -72,6 +72,36 @@ ELSEWHERE = {
     ),
     "survey": ("tests.test_privacy_matrix", "test_randomized_response_conforms"),
 }
+
+
+#: Every stream mechanism the library exports (dpcurator.streams), with its conformance test;
+#: the service's stream kinds above are wired to some of them.
+STREAM_CLASSES = {
+    "ContinualSum": ("tests.test_privacy_matrix", "test_tree_stream_conforms"),
+    "CorrelatedContinualSum": ("tests.test_privacy_matrix", "test_new_stream_conforms"),
+    "KaryContinualSum": ("tests.test_privacy_matrix", "test_new_stream_conforms"),
+    "PanPrivateDensity": (
+        "tests.test_privacy_matrix_pan_private",
+        "test_pan_private_density_state_is_private",
+    ),
+    "PanPrivateIncidence": (
+        "tests.test_privacy_matrix_pan_private",
+        "test_pan_private_incidence_state_is_private",
+    ),
+}
+
+
+def test_every_library_stream_has_a_row() -> None:
+    """A stream mechanism added to dpcurator.streams without a conformance test fails here."""
+    exported = {
+        name
+        for name in streams.__all__
+        if isinstance(getattr(streams, name), type)
+        and any(hasattr(getattr(streams, name), method) for method in ("update", "observe"))
+    }
+    assert exported == STREAM_CLASSES.keys()
+    for module, test in STREAM_CLASSES.values():
+        assert callable(getattr(importlib.import_module(module), test))
 
 
 def _row_name(text: str) -> str:

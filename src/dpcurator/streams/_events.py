@@ -1,0 +1,106 @@
+"""The events of a count or bounded-sum stream: public bounds, grid units and the user-level cap.
+
+Shared by :class:`~dpcurator.streams.CorrelatedContinualSum` and
+:class:`~dpcurator.streams.KaryContinualSum` (the same rules as
+:class:`~dpcurator.streams.ContinualSum`): values are clamped to the public [lower, upper] and
+rounded to a public power-of-two ``resolution`` (NaN counts as ``lower``, ±inf clamp; counts take
+any non-zero value as 1 and NaN as 0), so one event moves the stream by at most
+``span = upper - lower`` grid units. User level (``max_events_per_person=k``): events past a
+person's k-th hold the null value (0 clamped to the bounds) in their time slot, so the clock stays
+public and neighbouring streams (all events of one person) differ in at most k slots.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+
+from dpcurator._validation import check_int, check_positive, check_real, fail
+from dpcurator.core.numbers import to_fraction
+
+
+class EventGrid:
+    """The public bounds, grid and per-person cap of a stream's events."""
+
+    def __init__(
+        self,
+        owner: str,
+        lower: float,
+        upper: float,
+        resolution: float | None,
+        max_events_per_person: int | None,
+        *,
+        counting: bool = False,
+    ) -> None:
+        self.owner = owner
+        self.counting = counting
+        self.max_events_per_person = (
+            None
+            if max_events_per_person is None
+            else check_int(owner, "max_events_per_person", max_events_per_person, minimum=1)
+        )
+        self.lower = float(check_real(owner, "lower", lower))
+        self.upper = float(check_real(owner, "upper", upper))
+        if not self.upper > self.lower:
+            raise fail(owner, "upper", f"> lower ({self.lower})", upper)
+        if resolution is None:
+            step = Fraction(2) ** (math.floor(math.log2(self.upper - self.lower)) - 16)
+        else:
+            step = to_fraction(check_positive(owner, "resolution", resolution))
+            if step.numerator & (step.numerator - 1) or step.denominator & (step.denominator - 1):
+                raise fail(owner, "resolution", "a power of two (2**k)", resolution)
+        self.resolution = step
+        self.lo_units = math.floor(to_fraction(self.lower) / step)
+        self.hi_units = math.ceil(to_fraction(self.upper) / step)
+        self.span = self.hi_units - self.lo_units  # what one event can move, in grid units
+        self.null_units = min(max(0, self.lo_units), self.hi_units)  # 0 clamped to the bounds
+        self.events_per_person: dict[int | str, int] = {}  # user level: events kept so far
+
+    @property
+    def events(self) -> int:
+        """k: the events one privacy unit can change (1 at event level)."""
+        return self.max_events_per_person or 1
+
+    def units(
+        self, values: npt.ArrayLike, persons: Sequence[int | str] | None, owner: str
+    ) -> npt.NDArray[np.int64]:
+        """The batch in grid units, clamped, with the user-level cap applied. Raises
+        ParameterError (before anything is ingested) when ``persons`` does not fit the level."""
+        array = np.asarray(values, dtype=np.float64).reshape(-1)
+        if self.counting:
+            units: npt.NDArray[np.int64] = (np.nan_to_num(array, nan=0.0) != 0).astype(np.int64)
+        else:
+            filled = np.where(np.isnan(array), self.lower, array)
+            clamped = np.clip(filled, self.lower, self.upper)
+            rounded = np.rint(clamped / float(self.resolution))
+            units = np.clip(rounded, self.lo_units, self.hi_units).astype(np.int64)
+        k = self.max_events_per_person
+        if k is None:
+            if persons is not None:
+                raise fail(owner, "persons", "None (an event-level stream)", "person ids")
+            return units
+        if persons is None or len(persons) != units.size:
+            got = "None" if persons is None else f"{len(persons)} ids"
+            raise fail(owner, "persons", f"one person id per event ({units.size})", got)
+        return units
+
+    def cap(self, units: npt.NDArray[np.int64], persons: Sequence[int | str] | None) -> None:
+        """User level: replace (in place) each event past its person's k-th by the null value."""
+        k = self.max_events_per_person
+        if k is None or persons is None:
+            return
+        seen = self.events_per_person
+        for i, person in enumerate(persons):
+            used = seen.get(person, 0)
+            if used >= k:
+                units[i] = self.null_units
+            else:
+                seen[person] = used + 1
+
+    def rounding(self, time: int) -> float:
+        """How far the grid can move the clamped running sum at ``time`` (0 for counts)."""
+        return 0.0 if self.counting else time * float(self.resolution) / 2
