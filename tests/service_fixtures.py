@@ -131,7 +131,10 @@ def fresh_postgres_url(base: str) -> str:
 class LiveServer:
     """``python -m dpcurator.cli serve ...`` on 127.0.0.1 in a subprocess (killable)."""
 
-    def __init__(self, args: list[str], *, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, args: list[str], *, env: dict[str, str] | None = None, module: str = "dpcurator.cli"
+    ) -> None:
+        self.module = module  # run as ``python -m module serve ...`` (a test's own launcher)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = args
@@ -145,7 +148,7 @@ class LiveServer:
         command = [
             sys.executable,
             "-m",
-            "dpcurator.cli",
+            self.module,
             "serve",
             "--host",
             "127.0.0.1",

@@ -44,18 +44,28 @@ where the last committed batch left it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session as OrmSession
 
 from dpcurator.core.measures import ApproxDP
-from dpcurator.errors import ParameterError
+from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError, ParameterError
 from dpcurator.query.plan.limits import MAX_STREAM_TRACKED
 from dpcurator.service.auth import Identity, random_id
 from dpcurator.service.errors import ConflictError, NotFoundError
-from dpcurator.service.idempotency import request_fingerprint, stored_result
+from dpcurator.service.idempotency import (
+    KeyedChange,
+    conflict,
+    earlier_change,
+    record_change,
+    request_fingerprint,
+    stored_result,
+)
 from dpcurator.service.ledger import Ledger
 from dpcurator.service.ledger.charges import ChargeRequest
 from dpcurator.service.models import Stream
@@ -268,34 +278,52 @@ class StreamStore:
         ``latest``), a pan-private stream releases nothing. A user-level stream needs
         ``persons`` (one id per event); other streams refuse them."""
         with self.ledger._transaction(write=True) as s:
-            stream = s.scalar(select(Stream).where(Stream.id == stream_id).with_for_update())
-            if stream is None:
-                raise NotFoundError(f"No stream with id {stream_id!r}.")
-            if stream.kind in _PAN_PRIVATE:
-                if persons is not None:
-                    raise ParameterError(f"A {stream.kind} stream takes user ids as its values.")
-                if any(not isinstance(v, int) for v in values):
-                    raise ParameterError(f"A {stream.kind} stream takes integer user ids.")
-                state = _pan_private(stream)
-                state.observe(values)
-                stream.state = state.to_bytes()
-                return stream, []
-            tree = _decode_tree(stream.kind, stream.params, stream.state)
-            released = tree.update(values, persons=persons)
-            stream.state = _encode_tree(tree)
-            if released.size:
-                half = tree.ci_halfwidth(alpha=_ALPHA)
-                value = float(released[-1])
-                stream.latest = _interval(tree.time, value, value - half, value + half)
-            return stream, [float(v) for v in released]
+            stream = _locked(s, stream_id)
+            return stream, _apply(stream, values, persons)
+
+    def ingest_once(
+        self,
+        stream_id: str,
+        values: list[float] | list[int],
+        persons: list[int | str] | None,
+        *,
+        change: KeyedChange,
+        answer: Callable[[Stream, list[float]], dict[str, Any]],
+    ) -> tuple[dict[str, Any], bool]:
+        """:meth:`ingest` a batch sent with an ``Idempotency-Key``: its answer (built by
+        ``answer`` from the stream and the releases) and whether it is the stored one.
+
+        ONE write transaction locks the stream row, looks the key up, ingests the batch and
+        records the key with the answer (:func:`~dpcurator.service.idempotency.record_change`):
+        a server killed at any point commits both or neither, so a retry ingests the batch
+        exactly once or replays its answer. Concurrent requests with one key queue on the
+        stream's lock; the later ones find the record. A refused batch (a ParameterError)
+        rolls back and records nothing: the key may be used again.
+
+        Raises:
+            ConflictError: the key was used for another request (of this or another route).
+        """
+        try:
+            with self.ledger._transaction(write=True) as s:
+                stream = _locked(s, stream_id)
+                earlier = earlier_change(s, change, stream.dataset_id)
+                if earlier is not None and earlier.status == "released":
+                    return dict(earlier.result or {}), True
+                if earlier is not None and earlier.status != "reserved":
+                    raise BackendError(ENGINE_FAILURE_MESSAGE)
+                out = answer(stream, _apply(stream, values, persons))
+                record_change(
+                    s, self.ledger, change, stream.dataset_id, answer=out, earlier=earlier
+                )
+        except IntegrityError:  # a request of another route took the key meanwhile
+            raise conflict(change.key) from None
+        return out, False
 
     def estimate(self, stream_id: str, at_least: int | None = None) -> Stream:
         """Release a new estimate of a density stream, or of an incidence stream's fraction seen
         ``at_least`` times (one of its paid ``outputs``)."""
         with self.ledger._transaction(write=True) as s:
-            stream = s.scalar(select(Stream).where(Stream.id == stream_id).with_for_update())
-            if stream is None:
-                raise NotFoundError(f"No stream with id {stream_id!r}.")
+            stream = _locked(s, stream_id)
             if stream.kind not in _PAN_PRIVATE:
                 raise ConflictError(
                     f"Stream {stream_id!r} is a {stream.kind} stream: it releases its running "
@@ -321,6 +349,37 @@ class StreamStore:
             if at_least is not None:
                 stream.latest["at_least"] = at_least
             return stream
+
+
+def _locked(s: OrmSession, stream_id: str) -> Stream:
+    """The stream row, locked for this write transaction, or NotFoundError."""
+    stream = s.scalar(select(Stream).where(Stream.id == stream_id).with_for_update())
+    if stream is None:
+        raise NotFoundError(f"No stream with id {stream_id!r}.")
+    return stream
+
+
+def _apply(
+    stream: Stream, values: list[float] | list[int], persons: list[int | str] | None
+) -> list[float]:
+    """Ingest a batch into the locked ``stream`` row (see :meth:`StreamStore.ingest`)."""
+    if stream.kind in _PAN_PRIVATE:
+        if persons is not None:
+            raise ParameterError(f"A {stream.kind} stream takes user ids as its values.")
+        if any(not isinstance(v, int) for v in values):
+            raise ParameterError(f"A {stream.kind} stream takes integer user ids.")
+        state = _pan_private(stream)
+        state.observe(values)
+        stream.state = state.to_bytes()
+        return []
+    tree = _decode_tree(stream.kind, stream.params, stream.state)
+    released = tree.update(values, persons=persons)
+    stream.state = _encode_tree(tree)
+    if released.size:
+        half = tree.ci_halfwidth(alpha=_ALPHA)
+        value = float(released[-1])
+        stream.latest = _interval(tree.time, value, value - half, value + half)
+    return [float(v) for v in released]
 
 
 def _pan_private(stream: Stream) -> PanPrivateDensity | PanPrivateIncidence:
