@@ -63,8 +63,8 @@ def test_a_crash_anywhere_in_a_keyed_batch_ingests_it_once(
             point = f"{phase}:{number}"
             env = {"DPCURATOR_TEST_CRASH": point}
             server = LiveServer(args, env=env, module="tests.crash_serve")
-            server.start(wait_lines=0 if token else 1)
             try:
+                server.start(wait_lines=0 if token else 1)
                 if not token:
                     token = server.first_lines[0].removeprefix("owner token: ")
                 created = httpx.post(
