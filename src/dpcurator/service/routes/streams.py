@@ -50,7 +50,8 @@ class SparseIn(_Strict):
 class StreamIn(_Strict):
     """A new stream: ``count``/``sum`` (horizon, bounds), ``density`` (universe, outputs) or
     ``incidence`` (universe, outputs, modulus); a pan-private stream tracks its universe, or a
-    public random ``sample_size`` of it (at most ``MAX_STREAM_TRACKED`` users either way)."""
+    public random ``sample_size`` of it (at most ``MAX_STREAM_TRACKED`` users either way, and a
+    state of at most ``MAX_STREAM_STATE_BYTES``)."""
 
     kind: Annotated[str, Field(pattern=r"^(count|sum|density|incidence)$")]
     epsilon: s.Epsilon
