@@ -22,7 +22,7 @@ from typing import Any
 from dpcurator.cli import main
 from dpcurator.service.ledger.database import LedgerDatabase
 
-_PHASE, _, _NUMBER = os.environ["DPCURATOR_TEST_CRASH"].partition(":")
+_PHASE, _, _NUMBER = os.environ.get("DPCURATOR_TEST_CRASH", "none:0").partition(":")
 _TARGET = int(_NUMBER)
 _counter = itertools.count(1)
 _lock = threading.Lock()
@@ -72,9 +72,13 @@ def _wrap(name: str, is_write: Callable[[dict[str, Any]], bool]) -> None:
     setattr(LedgerDatabase, name, wrapped)
 
 
-for _name in ("_connection", "_transaction", "_statement"):
-    _wrap(_name, lambda kwargs: bool(kwargs.get("write")))
-_wrap("_raw_write", lambda _kwargs: True)
+def install() -> None:
+    """Wrap the ledger's write transactions (only in the crashing server's process)."""
+    for name in ("_connection", "_transaction", "_statement"):
+        _wrap(name, lambda kwargs: bool(kwargs.get("write")))
+    _wrap("_raw_write", lambda _kwargs: True)
+
 
 if __name__ == "__main__":
+    install()
     sys.exit(main(sys.argv[1:]))
