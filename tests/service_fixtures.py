@@ -131,7 +131,10 @@ def fresh_postgres_url(base: str) -> str:
 class LiveServer:
     """``python -m dpcurator.cli serve ...`` on 127.0.0.1 in a subprocess (killable)."""
 
-    def __init__(self, args: list[str], *, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, args: list[str], *, env: dict[str, str] | None = None, module: str = "dpcurator.cli"
+    ) -> None:
+        self.module = module  # run as ``python -m module serve ...`` (a test's own launcher)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = args
@@ -139,13 +142,16 @@ class LiveServer:
         self.process: subprocess.Popen[str] | None = None
         self.first_lines: list[str] = []
 
-    def start(self, *, wait_lines: int = 0, serving_after_lines: bool = False) -> LiveServer:
-        """Start the server and wait until /v1/health answers (``serving_after_lines``: it
-        must answer at once after the first ``wait_lines`` lines of stdout, without waiting)."""
+    def start(
+        self, *, wait_lines: int = 0, serving_after_lines: bool = False, within: float = 60
+    ) -> LiveServer:
+        """Start the server and wait until /v1/health answers, at most ``within`` seconds
+        (``serving_after_lines``: it must answer at once after the first ``wait_lines`` lines
+        of stdout, without waiting)."""
         command = [
             sys.executable,
             "-m",
-            "dpcurator.cli",
+            self.module,
             "serve",
             "--host",
             "127.0.0.1",
@@ -160,7 +166,7 @@ class LiveServer:
         self.first_lines = [self.process.stdout.readline().rstrip("\n") for _ in range(wait_lines)]
         if serving_after_lines:
             assert httpx.get(f"{self.url}/v1/health", timeout=5).status_code == 200
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"server exited with {self.process.returncode}")

@@ -224,7 +224,7 @@ def test_survey_estimates_from_client_randomised_reports(kit: Kit) -> None:
     for row in out["rows"]:
         assert row["ci_low"] <= truth[row["category"]] <= row["ci_high"], row
         # A share's interval lies in [0, 1] (the unclipped one of "never" went below 0).
-        assert 0 <= row["ci_low"] <= row["ci_high"] <= 1, row
+        assert 0 <= row["ci_low"] <= row["estimate"] <= row["ci_high"] <= 1, row
     assert _spent(kit) == ApproxDP(0, 0)
     bad = kit.alice.post(f"/v1/surveys/{survey_id}/responses", json={"reports": [4]})
     assert bad.status_code == 422

@@ -105,6 +105,15 @@ def _serve_parser(commands: Any) -> None:
         help="worker processes serving the port (default 1; each opens the datasets itself)",
     )
     serve.add_argument(
+        "--worker-healthcheck-timeout",
+        type=positive_int,
+        default=None,
+        metavar="SECONDS",
+        help="with --workers > 1: seconds a worker may leave its supervisor's health-check ping "
+        "unanswered before it is replaced (default 60; a busy or CPU-starved worker answers "
+        "late, so keep it well above the longest stall you expect)",
+    )
+    serve.add_argument(
         "--forwarded-allow-ips",
         metavar="ADDRESSES",
         help="comma-separated addresses of reverse proxies whose X-Forwarded-For header names "
@@ -167,6 +176,7 @@ def _serve(args: argparse.Namespace) -> int:
     from dpcurator.service.schemas import exact  # noqa: PLC0415
     from dpcurator.service.server import (  # noqa: PLC0415
         DEMO_DIR,
+        WORKER_HEALTHCHECK_TIMEOUT,
         bootstrap,
         build_service,
         require_free_port,
@@ -220,6 +230,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         forwarded_allow_ips=args.forwarded_allow_ips,
+        worker_healthcheck_timeout=args.worker_healthcheck_timeout or WORKER_HEALTHCHECK_TIMEOUT,
         on_ready=lambda: print(url, flush=True),  # once it answers (datasets opened)
     )
     return 0

@@ -10,25 +10,29 @@ afterwards gets the first answer without a new charge. The same key with another
 (another body, path or route) is 409 and changes nothing.
 
 Routes that charge nothing but change state (a stream's event batches) record their key as a
-charge of cost zero, completed with the answer: the same guarantee, one ingestion per key.
+charge of cost zero holding the answer, written in the same database transaction as the change
+(:func:`earlier_change`, :func:`record_change`): the same guarantee, one ingestion per key, and
+no window for a crash between the change and its record (the transaction commits both or
+neither; ``tests/test_service_streams_crash.py`` kills a real server at every point).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Header
+from sqlalchemy import select
+from sqlalchemy.orm import Session as OrmSession
 
 from dpcurator.core.measures import ApproxDP
-from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError, DPError
-from dpcurator.service.auth import Identity
+from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError
 from dpcurator.service.errors import ConflictError
 from dpcurator.service.ledger import Ledger
 from dpcurator.service.ledger.charges import ChargeRequest, Reservation
-from dpcurator.service.models import Charge
+from dpcurator.service.models import Charge, utcnow
 
 #: The ``Idempotency-Key`` header (optional; 1 to 200 visible ASCII characters).
 IdempotencyKey = Annotated[
@@ -79,59 +83,61 @@ def stored_result(reserved: Reservation) -> dict[str, Any] | None:
     return reserved.result or {}
 
 
-def changed_once(
+@dataclass(frozen=True)
+class KeyedChange:
+    """A state change that costs nothing, sent with an ``Idempotency-Key``: who sent it, the
+    key, the fingerprint of what was asked and the text recorded in the caller's history."""
+
+    principal_id: str
+    key: str
+    kind: str
+    text: str
+    fingerprint: str
+
+
+def earlier_change(session: OrmSession, change: KeyedChange, dataset_id: str) -> Charge | None:
+    """The record of ``change.key`` made by an earlier request, read inside the transaction that
+    will apply the change (after the caller locked what it changes); 409 if it was made for
+    another request."""
+    earlier = session.scalar(
+        select(Charge).where(
+            (Charge.principal_id == change.principal_id) & (Charge.request_key == change.key)
+        )
+    )
+    return None if earlier is None else same_request(earlier, change.fingerprint, dataset_id)
+
+
+def record_change(
+    session: OrmSession,
     ledger: Ledger,
-    identity: Identity,
+    change: KeyedChange,
     dataset_id: str,
     *,
-    key: str | None,
-    kind: str,
-    text: str,
-    fingerprint: str,
-    change: Callable[[], dict[str, Any]],
-) -> tuple[dict[str, Any], bool]:
-    """Run a state change that costs nothing once per key: its answer and whether it was the
-    stored one. The key is recorded as a charge of cost zero (kind ``kind``) before ``change``
-    runs and completed with its answer; a refused change (a DPError) removes the record, so
-    the key may be used again.
-
-    A server that dies between the change and the record's completion leaves the record
-    claimed; a retry after the lease expired runs the change again (the one case where a
-    change may apply twice: a crash inside that window).
-    """
-    if key is None:
-        return change(), False
-    reserved = ledger.reserve(
+    answer: dict[str, Any],
+    earlier: Charge | None,
+) -> None:
+    """Record ``answer`` as the key's stored response, as a charge of cost zero, in the SAME
+    transaction as the change itself: a crash before its commit leaves neither, after it both,
+    so a retry either applies the change once or replays the answer (issue 24, item 2).
+    ``earlier`` is a record left ``reserved`` by a version of dpcurator that recorded the key
+    first and applied the change in a second transaction: it is completed here."""
+    now = utcnow()
+    if earlier is not None:
+        earlier.status, earlier.result, earlier.completed_at = "released", answer, now
+        earlier.claimed_by, earlier.claimed_at = ledger.boot_id, None
+        return
+    row = ledger._charge_row(
         ChargeRequest(
-            principal_id=identity.principal_id,
+            principal_id=change.principal_id,
             dataset_id=dataset_id,
-            kind=kind,
-            query_text=text,
-            fingerprint=fingerprint,
+            kind=change.kind,
+            query_text=change.text,
+            fingerprint=change.fingerprint,
             cost=ApproxDP(0, 0),
             events=[],
-            request_key=key,
+            request_key=change.key,
             charge_grant=False,
         )
     )
-    stored = stored_result(reserved)
-    if stored is not None:
-        return stored, True
-    ledger.hold_claim(reserved.charge_id)
-    try:
-        answer = change()
-    except DPError:
-        _forget(ledger, reserved.charge_id)
-        raise
-    finally:
-        ledger.drop_claim(reserved.charge_id)
-    ledger.complete(reserved.charge_id, answer)
-    return answer, False
-
-
-def _forget(ledger: Ledger, charge_id: int) -> None:
-    """Delete the zero-cost record of a refused change (no running total holds it)."""
-    with ledger._transaction(write=True) as s:
-        charge = s.get(Charge, charge_id)
-        if charge is not None and charge.status == "reserved" and charge.epsilon == "0":
-            s.delete(charge)
+    row.update(status="released", result=answer, claimed_at=None, completed_at=now)
+    session.add(Charge(**row))

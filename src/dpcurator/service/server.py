@@ -114,6 +114,7 @@ def serve(
     workers: int = 1,
     forwarded_allow_ips: str | None = None,
     on_ready: Callable[[], None] | None = None,
+    worker_healthcheck_timeout: int = WORKER_HEALTHCHECK_TIMEOUT,
 ) -> None:
     """Serve the API with uvicorn (uvloop event loop, httptools parser) until interrupted.
 
@@ -131,9 +132,10 @@ def serve(
 
     With ``workers`` > 1, ``service`` is closed and that many worker processes serve the port,
     each with its own service on the same ledger (uvicorn's supervisor restarts a worker that
-    dies, or that leaves its health-check ping unanswered for :data:`WORKER_HEALTHCHECK_TIMEOUT`
-    seconds). They share the ledger's boot id, so a retried request that is still running in
-    another worker is refused (409), never run twice. Each worker opens the datasets itself
+    dies, or that leaves its health-check ping unanswered for ``worker_healthcheck_timeout``
+    seconds, by default :data:`WORKER_HEALTHCHECK_TIMEOUT`). They share the ledger's boot id, so
+    a retried request that is still running in another worker is refused (409), never run
+    twice. Each worker opens the datasets itself
     (memory: one copy per worker) and keeps its own caches and failed-sign-in counts.
     """
     if switch_interval is None and not service.ledger.url.startswith("sqlite"):
@@ -170,7 +172,7 @@ def serve(
             "dpcurator.service.server:worker_app",
             factory=True,
             workers=workers,
-            timeout_worker_healthcheck=WORKER_HEALTHCHECK_TIMEOUT,
+            timeout_worker_healthcheck=worker_healthcheck_timeout,
             **options,
         )
         return

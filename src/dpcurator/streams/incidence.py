@@ -91,11 +91,13 @@ class PanPrivateIncidence:
     def observe(self, users: npt.ArrayLike) -> None:
         """Ingest a batch of user ids (repeats count); ids outside the universe are ignored.
 
-        Each appearance adds one to its user's counter mod m; the ids are not kept.
+        Each appearance adds one to its user's counter mod m; the ids are not kept. Work in
+        the batch's size (only the counters of its users are read and written in memory); what
+        is persisted is still the whole state (:meth:`to_bytes`).
         """
         slots = tracked_positions("PanPrivateIncidence.observe", users, self.universe, self.tracked)
-        added = np.bincount(slots, minlength=self.counters.size)
-        self.counters = (self.counters + added) % self.modulus
+        positions, counts = np.unique(slots, return_counts=True)
+        self.counters[positions] = (self.counters[positions] + counts) % self.modulus
 
     def estimate_at_least(
         self, k: int, epsilon: object, alpha: object = 0.05, rng: Rng | None = None

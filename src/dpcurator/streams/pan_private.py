@@ -210,10 +210,19 @@ def release_fraction(
     half = (math.sqrt(m * math.log(2 / share) / 2) + mechanism.ci_halfwidth(share)) / scaled
     if sampled:
         half += math.sqrt(math.log(2 / share) / (2 * m))
-    clipped = min(max(fraction, 0.0), 1.0)
-    return DensityEstimate(
-        clipped, max(fraction - half, 0.0), min(fraction + half, 1.0), a, mechanism.epsilon(1)
-    )
+    low, point, high = clip_to_unit(fraction - half, fraction, fraction + half)
+    return DensityEstimate(point, low, high, a, mechanism.epsilon(1))
+
+
+def clip_to_unit(low: float, point: float, high: float) -> tuple[float, float, float]:
+    """An estimate of a fraction and its interval, each clipped to [0, 1].
+
+    Clipping is monotone, so low <= point <= high still holds afterwards (the point stays in
+    its interval, and an interval wholly above 1 becomes [1, 1], not an inverted one); the
+    clipped interval holds every truth in [0, 1] the unclipped one held (same coverage, never
+    wider), and the clipped point is never farther from a truth in [0, 1] (it is no longer
+    unbiased)."""
+    return min(max(low, 0.0), 1.0), min(max(point, 0.0), 1.0), min(max(high, 0.0), 1.0)
 
 
 def sample_without_replacement(

@@ -34,6 +34,9 @@ limit                         value           what it bounds
 ``MAX_STREAM_TRACKED``        2,000,000       users a density or incidence stream keeps a state
                                               for (its universe, or its public ``sample_size``):
                                               the state is rewritten whole by every batch
+``MAX_STREAM_STATE_BYTES``    1,000,000       bytes of that state (a bit a user for density,
+                                              1-2 bytes for incidence, plus 8 a user for a
+                                              sample's ids): at most about 0.15 s a batch
 ============================  ==============  ====================================================
 
 The CPU times were measured on a 2-core machine (docs/sql.md, "Public limits"): the limits keep
@@ -63,6 +66,7 @@ MAX_FIT_FEATURES: Final = 16
 MAX_FIT_BLOCKS: Final = 20_000
 MAX_SPARSE_QUERIES: Final = 200
 MAX_STREAM_TRACKED: Final = 2_000_000
+MAX_STREAM_STATE_BYTES: Final = 1_000_000
 
 Node = TypeVar("Node")
 

@@ -17,7 +17,11 @@ from starlette.concurrency import run_in_threadpool
 from dpcurator.service import schemas as s
 from dpcurator.service.auth import Identity
 from dpcurator.service.errors import ForbiddenError, NotFoundError
-from dpcurator.service.idempotency import IdempotencyKey, changed_once, request_fingerprint
+from dpcurator.service.idempotency import (
+    IdempotencyKey,
+    KeyedChange,
+    request_fingerprint,
+)
 from dpcurator.service.jobs import (
     Submission,
     Wrap,
@@ -59,7 +63,8 @@ class SparseIn(_Strict):
 class StreamIn(_Strict):
     """A new stream: ``count``/``sum`` (horizon, bounds), ``density`` (universe, outputs) or
     ``incidence`` (universe, outputs, modulus); a pan-private stream tracks its universe, or a
-    public random ``sample_size`` of it (at most ``MAX_STREAM_TRACKED`` users either way)."""
+    public random ``sample_size`` of it (at most ``MAX_STREAM_TRACKED`` users either way, and a
+    state of at most ``MAX_STREAM_STATE_BYTES``)."""
 
     kind: Annotated[str, Field(pattern=r"^(count|sum|density|incidence)$")]
     epsilon: s.Epsilon
@@ -235,25 +240,27 @@ def post_events(
     A retry with the same ``Idempotency-Key`` and body gets the first answer; its events are
     ingested once."""
     visible = _writable_stream(service, who, stream_id)
+    store = StreamStore(service.ledger)
 
-    def ingest() -> dict[str, Any]:
-        stream, releases = StreamStore(service.ledger).ingest(stream_id, body.values, body.persons)
+    def answer(stream: Stream, releases: list[float]) -> dict[str, Any]:
         out = {**_stream_out(stream), "accepted": len(body.values)}
         if per_event:
             out["releases"] = releases
         return out
 
-    out, replayed = changed_once(
-        service.ledger,
-        who,
-        visible.dataset_id,
+    if idempotency_key is None:
+        return {**answer(*store.ingest(stream_id, body.values, body.persons)), "replayed": False}
+    change = KeyedChange(
+        principal_id=who.principal_id,
         key=idempotency_key,
         kind="events",
         text=f"EVENTS {stream_id} ({len(body.values)} events)",
         fingerprint=request_fingerprint(
             "events", stream=stream_id, body=body.model_dump(), per_event=per_event
         ),
-        change=ingest,
+    )
+    out, replayed = store.ingest_once(
+        visible.id, body.values, body.persons, change=change, answer=answer
     )
     return {**out, "replayed": replayed}
 

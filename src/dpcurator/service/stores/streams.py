@@ -24,17 +24,23 @@ Kinds (public parameters fixed at creation by an owner):
 
 Bounded work (issue 24, item 4): a pan-private stream tracks its whole universe, or with the
 public ``sample_size`` a uniformly random sample of it chosen at creation, and at most
-:data:`~dpcurator.query.plan.limits.MAX_STREAM_TRACKED` users either way (refused free, before the
-charge, above it). Its state is one row rewritten whole by every batch: O(tracked) bytes per
-batch, whatever the universe. That is deliberate. A state kept as per-user (or per-chunk) rows,
-with each batch touching only the rows of the users it names, would leave the batch's users in
-the database itself: PostgreSQL stamps each row version with the transaction that wrote it
-(``xmin``) and SQLite's write-ahead log holds the pages a transaction changed, so an intrusion
-would learn who appeared and when, which the pan-private design (the state at any moment is
-ε-DP, free of raw events) forbids. A write whose extent depends only on public parameters
-reveals nothing of the kind; the limit bounds its cost. (Old row versions of the whole state
-can outlive a write, as any database page can: erase the database file securely when that
-matters.)
+:data:`~dpcurator.query.plan.limits.MAX_STREAM_TRACKED` users either way; its persisted state
+(:func:`state_bytes`: a bit a user for density, one or two bytes for incidence, plus 8 bytes a
+user for a sample's ids) is at most :data:`~dpcurator.query.plan.limits.MAX_STREAM_STATE_BYTES`.
+Both are refused free, before the charge, naming the parameters, their values and the limit.
+The state is one row rewritten whole by every batch: O(state) bytes per batch, whatever the
+batch, and the update in memory touches only the batch's users. The whole-state write is
+deliberate. A state kept as per-user (or per-chunk) rows, with each batch touching only the
+rows of the users it names, would leave the batch's users in the database itself: PostgreSQL
+stamps each row version with the transaction that wrote it (``xmin``) and SQLite's write-ahead
+log holds the pages a transaction changed, so an intrusion would learn who appeared and when,
+which the pan-private design (the state at any moment is ε-DP, free of raw events; Dwork et al.
+2010) forbids. Rewriting a data-independent subset of chunks instead would have to hold the
+other users' events until their chunk's turn, and those pending ids are raw events. A write
+whose extent depends only on public parameters reveals nothing of the kind; the byte limit
+bounds its cost (measured: ``docs/sql.md``, "Public limits"). (Old row versions of the whole
+state can outlive a write, as any database page can: erase the database file securely when
+that matters.)
 
 Every change of a stream's state is one write transaction that reads the row (locked), updates
 the mechanism and writes it back, so concurrent batches are serialised and a restart resumes
@@ -44,18 +50,28 @@ where the last committed batch left it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session as OrmSession
 
 from dpcurator.core.measures import ApproxDP
-from dpcurator.errors import ParameterError
-from dpcurator.query.plan.limits import MAX_STREAM_TRACKED
+from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError, ParameterError
+from dpcurator.query.plan.limits import MAX_STREAM_STATE_BYTES, MAX_STREAM_TRACKED
 from dpcurator.service.auth import Identity, random_id
 from dpcurator.service.errors import ConflictError, NotFoundError
-from dpcurator.service.idempotency import request_fingerprint, stored_result
+from dpcurator.service.idempotency import (
+    KeyedChange,
+    conflict,
+    earlier_change,
+    record_change,
+    request_fingerprint,
+    stored_result,
+)
 from dpcurator.service.ledger import Ledger
 from dpcurator.service.ledger.charges import ChargeRequest
 from dpcurator.service.models import Stream
@@ -140,7 +156,7 @@ def new_state(spec: StreamSpec) -> bytes:
             raise ParameterError(f"outputs must be >= 1; got {spec.outputs}.")
         if spec.max_events_per_person is not None:
             raise ParameterError("max_events_per_person applies to count and sum streams only.")
-        _check_tracked(spec.kind, spec.universe, spec.sample_size)
+        _check_tracked(spec.kind, spec.universe, spec.sample_size, spec.modulus)
         if spec.modulus is not None:
             return PanPrivateIncidence(
                 spec.epsilon, spec.universe, spec.modulus, sample_size=spec.sample_size
@@ -153,25 +169,56 @@ def new_state(spec: StreamSpec) -> bytes:
     return _encode_tree(_tree(spec.kind, spec.params()))
 
 
-def _check_tracked(kind: str, universe: int, sample_size: int | None) -> None:
+def _check_tracked(kind: str, universe: int, sample_size: int | None, modulus: int | None) -> None:
     """Refuse (free, before the charge) a pan-private stream that would track more than
-    :data:`~dpcurator.query.plan.limits.MAX_STREAM_TRACKED` users, or a sample above the
-    universe."""
+    :data:`~dpcurator.query.plan.limits.MAX_STREAM_TRACKED` users, a sample above the universe,
+    or a state of more than :data:`~dpcurator.query.plan.limits.MAX_STREAM_STATE_BYTES` bytes
+    (:func:`state_bytes`: every batch rewrites it whole)."""
     if sample_size is not None and not 1 <= sample_size <= universe:
         raise ParameterError(
             f"sample_size must be between 1 and the universe ({universe:,}); got {sample_size:,}."
         )
     tracked = universe if sample_size is None else sample_size
+    given = f"universe={universe:,}" + (
+        "" if sample_size is None else f" and sample_size={sample_size:,}"
+    )
     if tracked > MAX_STREAM_TRACKED:
-        given = f"universe={universe:,}" + (
-            "" if sample_size is None else f" and sample_size={sample_size:,}"
-        )
         raise ParameterError(
-            f"A {kind} stream with {given} would keep a state for {tracked:,} users, over the "
+            f"{'An' if kind == 'incidence' else 'A'} {kind} stream with {given} would keep a "
+            f"state for {tracked:,} users, over the "
             f"limit MAX_STREAM_TRACKED = {MAX_STREAM_TRACKED:,} (every batch rewrites the whole "
             f"state): set sample_size to at most {MAX_STREAM_TRACKED:,} to track a public "
             "uniformly random sample of the universe."
         )
+    size = state_bytes(tracked, modulus, sampled=sample_size is not None)
+    if size > MAX_STREAM_STATE_BYTES:
+        if modulus is not None:
+            given += f" and modulus={modulus:,}"
+        raise ParameterError(
+            f"{'An' if kind == 'incidence' else 'A'} {kind} stream with {given} would keep a "
+            f"state of {size:,} bytes, over the limit MAX_STREAM_STATE_BYTES = "
+            f"{MAX_STREAM_STATE_BYTES:,} (every batch rewrites the whole state, so that no write "
+            "reveals which users appeared): keep the universe at most "
+            f"{_most_tracked(modulus, sampled=False):,}, or track a public uniformly random "
+            f"sample of it with sample_size at most {_most_tracked(modulus, sampled=True):,}."
+        )
+
+
+def _most_tracked(modulus: int | None, *, sampled: bool) -> int:
+    """The most users a state within MAX_STREAM_STATE_BYTES can track."""
+    per_8_users = (1 if modulus is None else 8 * (1 if modulus <= 256 else 2)) + 64 * sampled
+    most = MAX_STREAM_STATE_BYTES * 8 // per_8_users + 8
+    while state_bytes(most, modulus, sampled=sampled) > MAX_STREAM_STATE_BYTES:
+        most -= 1
+    return min(most, MAX_STREAM_TRACKED)
+
+
+def state_bytes(tracked: int, modulus: int | None, *, sampled: bool) -> int:
+    """Bytes of a pan-private state tracking ``tracked`` users (the private part, plus 8 bytes
+    a user for the ids of a public sample): one bit a user for a density stream (``modulus``
+    None), one or two bytes a user for an incidence stream."""
+    private = (tracked + 7) // 8 if modulus is None else tracked * (1 if modulus <= 256 else 2)
+    return private + (8 * tracked if sampled else 0)
 
 
 def _encode_tree(tree: ContinualSum) -> bytes:
@@ -268,34 +315,52 @@ class StreamStore:
         ``latest``), a pan-private stream releases nothing. A user-level stream needs
         ``persons`` (one id per event); other streams refuse them."""
         with self.ledger._transaction(write=True) as s:
-            stream = s.scalar(select(Stream).where(Stream.id == stream_id).with_for_update())
-            if stream is None:
-                raise NotFoundError(f"No stream with id {stream_id!r}.")
-            if stream.kind in _PAN_PRIVATE:
-                if persons is not None:
-                    raise ParameterError(f"A {stream.kind} stream takes user ids as its values.")
-                if any(not isinstance(v, int) for v in values):
-                    raise ParameterError(f"A {stream.kind} stream takes integer user ids.")
-                state = _pan_private(stream)
-                state.observe(values)
-                stream.state = state.to_bytes()
-                return stream, []
-            tree = _decode_tree(stream.kind, stream.params, stream.state)
-            released = tree.update(values, persons=persons)
-            stream.state = _encode_tree(tree)
-            if released.size:
-                half = tree.ci_halfwidth(alpha=_ALPHA)
-                value = float(released[-1])
-                stream.latest = _interval(tree.time, value, value - half, value + half)
-            return stream, [float(v) for v in released]
+            stream = _locked(s, stream_id)
+            return stream, _apply(stream, values, persons)
+
+    def ingest_once(
+        self,
+        stream_id: str,
+        values: list[float] | list[int],
+        persons: list[int | str] | None,
+        *,
+        change: KeyedChange,
+        answer: Callable[[Stream, list[float]], dict[str, Any]],
+    ) -> tuple[dict[str, Any], bool]:
+        """:meth:`ingest` a batch sent with an ``Idempotency-Key``: its answer (built by
+        ``answer`` from the stream and the releases) and whether it is the stored one.
+
+        ONE write transaction locks the stream row, looks the key up, ingests the batch and
+        records the key with the answer (:func:`~dpcurator.service.idempotency.record_change`):
+        a server killed at any point commits both or neither, so a retry ingests the batch
+        exactly once or replays its answer. Concurrent requests with one key queue on the
+        stream's lock; the later ones find the record. A refused batch (a ParameterError)
+        rolls back and records nothing: the key may be used again.
+
+        Raises:
+            ConflictError: the key was used for another request (of this or another route).
+        """
+        try:
+            with self.ledger._transaction(write=True) as s:
+                stream = _locked(s, stream_id)
+                earlier = earlier_change(s, change, stream.dataset_id)
+                if earlier is not None and earlier.status == "released":
+                    return dict(earlier.result or {}), True
+                if earlier is not None and earlier.status != "reserved":
+                    raise BackendError(ENGINE_FAILURE_MESSAGE)
+                out = answer(stream, _apply(stream, values, persons))
+                record_change(
+                    s, self.ledger, change, stream.dataset_id, answer=out, earlier=earlier
+                )
+        except IntegrityError:  # a request of another route took the key meanwhile
+            raise conflict(change.key) from None
+        return out, False
 
     def estimate(self, stream_id: str, at_least: int | None = None) -> Stream:
         """Release a new estimate of a density stream, or of an incidence stream's fraction seen
         ``at_least`` times (one of its paid ``outputs``)."""
         with self.ledger._transaction(write=True) as s:
-            stream = s.scalar(select(Stream).where(Stream.id == stream_id).with_for_update())
-            if stream is None:
-                raise NotFoundError(f"No stream with id {stream_id!r}.")
+            stream = _locked(s, stream_id)
             if stream.kind not in _PAN_PRIVATE:
                 raise ConflictError(
                     f"Stream {stream_id!r} is a {stream.kind} stream: it releases its running "
@@ -321,6 +386,37 @@ class StreamStore:
             if at_least is not None:
                 stream.latest["at_least"] = at_least
             return stream
+
+
+def _locked(s: OrmSession, stream_id: str) -> Stream:
+    """The stream row, locked for this write transaction, or NotFoundError."""
+    stream = s.scalar(select(Stream).where(Stream.id == stream_id).with_for_update())
+    if stream is None:
+        raise NotFoundError(f"No stream with id {stream_id!r}.")
+    return stream
+
+
+def _apply(
+    stream: Stream, values: list[float] | list[int], persons: list[int | str] | None
+) -> list[float]:
+    """Ingest a batch into the locked ``stream`` row (see :meth:`StreamStore.ingest`)."""
+    if stream.kind in _PAN_PRIVATE:
+        if persons is not None:
+            raise ParameterError(f"A {stream.kind} stream takes user ids as its values.")
+        if any(not isinstance(v, int) for v in values):
+            raise ParameterError(f"A {stream.kind} stream takes integer user ids.")
+        state = _pan_private(stream)
+        state.observe(values)
+        stream.state = state.to_bytes()
+        return []
+    tree = _decode_tree(stream.kind, stream.params, stream.state)
+    released = tree.update(values, persons=persons)
+    stream.state = _encode_tree(tree)
+    if released.size:
+        half = tree.ci_halfwidth(alpha=_ALPHA)
+        value = float(released[-1])
+        stream.latest = _interval(tree.time, value, value - half, value + half)
+    return [float(v) for v in released]
 
 
 def _pan_private(stream: Stream) -> PanPrivateDensity | PanPrivateIncidence:

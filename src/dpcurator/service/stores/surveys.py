@@ -4,9 +4,9 @@ Respondents randomise their own answer before sending it (:func:`dpcurator.servi
 randomize_answers`, k-ary randomized response, Kairouz, Oh & Viswanath 2016): each report is
 ε-local-DP with respect to the respondent's true answer, so the server never holds a true answer
 and nothing it releases costs any central budget. The server keeps only how many reports each
-category received, and releases the unbiased frequency estimates with normal-approximation
-confidence intervals of :meth:`~dpcurator.mechanisms.KaryRandomizedResponse.
-estimate_frequencies` (post-processing of the reports).
+category received, and releases the frequency estimates with normal-approximation confidence
+intervals of :meth:`~dpcurator.mechanisms.KaryRandomizedResponse.estimate_frequencies`
+(post-processing of the reports), each clipped to [0, 1] (:func:`unit_rows`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 
 from dpcurator.errors import ParameterError
-from dpcurator.mechanisms.randomized_response import KaryRandomizedResponse
+from dpcurator.mechanisms.randomized_response import FrequencyEstimate, KaryRandomizedResponse
 from dpcurator.service.auth import Identity, random_id
 from dpcurator.service.errors import NotFoundError
 from dpcurator.service.ledger import Ledger
 from dpcurator.service.models import Survey
+from dpcurator.streams.pan_private import clip_to_unit
 
 
 @dataclass(frozen=True)
@@ -88,10 +89,8 @@ class SurveyStore:
             return sum(survey.counts)
 
     def estimate(self, survey_id: str, alpha: float = 0.05) -> SurveyEstimate:
-        """Unbiased frequency estimates with CIs (post-processing; costs nothing). A share lies
-        in [0, 1], so its interval is clipped to [0, 1]: the clipped interval holds the truth
-        whenever the normal-approximation one does (same coverage, never wider); the estimate
-        itself stays unbiased (it may lie slightly outside)."""
+        """Frequency estimates with CIs (post-processing; costs nothing): see
+        :func:`unit_rows`."""
         survey = self.get(survey_id)
         counts = np.asarray(survey.counts, dtype=np.int64)
         total = int(counts.sum())
@@ -99,13 +98,19 @@ class SurveyStore:
             raise ParameterError(f"Survey {survey_id!r} has no reports yet.")
         reports = np.repeat(np.arange(counts.size), counts)
         out = mechanism(survey).estimate_frequencies(reports, alpha)
-        rows = [
-            {
-                "category": category,
-                "estimate": float(out.estimate[j]),
-                "ci_low": min(max(float(out.ci_low[j]), 0.0), 1.0),
-                "ci_high": min(max(float(out.ci_high[j]), 0.0), 1.0),
-            }
-            for j, category in enumerate(survey.categories)
-        ]
-        return SurveyEstimate(total, rows, out.alpha)
+        return SurveyEstimate(total, unit_rows(survey.categories, out), out.alpha)
+
+
+def unit_rows(categories: list[str], out: FrequencyEstimate) -> list[dict[str, Any]]:
+    """One row per category: its share's estimate and (1-α) interval, each clipped to [0, 1]
+    (:func:`~dpcurator.streams.pan_private.clip_to_unit`). A share lies in [0, 1], so the
+    clipped interval holds the truth whenever the normal-approximation one does (same
+    coverage, never wider); the estimate is clipped too (no farther from the truth, no longer
+    unbiased), so it always lies inside its interval."""
+    rows = []
+    for j, category in enumerate(categories):
+        low, point, high = clip_to_unit(
+            float(out.ci_low[j]), float(out.estimate[j]), float(out.ci_high[j])
+        )
+        rows.append({"category": category, "estimate": point, "ci_low": low, "ci_high": high})
+    return rows
