@@ -29,9 +29,9 @@ from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators.release import Estimate
 from dpcurator.query.fit.core import FitRequest, run_fit
 from dpcurator.query.fit.rows import FitPlan
-from dpcurator.query.release.core import Estimate as Value
 from dpcurator.query.release.core import Release
 from dpcurator.query.release.estimate import CostEstimate, MechanismUse, ValueColumn
+from dpcurator.query.release.estimate import Estimate as Value
 from dpcurator.query.schema import Metadata
 
 if TYPE_CHECKING:
