@@ -54,11 +54,12 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 import numpy as np
 
 from dpcurator._validation import check_int, check_positive, check_probability, fail
+from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
 from dpcurator.errors import DPError
 from dpcurator.estimators.logistic import METHODS, logistic_regression
@@ -85,9 +86,6 @@ from dpcurator.query.plan.validation import check_epsilon
 from dpcurator.query.release.after_charge import after_charge
 from dpcurator.query.schema import ColumnMeta, Metadata
 from dpcurator.random import Rng, default_rng
-
-if TYPE_CHECKING:
-    from dpcurator.query.session import Session
 
 FitKind = Literal[
     "linear_regression", "logistic_regression", "mle", "sample_and_aggregate", "ptr_regression"
@@ -516,7 +514,21 @@ def _user(estimator: BlockEstimator, box: Box, blocks: int | None) -> Run:
     return run
 
 
-def run_fit(session: Session, plan: FitPlan, alpha: float) -> Estimate:
+class FitSession(Protocol):
+    """What a fit needs of the :class:`~dpcurator.query.session.Session` it runs on: the public
+    metadata, the randomness and the charge-then-compute step (the session calls the fits, so
+    they take it through this protocol rather than importing it)."""
+
+    @property
+    def metadata(self) -> Metadata: ...
+    @property
+    def rng(self) -> Rng | None: ...
+    def compute_exact(
+        self, plans: Sequence[ir.AggregatePlan], event: PrivacyEvent, *, description: str
+    ) -> list[ir.ExactResult]: ...
+
+
+def run_fit(session: FitSession, plan: FitPlan, alpha: float) -> Estimate:
     """Charge the plan's cost, let the engine compute, then post-process (total after the charge).
 
     :meth:`Session.compute_exact <dpcurator.query.session.Session.compute_exact>` checks the
