@@ -29,6 +29,8 @@ from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators.release import Estimate
 from dpcurator.query.fit.core import FitRequest, FitSession, run_fit
 from dpcurator.query.fit.rows import FitPlan
+from dpcurator.query.frontend.fit import parse_fit_sql
+from dpcurator.query.plan.clipping import refuse_clipping
 from dpcurator.query.release.core import Release
 from dpcurator.query.release.estimate import CostEstimate, MechanismUse, ValueColumn
 from dpcurator.query.release.estimate import Estimate as Value
@@ -130,17 +132,22 @@ def fit_on(
 
 
 def plan_fit_sql(
+    query: object,
     metadata: Metadata,
-    request: FitRequest,
     *,
     epsilon: float | None,
     delta: float,
     options: Mapping[str, object],
-) -> FitPlan:
-    """The plan of a ``REGRESS``/``LOGISTIC`` query given the options of :meth:`Session.sql
-    <dpcurator.query.session.Session.sql>` (``accuracy``, ``noise``, ``rho``): all refused
-    (free) but ε and δ. A fit chooses its own noise, and a coefficient's interval depends on the
-    data, so no public ε meets an accuracy target."""
+) -> FitPlan | None:
+    """The plan of a ``REGRESS``/``LOGISTIC`` query (None when ``query`` is no fit: an ordinary
+    query) given the options of :meth:`Session.sql <dpcurator.query.session.Session.sql>`
+    (``clipping``, ``accuracy``, ``noise``, ``rho``): all refused (free) but ε and δ. A fit
+    chooses its own noise and has no clipping report, and a coefficient's interval depends on
+    the data, so no public ε meets an accuracy target."""
+    request = parse_fit_sql(query, metadata) if isinstance(query, str) else None
+    if request is None:
+        return None
+    refuse_clipping(options.get("clipping"), "a model fit")
     if options.get("noise") is not None or options.get("rho") is not None:
         raise UnsupportedQueryError(
             "Model fits (REGRESS, LOGISTIC) choose their own noise: drop noise and rho, "
