@@ -40,7 +40,8 @@ because the failure may already depend on the data.
 
 The ledger is assembled from one module per job: :mod:`~dpcurator.service.ledger.database` (the
 engine and its transactions), :mod:`~dpcurator.service.ledger.statements` (the hot-path SQL),
-:mod:`~dpcurator.service.ledger.budgets` (exact costs), :mod:`~dpcurator.service.ledger.charges`
+:mod:`~dpcurator.service.ledger.budgets` (exact costs), :mod:`~dpcurator.service.ledger.admission`
+(whether a charge fits the grant and the cap), :mod:`~dpcurator.service.ledger.charges`
 (reservations and their outcomes) and :mod:`~dpcurator.service.ledger.history` (entries,
 replays, published releases); this module adds principals, tokens, datasets, grants and the
 audit log.
@@ -69,6 +70,7 @@ from dpcurator.service.ledger.accounts import (
     check_account_budget,
     replayed_history,
 )
+from dpcurator.service.ledger.admission import check_fits
 from dpcurator.service.ledger.budgets import (
     BudgetView,
     Cost,
@@ -76,7 +78,7 @@ from dpcurator.service.ledger.budgets import (
     dataset_budget,
     grant_budget,
 )
-from dpcurator.service.ledger.charges import ChargeRequest, LedgerCharges, check_fits
+from dpcurator.service.ledger.charges import ChargeRequest, LedgerCharges
 from dpcurator.service.ledger.database import found
 from dpcurator.service.ledger.history import LedgerHistory
 from dpcurator.service.ledger.statements import DATASET_COLUMNS, SQL
