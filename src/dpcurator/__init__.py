@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         ParameterError,
         UnsupportedQueryError,
     )
+    from dpcurator.query.columns import ColumnMeta
     from dpcurator.query.frontend.builder import (
         col,
         count,
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
         when,
     )
     from dpcurator.query.release.core import Release
-    from dpcurator.query.schema import ColumnMeta, Metadata
+    from dpcurator.query.schema import Metadata
     from dpcurator.query.session import Session
 
     sum = sum_  # ``dpc.sum("income")`` reads like SQL; the builtin stays in builtins
@@ -82,7 +83,8 @@ _EXPORTS = {
         "dpcurator.query.frontend.builder",
     ),
     "Release": "dpcurator.query.release.core",
-    **dict.fromkeys(["ColumnMeta", "Metadata"], "dpcurator.query.schema"),
+    "ColumnMeta": "dpcurator.query.columns",
+    "Metadata": "dpcurator.query.schema",
     "Session": "dpcurator.query.session",
 }
 

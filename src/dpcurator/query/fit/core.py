@@ -70,6 +70,7 @@ from dpcurator.estimators.release import Estimate, FloatArray
 from dpcurator.estimators.sample_aggregate import BlockEstimator, Box, sample_and_aggregate
 from dpcurator.mechanisms import Laplace
 from dpcurator.query import ir
+from dpcurator.query.columns import ColumnMeta
 from dpcurator.query.fit.columns import (
     OWNER,
     column_names,
@@ -84,7 +85,7 @@ from dpcurator.query.fit.rows import FitPlan, Run, block_sample, rows_finish, ro
 from dpcurator.query.plan.limits import MAX_FIT_BLOCKS, MAX_FIT_FEATURES, check_at_most
 from dpcurator.query.plan.validation import check_epsilon
 from dpcurator.query.release.after_charge import after_charge
-from dpcurator.query.schema import ColumnMeta, Metadata
+from dpcurator.query.schema import Metadata
 from dpcurator.random import Rng, default_rng
 
 FitKind = Literal[
