@@ -32,11 +32,9 @@ if TYPE_CHECKING:
     )
     from dpcurator.query.columns import ColumnMeta
     from dpcurator.query.frontend.builder import (
-        col,
         count,
         count_persons,
         histogram,
-        lit,
         max_,
         mean,
         median,
@@ -45,8 +43,8 @@ if TYPE_CHECKING:
         stddev,
         sum_,
         variance,
-        when,
     )
+    from dpcurator.query.frontend.row_expressions import col, lit, when
     from dpcurator.query.release.core import Release
     from dpcurator.query.schema import Metadata
     from dpcurator.query.session import Session
@@ -65,11 +63,9 @@ _EXPORTS = {
     ),
     **dict.fromkeys(
         [
-            "col",
             "count",
             "count_persons",
             "histogram",
-            "lit",
             "max_",
             "mean",
             "median",
@@ -78,10 +74,10 @@ _EXPORTS = {
             "stddev",
             "sum_",
             "variance",
-            "when",
         ],
         "dpcurator.query.frontend.builder",
     ),
+    **dict.fromkeys(["col", "lit", "when"], "dpcurator.query.frontend.row_expressions"),
     "Release": "dpcurator.query.release.core",
     "ColumnMeta": "dpcurator.query.columns",
     "Metadata": "dpcurator.query.schema",
