@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import duckdb
+from query_data import metadata
 
 from dpcurator import Budget, Session
 
@@ -35,8 +36,6 @@ KINDS = ("raw", "row-level", "user-level")
 def measure(kind: str, parquet: str) -> dict[str, float]:
     """Load ``parquet`` once as ``kind`` (in this process) and return wall and CPU seconds and
     peak GB (everything is imported before the clocks start)."""
-    from query import metadata  # noqa: PLC0415 (query.py imports this module)
-
     start, cpu = time.perf_counter(), time.process_time()
     if kind == "raw":
         connection = duckdb.connect()

@@ -38,17 +38,14 @@ from functools import partial
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from open_table import OPEN_HEADER, open_rows
 from peers import run_peer_script
+from query_data import MAX_GROUPS, MAX_ROWS, generate, metadata
 
 import dpcurator as dpc
 
-GROUPS = 1_000
-ROWS_PER_PERSON = 10
-MAX_GROUPS, MAX_ROWS = 5, 2  # the user-level bound of the bounded query (as in peer_queries.py)
 EPSILON = 1.0
 
 
@@ -104,37 +101,6 @@ QUERIES = [
         user_level=True,
     ),
 ]
-
-
-def metadata(user_level: bool) -> dpc.Metadata:
-    """Public metadata: bounds of ``value``, the public key set of ``g``, the privacy unit."""
-    document: dict[str, object] = {
-        "table": "t",
-        "columns": {
-            "value": {"type": "float", "lower": 0.0, "upper": 100.0},
-            "g": {"type": "int", "keys": list(range(GROUPS))},
-            "uid": {"type": "int"},
-        },
-    }
-    if user_level:
-        document |= {
-            "person_column": "uid",
-            "max_rows_per_person": MAX_ROWS,
-            "max_groups_per_person": MAX_GROUPS,
-        }
-    return dpc.Metadata.from_dict(document)
-
-
-def generate(rows: int) -> pa.Table:
-    """The benchmark table (value, group g, person uid)."""
-    rng = np.random.default_rng(2024)
-    return pa.table(
-        {
-            "value": np.clip(rng.normal(50.0, 30.0, rows), 0.0, 100.0),
-            "g": rng.integers(0, GROUPS, rows),
-            "uid": rng.integers(0, max(rows // ROWS_PER_PERSON, 1), rows),
-        }
-    )
 
 
 def seconds(run: Callable[[], object], repeats: int) -> float:

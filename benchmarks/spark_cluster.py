@@ -23,7 +23,8 @@ from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
-from query import EPSILON, QUERIES, generate, seconds, session
+from query import EPSILON, QUERIES, seconds, session
+from query_data import generate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' cluster
 from tests.spark_cluster import start_cluster

@@ -39,8 +39,8 @@ from dpcurator.query.ir import AggregatePlan, ExactResult
 from dpcurator.query.plan.noise import plan_with_noise
 from dpcurator.query.plan.planner import Plan
 from dpcurator.query.precomputed import precomputed_columns
-from dpcurator.query.release.core import Estimate, Release
-from dpcurator.query.release.estimate import estimate_plan
+from dpcurator.query.release.core import Release
+from dpcurator.query.release.estimate import Estimate, estimate_plan
 from dpcurator.random import SeededRng
 from tests.neighbour_sql import INT64_MAX, VICTIM, NeighbourQuery
 

@@ -15,7 +15,7 @@ from types import TracebackType
 
 import pandas as pd
 
-from dpcurator.query.release.core import Estimate
+from dpcurator.query.release.estimate import Estimate
 from dpcurator.service.app import create_app
 from dpcurator.service.server import build_service
 from tests.neighbour_queries import (

@@ -25,7 +25,8 @@ from dpcurator.errors import (
     UnsupportedQueryError,
 )
 from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
-from dpcurator.query.backends.duckdb_query import build_query, coded_groups, columnar, cube_serves
+from dpcurator.query.backends.duckdb_columns import coded_groups, columnar
+from dpcurator.query.backends.duckdb_query import build_query, cube_serves
 from dpcurator.query.ir import (
     AggregatePlan,
     And,

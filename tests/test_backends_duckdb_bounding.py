@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from dpcurator.query.backends.duckdb import DuckDBBackend
-from dpcurator.query.backends.duckdb_query import bounded_codes, build_query
+from dpcurator.query.backends.duckdb_columns import bounded_codes
+from dpcurator.query.backends.duckdb_query import build_query
 from dpcurator.query.ir import (
     AggregatePlan,
     Col,

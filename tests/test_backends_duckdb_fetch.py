@@ -13,12 +13,8 @@ import pytest
 
 from dpcurator.query.backends import duckdb as duckdb_backend
 from dpcurator.query.backends.duckdb import DuckDBBackend
-from dpcurator.query.backends.duckdb_query import (
-    build_query,
-    collect_columns,
-    columnar,
-    cube_serves,
-)
+from dpcurator.query.backends.duckdb_columns import collect_columns, columnar
+from dpcurator.query.backends.duckdb_query import build_query, cube_serves
 from dpcurator.query.ir import (
     AggregatePlan,
     BoundingColumn,

@@ -14,6 +14,7 @@ from dpcurator.errors import DomainError, ParameterError, UnsupportedQueryError
 from dpcurator.mechanisms import Laplace
 from dpcurator.query import ir
 from dpcurator.query.backends.grid import bin_index
+from dpcurator.query.frontend.row_expressions import col
 from dpcurator.query.plan.analysis import infer_bounds, is_integer_valued, public_keys
 from dpcurator.query.plan.bounds import plan_bounds
 from dpcurator.query.plan.facts import choose_grid_exponent, grid_units
@@ -249,8 +250,8 @@ def test_missing_bounds_give_a_hint_and_derived_columns_are_substituted() -> Non
     assert plan.outputs[0].parts[0].grid_exponent == 3 - 20
     query = (
         qb.Query("t")
-        .with_column("double_age", qb.col("age") * 2)
-        .filter(qb.col("double_age") > 10)
+        .with_column("double_age", col("age") * 2)
+        .filter(col("double_age") > 10)
         .agg(qb.sum_("double_age"))
     )
     plan = plan_query(query, ROW, epsilon=1)
@@ -341,16 +342,16 @@ def test_names_reserved_for_internal_columns_are_refused() -> None:
 
 
 def test_deep_builder_expressions_are_refused_without_recursion_errors() -> None:
-    deep = qb.col("age")
+    deep = col("age")
     for _ in range(5000):
         deep = deep + 1
     with pytest.raises(UnsupportedQueryError, match="MAX_EXPRESSION_DEPTH"):
         plan_query(qb.Query("t").filter(deep > 0).agg(qb.count()), ROW, epsilon=1)
     with pytest.raises(UnsupportedQueryError, match="MAX_EXPRESSION_DEPTH"):
-        qb.Query("t").with_column("d", qb.col("age")).filter(deep > qb.col("d"))
+        qb.Query("t").with_column("d", col("age")).filter(deep > col("d"))
     chained = qb.Query("t")
     for i in range(200):  # each filter ANDs onto the last: one level, however many
-        chained = chained.filter(qb.col("age") > i)
+        chained = chained.filter(col("age") > i)
     plan_query(chained.agg(qb.count()), ROW, epsilon=1)
 
 

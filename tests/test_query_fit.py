@@ -15,7 +15,8 @@ from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.errors import DPError
 from dpcurator.estimators import Estimate, dp_mle, linear_regression
 from dpcurator.estimators.sample_aggregate import EngineBlocks
-from dpcurator.query.fit.core import plan_fit, zcdp_for
+from dpcurator.query.fit.core import plan_fit
+from dpcurator.query.fit.linear import zcdp_for
 from dpcurator.query.fit.rows import seeded
 from dpcurator.query.session import Session
 from dpcurator.random import SeededRng

@@ -12,7 +12,7 @@ import dpcurator as dpc
 from dpcurator.accounting import ZCDPEvent
 from dpcurator.errors import ParameterError, UnsupportedQueryError
 from dpcurator.query.metadata_check import check_metadata
-from dpcurator.query.release.core import Estimate
+from dpcurator.query.release.estimate import Estimate
 from dpcurator.random import SeededRng
 
 VICTIM = 4322

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from dpcurator.errors import DomainError, ParameterError
+from dpcurator.query.columns import ColumnMeta
 from dpcurator.query.ir import ContributionBound
-from dpcurator.query.schema import ColumnMeta, Metadata
+from dpcurator.query.schema import Metadata
 
 SMARTNOISE_FILES = ("PUMS.yaml", "PUMS_pid.yaml", "PUMS_dup.yaml", "PUMS_large.yaml")
 

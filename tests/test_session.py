@@ -18,6 +18,7 @@ from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.errors import BudgetExceededError, DomainError, UnsupportedQueryError
 from dpcurator.mechanisms import Laplace
 from dpcurator.query.backends import Backend, open_backend
+from dpcurator.query.frontend.row_expressions import col
 from dpcurator.query.ir import AggregatePlan, ExactResult
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
@@ -90,7 +91,7 @@ def test_huge_epsilon_equals_the_exact_answers(
 
 def test_fluent_builder_matches_sql(pums: Path, meta: Metadata, frame: pd.DataFrame) -> None:
     session = _session(pums, meta, rng=SeededRng(2))
-    query = session.table("PUMS").filter(qb.col("age") >= 18).agg(qb.count(), qb.mean("income"))
+    query = session.table("PUMS").filter(col("age") >= 18).agg(qb.count(), qb.mean("income"))
     release = session.release(query, epsilon=HUGE)
     assert release.value("count").value == len(frame)
     assert release.value("mean_income").value == pytest.approx(frame.income.mean(), rel=1e-12)
@@ -152,7 +153,7 @@ def test_a_refused_query_charges_nothing_and_touches_no_data(pums: Path, meta: M
     with pytest.raises(BudgetExceededError):
         session.sql("SELECT COUNT(*) FROM PUMS", epsilon=0.5)
     with pytest.raises(DomainError, match="bounds"):
-        session.release(session.table().agg(qb.sum_(qb.col("age") / qb.col("age"))), epsilon=0.1)
+        session.release(session.table().agg(qb.sum_(col("age") / col("age"))), epsilon=0.1)
     with pytest.raises(UnsupportedQueryError):
         session.sql("SELECT age FROM PUMS", epsilon=0.1)
     assert spy.calls == 1

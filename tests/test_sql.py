@@ -7,6 +7,7 @@ import pytest
 import dpcurator.query.frontend.builder as qb
 from dpcurator.errors import DomainError, ParameterError, UnsupportedQueryError
 from dpcurator.query import ir
+from dpcurator.query.frontend.row_expressions import col
 from dpcurator.query.frontend.sql import parse_sql
 from dpcurator.query.plan.planner import plan_query
 from dpcurator.query.schema import Metadata
@@ -34,7 +35,7 @@ def test_the_issue_query_translates_to_the_builder_query() -> None:
     )
     built = (
         qb.Query("pums")
-        .filter(qb.col("age") >= 18)
+        .filter(col("age") >= 18)
         .group_by("sex")
         .agg(
             qb.count().alias("n"),

@@ -15,6 +15,7 @@ from dpcurator.core.measures import Measure
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.query import ir
 from dpcurator.query.backends.plan_checks import check_plan
+from dpcurator.query.frontend.row_expressions import Expression, col
 from dpcurator.query.frontend.sql import parse_sql
 from dpcurator.query.plan.planner import plan_query
 from dpcurator.query.schema import Metadata
@@ -74,10 +75,10 @@ def test_the_refusal_gives_a_hint() -> None:
 
 def test_builder_queries_are_typed_too() -> None:
     with pytest.raises(UnsupportedQueryError, match="column 'sex' is declared string"):
-        plan_query(qb.Query("people").filter(qb.col("sex") == 1).agg(qb.count()), DEMO, epsilon=1)
+        plan_query(qb.Query("people").filter(col("sex") == 1).agg(qb.count()), DEMO, epsilon=1)
     with pytest.raises(UnsupportedQueryError, match="column 'sex' is declared string"):
         plan_query(qb.Query("people").agg(qb.sum_("sex", lower=0, upper=1)), DEMO, epsilon=1)
-    bad = qb.Expression(ir.Func("abs", (ir.Col("age"), ir.Col("age"))))
+    bad = Expression(ir.Func("abs", (ir.Col("age"), ir.Col("age"))))
     with pytest.raises(UnsupportedQueryError, match="ABS takes exactly one argument"):
         plan_query(qb.Query("people").filter(bad > 1).agg(qb.count()), DEMO, epsilon=1)
 
@@ -93,7 +94,7 @@ def test_integer_literals_must_fit_int64_and_floats_be_finite() -> None:
         parse_sql("SELECT COUNT(*) FROM people WHERE income > 1e999", DEMO)
     with pytest.raises(UnsupportedQueryError, match="99999999999999999999"):
         plan_query(
-            qb.Query("people").filter(qb.col("pid").isin([99999999999999999999])).agg(qb.count()),
+            qb.Query("people").filter(col("pid").isin([99999999999999999999])).agg(qb.count()),
             DEMO,
             epsilon=1,
         )

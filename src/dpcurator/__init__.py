@@ -30,12 +30,11 @@ if TYPE_CHECKING:
         ParameterError,
         UnsupportedQueryError,
     )
+    from dpcurator.query.columns import ColumnMeta
     from dpcurator.query.frontend.builder import (
-        col,
         count,
         count_persons,
         histogram,
-        lit,
         max_,
         mean,
         median,
@@ -44,10 +43,10 @@ if TYPE_CHECKING:
         stddev,
         sum_,
         variance,
-        when,
     )
+    from dpcurator.query.frontend.row_expressions import col, lit, when
     from dpcurator.query.release.core import Release
-    from dpcurator.query.schema import ColumnMeta, Metadata
+    from dpcurator.query.schema import Metadata
     from dpcurator.query.session import Session
 
     sum = sum_  # ``dpc.sum("income")`` reads like SQL; the builtin stays in builtins
@@ -64,11 +63,9 @@ _EXPORTS = {
     ),
     **dict.fromkeys(
         [
-            "col",
             "count",
             "count_persons",
             "histogram",
-            "lit",
             "max_",
             "mean",
             "median",
@@ -77,12 +74,13 @@ _EXPORTS = {
             "stddev",
             "sum_",
             "variance",
-            "when",
         ],
         "dpcurator.query.frontend.builder",
     ),
+    **dict.fromkeys(["col", "lit", "when"], "dpcurator.query.frontend.row_expressions"),
     "Release": "dpcurator.query.release.core",
-    **dict.fromkeys(["ColumnMeta", "Metadata"], "dpcurator.query.schema"),
+    "ColumnMeta": "dpcurator.query.columns",
+    "Metadata": "dpcurator.query.schema",
     "Session": "dpcurator.query.session",
 }
 

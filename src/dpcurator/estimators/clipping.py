@@ -20,8 +20,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from dpcurator.core.measures import ZCDP, PureDP
-from dpcurator.estimators.release import Cost
+from dpcurator.core.measures import ZCDP, Measure, PureDP
 from dpcurator.mechanisms import Gaussian, Laplace
 from dpcurator.random import Rng
 
@@ -48,7 +47,7 @@ class ClippingBias:
     below_high: float
     above_high: float
     alpha: float
-    cost: Cost
+    cost: Measure
 
     def mean_shift(self, excess: float) -> tuple[float, float]:
         """How far clamping could have moved a MEAN, (down, up), with confidence 1-α, if no value
@@ -63,7 +62,11 @@ class ClippingBias:
 
 
 def _release(
-    mech: Laplace | Gaussian, cost: Cost, flags: tuple[BoolArray, BoolArray], rng: Rng, alpha: float
+    mech: Laplace | Gaussian,
+    cost: Measure,
+    flags: tuple[BoolArray, BoolArray],
+    rng: Rng,
+    alpha: float,
 ) -> ClippingBias:
     below, above = flags
     exact = np.array([np.count_nonzero(below), np.count_nonzero(above), below.size], np.int64)

@@ -11,8 +11,8 @@ inputs and earlier DP outputs only:
    the public neighbourhood of ± ``half_width`` bins of level l-1 around its chosen edge (shifted
    inside [lower, upper]). Values outside the neighbourhood are clamped into its first and last
    bins, so every interior edge still knows exactly how many values lie below it;
-3. optionally a (1-α) interval (:class:`IntervalPlan`) from discrete Laplace counts around the
-   final edge.
+3. optionally a (1-α) interval (:class:`~dpcurator.estimators.quantile_interval.IntervalPlan`)
+   from discrete Laplace counts around the final edge.
 
 Which levels: :func:`choose_levels`, a public rule (the selection ε and the bounds only): two
 levels, or at a selection ε below 1/2 one level of 65,536 bins (the coarse level's share of the
@@ -35,33 +35,12 @@ value is below e, so q moves by at most 2·max(num, den - num); r values per per
 by r. Each level is ε_l-DP (permute-and-flip with that sensitivity), the interval ε_ci-DP, and the
 release is ε-DP with ε = Σ ε_l + ε_ci by basic composition.
 
-Interval (noise only: it covers the empirical quantile of the clamped values the engine counted,
-not the population quantile). With the final pivot edge e_k, the counts L (values below e_k), U
-(values at or above) and disjoint shells of final-level bins (widths w, w, 2w, 4w, ... on each
-side) get discrete Laplace noise (each value is in L or U and in at most one shell: L1
-sensitivity 2r). The lower end is the farthest-in edge e_s whose shells S_m (the first m shells
-below e_k) hold enough values that at most ⌊ρ⌋ values lie below it: L - S_m <= p·(L + U - 1),
-i.e. D_m = S_m - (1-p)·L + p·U - p >= 0. Its noisy version D̃_m = D_m + N_m, where N_m is a sum of
-m + 2 independent discrete Laplace variables (weights 1, ..., 1, 1-p, p), is tested against one
-tail bound t_m of that SUM (a Chernoff bound from the discrete Laplace moment generating
-function, or the union bound over the m + 2 counts when smaller) at level α/(2M) for M shells
-per side: D̃_m - t_m >= 0 implies D_m >= 0 except with probability α/(2M). The upper end likewise
-(L + S'_m >= ρ + 2 suffices for ⌈ρ⌉ + 1 values below it). The last level's shells stop at its
-window (its outer bins hold the values clamped from outside it); with more than one level the
-shells go on over the first level's bins outside the window (widths 1, 1, 2, 4, ... of those
-bins, up to the bounds), so a wide interval is still an interval and not the whole range. A value
-is still in L or U and in at most one shell (the window's outer bins are in none: S_m counts a
-subset of the values between the edges, which only makes the test stricter), so the L1
-sensitivity stays 2r. Where no shell suffices, the interval extends to the public bound. Each
-side's tests share α/2 (the window's shells equally, with outer shells (1 - γ)·α/2 and the outer
-ones γ·α/2, :data:`OUTER_ALPHA_SHARE`; the number of shells is fixed by the plan), so by the union
-bound the interval holds x_(⌊ρ⌋) and x_(⌈ρ⌉), hence the linearly interpolated quantile, with
-probability >= 1 - α.
+Interval: :mod:`dpcurator.estimators.quantile_interval`, from discrete Laplace counts around the
+final edge (its ε is part of the same basic composition).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,6 +52,7 @@ import numpy.typing as npt
 from dpcurator._validation import check_int, check_probability, check_real, fail
 from dpcurator.core.measures import PureDP
 from dpcurator.core.numbers import dyadic_down, to_fraction
+from dpcurator.estimators.quantile_interval import SHELL_WIDTH, IntervalPlan, bin_edges
 from dpcurator.estimators.quantiles import (
     QuantileBins,
     quantile_scores,
@@ -114,13 +94,6 @@ SMALL_EPSILON = Fraction(1, 2)
 
 #: Share of a quantile's ε spent on its interval when one is asked for.
 DEFAULT_INTERVAL_SHARE = Fraction(1, 5)
-
-#: Width, in final-level bins, of the two innermost shells of the interval (then doubling).
-SHELL_WIDTH = 16
-
-#: Share γ of the interval's α its shells outside the last level's window get (they are reached
-#: only when the window's shells do not suffice, so the window keeps most of α).
-OUTER_ALPHA_SHARE = 0.2
 
 #: A refined level's bins must be wider than this fraction of the bounds' magnitude (float
 #: edges stay distinct); otherwise :func:`choose_levels` keeps one level.
@@ -169,30 +142,6 @@ def choose_levels(
     return chosen
 
 
-@functools.lru_cache(maxsize=4096)
-def summed_noise_threshold(scale: Fraction, shells: int, p: Fraction, level: float) -> float:
-    """A t with P[N > t] <= ``level`` for N = Z_1 + ... + Z_m + (1-p)·Z_L + p·Z_U, independent
-    discrete Laplace(``scale``) variables, m = ``shells``: the smaller of the Chernoff bound
-    min_λ (K(λ) + ln(1/level)) / λ over a grid of λ in (0, 1/scale), K the cumulant generating
-    function of N, and the union bound (m + 1)·τ with τ the (1 - level/(m+2)) two-sided bound
-    of one variable. Public inputs only."""
-    a = 1 / float(scale)
-    lam = a * np.linspace(0.001, 0.999, 999)
-
-    def log_mgf(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        # E[e^{xZ}] = (1-q)^2 / ((1-q e^x)(1-q e^-x)), q = e^-a, for |x| < a
-        return np.asarray(
-            2 * np.log(-np.expm1(-a)) - np.log(-np.expm1(x - a)) - np.log(-np.expm1(-x - a)),
-            np.float64,
-        )
-
-    pf = float(p)
-    cumulant = shells * log_mgf(lam) + log_mgf((1 - pf) * lam) + log_mgf(pf * lam)
-    chernoff = float(np.min((cumulant + math.log(1 / level)) / lam))
-    union = (shells + 1) * Laplace(scale).ci_halfwidth(level / (shells + 2))
-    return min(chernoff, union)
-
-
 @dataclass(frozen=True)
 class Level:
     """One selection: ``bins`` equal-width bins over ± ``half_width`` bins of the previous level
@@ -201,30 +150,6 @@ class Level:
     half_width: int
     bins: int
     mechanism: PermuteAndFlip
-
-
-@dataclass(frozen=True)
-class IntervalPlan:
-    """The noisy counts of the interval: ``laplace`` on L, U, ``shells`` shells per side in the
-    last level's window and ``outer`` more per side over the first level's bins outside it."""
-
-    laplace: Laplace
-    shells: int
-    alpha: float
-    outer: int = 0
-
-    def thresholds(self, p: Fraction, alpha: float | None = None) -> list[float]:
-        """t_m for m = 1..shells + outer: the summed noise's tail bounds, at α/(2·shells) for
-        the window's shells, or with outer shells at (1 - γ)·α/(2·shells) for those and
-        γ·α/(2·outer) for the outer ones (γ = :data:`OUTER_ALPHA_SHARE`): α/2 per side in all."""
-        a = self.alpha if alpha is None else alpha
-        inner = a / (2 * self.shells) * (1 - OUTER_ALPHA_SHARE if self.outer else 1)
-        outer = a / (2 * self.outer) * OUTER_ALPHA_SHARE if self.outer else 0.0
-        scale = self.laplace.scale
-        return [
-            summed_noise_threshold(scale, m, p, inner if m <= self.shells else outer)
-            for m in range(1, self.shells + self.outer + 1)
-        ]
 
 
 @dataclass(frozen=True)
@@ -335,11 +260,15 @@ class RefinedQuantile:
         """The released value from the last level's choice and, when planned, its (1-α)
         interval (``alpha`` overrides the planned level; ``first``: the first level's bins and
         exact counts, over which the interval's shells continue outside the last window)."""
-        value = float(bins.centres()[index] if self.unit else _edges(bins)[index])
+        value = float(bins.centres()[index] if self.unit else bin_edges(bins)[index])
         if self.interval is None:
             return value, None, None
         exact = np.asarray(counts, dtype=np.int64).reshape(-1)
-        low, high = self._interval(bins, exact, index, rng, alpha=alpha, first=first)
+        outer = first if len(self.levels) > 1 else None  # shells past the last window
+        limits = (self.lower, self.upper)
+        low, high = self.interval.bounds(
+            self.p, limits, bins, exact, index, rng=rng, alpha=alpha, first=outer
+        )
         if self.unit:  # integer values: the interval's ends round inwards
             low, high = float(math.ceil(low)), float(math.floor(high))
         return value, min(low, value), max(high, value)
@@ -358,51 +287,6 @@ class RefinedQuantile:
             index = self.select(level, counts, rng)
         return self.finish(bins, counts, index, rng, alpha, first=first)
 
-    def _interval(
-        self,
-        bins: QuantileBins,
-        counts: npt.NDArray[np.int64],
-        k: int,
-        rng: Rng | None,
-        *,
-        alpha: float | None,
-        first: tuple[QuantileBins, npt.ArrayLike] | None,
-    ) -> tuple[float, float]:
-        assert self.interval is not None  # only called when planned
-        plan, edges = self.interval, _edges(bins)
-        ints = [int(c) for c in counts]  # Python ints: no int64 wrap-around in the sums
-        # (far edge, exact count) of each shell going down, then going up
-        below = [(edges[a], sum(ints[a:b])) for a, b in _shells(k, -1, 1, plan.shells)]
-        above = [(edges[b], sum(ints[a:b])) for a, b in _shells(k, 1, bins.bins - 1, plan.shells)]
-        if first is not None and plan.outer and len(self.levels) > 1:
-            outer_below, outer_above = _outer_shells(bins, *first, plan.outer)
-            below, above = below + outer_below, above + outer_above
-        exact = [sum(ints[:k]), sum(ints[k:])] + [count for _, count in below + above]
-        clamped = np.array([min(max(v, 0), 2**62) for v in exact], np.int64)  # total
-        noisy = [int(v) for v in plan.laplace.release_integers(clamped, rng)]
-        thresholds = plan.thresholds(self.p, alpha)
-        p = float(self.p)
-        n_below, n_above, shells = noisy[0], noisy[1], noisy[2:]
-        low, high = self.lower, self.upper
-        total = 0.0
-        for j, (edge, _) in enumerate(below):
-            total += shells[j]
-            if total - thresholds[j] >= (1 - p) * n_below - p * n_above + p:
-                low = float(edge)
-                break
-        total = 0.0
-        for j, (edge, _) in enumerate(above):
-            total += shells[len(below) + j]
-            if total - thresholds[j] >= p * n_above - (1 - p) * n_below - p + 2:
-                high = float(edge)
-                break
-        return low, high
-
-
-def _edges(bins: QuantileBins) -> npt.NDArray[np.float64]:
-    steps = np.arange(bins.bins + 1, dtype=np.float64)
-    return np.asarray(bins.lower + (bins.upper - bins.lower) / bins.bins * steps, np.float64)
-
 
 def _neighbourhood(
     bins: QuantileBins, edge: int, level: Level, lower: float, upper: float
@@ -410,49 +294,10 @@ def _neighbourhood(
     """± ``level.half_width`` bins of ``bins`` around ``edge``, shifted inside [lower, upper]."""
     width = min(2 * level.half_width, bins.bins)
     start = min(max(edge - level.half_width, 0), bins.bins - width)
-    edges = _edges(bins)
+    edges = bin_edges(bins)
     low = lower if start == 0 else float(edges[start])
     high = upper if start + width == bins.bins else float(edges[start + width])
     return QuantileBins(low, high, level.bins)
-
-
-def _outer_shells(
-    window: QuantileBins, bins: QuantileBins, counts: npt.ArrayLike, count: int
-) -> tuple[list[tuple[float, int]], list[tuple[float, int]]]:
-    """(far edge, exact count) of up to ``count`` shells per side over the first level's
-    ``bins`` outside the last level's ``window`` (whose ends are first-level edges or the
-    bounds), going down from its lower end and up from its upper end, widths 1, 1, 2, 4, ...
-    first-level bins; the first level's end bins hold the values clamped to the bounds."""
-    edges, ints = _edges(bins), [int(c) for c in np.asarray(counts).reshape(-1)]
-    start = max(int(np.searchsorted(edges, window.lower, side="right")) - 1, 0)
-    stop = min(int(np.searchsorted(edges, window.upper, side="left")), bins.bins)
-    below = [(edges[a], sum(ints[a:b])) for a, b in _shells(start, -1, 0, count, 1)]
-    above = [(edges[b], sum(ints[a:b])) for a, b in _shells(stop, 1, bins.bins, count, 1)]
-    return below, above
-
-
-def _shells(
-    k: int, step: int, limit: int, count: int, first_width: int = SHELL_WIDTH
-) -> list[tuple[int, int]]:
-    """Up to ``count`` disjoint bin ranges [start, stop) from edge k in the direction ``step``,
-    of widths w, w, 2w, 4w, ... (w = ``first_width``), never past bin ``limit`` (the
-    neighbourhood's outer bins hold clamped values from outside it)."""
-    shells: list[tuple[int, int]] = []
-    near, width = k, first_width
-    for _ in range(count):
-        far = near + step * width
-        if step < 0:
-            far = max(far, limit)
-            if far >= near:
-                break
-            shells.append((far, near))
-        else:
-            far = min(far, limit)
-            if far <= near:
-                break
-            shells.append((near, far))
-        near, width = far, (width if not shells[1:] else 2 * width)
-    return shells
 
 
 def refined_quantile(

@@ -16,22 +16,22 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from dpcurator._validation import check_real, fail
-from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
+from dpcurator.core.measures import Measure
+from dpcurator.estimators.clipping import ClippingBias
 from dpcurator.mechanisms import Gaussian
 from dpcurator.mechanisms._grid import MAX_UNITS, grid_exponent
 from dpcurator.random import Rng
 
-if TYPE_CHECKING:
-    from dpcurator.estimators.clipping import ClippingBias
-
 FloatArray = npt.NDArray[np.float64]
-Cost = PureDP | ApproxDP | ZCDP
+#: The privacy cost of a release (the estimators' name for a :mod:`~dpcurator.core.measures`
+#: measure).
+Cost = Measure
 
 
 class Covers(Enum):

@@ -30,9 +30,11 @@ from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.errors import BudgetExceededError, UnsupportedQueryError
 from dpcurator.mining._data import Array, clamp_rows
 from dpcurator.query import ir
-from dpcurator.query.frontend.builder import Expression, Query, col
+from dpcurator.query.columns import ColumnMeta
+from dpcurator.query.frontend.builder import Query
+from dpcurator.query.frontend.row_expressions import Expression, col
 from dpcurator.query.plan.analysis import public_keys
-from dpcurator.query.schema import ColumnMeta, Metadata
+from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
 from dpcurator.random import Rng
 

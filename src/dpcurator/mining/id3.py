@@ -49,7 +49,8 @@ from dpcurator.mining._session import (
     release_grid,
 )
 from dpcurator.query import ir
-from dpcurator.query.frontend.builder import Expression, col, count, when
+from dpcurator.query.frontend.builder import count
+from dpcurator.query.frontend.row_expressions import Expression, col, when
 from dpcurator.query.plan.limits import MAX_PUBLIC_GROUPS, check_at_most
 from dpcurator.query.session import Session
 from dpcurator.random import Rng

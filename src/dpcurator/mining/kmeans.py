@@ -41,7 +41,8 @@ from dpcurator.mining._session import (
     release_epsilon,
     session_table,
 )
-from dpcurator.query.frontend.builder import Expression, col, count, lit, sum_, when
+from dpcurator.query.frontend.builder import count, sum_
+from dpcurator.query.frontend.row_expressions import Expression, col, lit, when
 from dpcurator.query.session import Session
 from dpcurator.random import Rng, default_rng
 

@@ -39,7 +39,8 @@ from dpcurator.errors import BackendError
 from dpcurator.query.backends.duckdb_sql import quote
 from dpcurator.query.backends.sources import file_format, is_path, to_arrow
 from dpcurator.query.backends.types import is_fractional, needed_casts, text_columns, type_class
-from dpcurator.query.schema import ColumnMeta, Metadata
+from dpcurator.query.columns import ColumnMeta
+from dpcurator.query.schema import Metadata
 
 #: The notice printed above every report (it is exact, private data).
 NOT_DP_NOTICE = (

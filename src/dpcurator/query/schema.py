@@ -4,7 +4,8 @@ Everything the planner needs to bound sensitivity comes from here: column types,
 columns, public key sets of categorical columns, a public fill value for NULL/NaN, and the privacy
 unit (a person-id column, or row-level privacy) with the maximum contribution of one person.
 Nothing in this module reads data: bounds and keys are public facts supplied by the data owner, or
-DP estimates that spent budget (:meth:`dpcurator.query.session.Session.dp_bounds`).
+DP estimates that spent budget (:meth:`dpcurator.query.session.Session.dp_bounds`). Each column's
+declaration is a :class:`~dpcurator.query.columns.ColumnMeta`; this module holds the table's.
 
 Two file formats are read:
 
@@ -31,7 +32,6 @@ Two file formats are read:
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,27 +39,14 @@ from typing import Literal, cast
 
 import yaml
 
-from dpcurator._validation import check_int, check_real, fail
+from dpcurator._validation import check_int, fail
 from dpcurator.errors import DomainError
+from dpcurator.query.columns import ColumnMeta, ColumnType, parse_column_type
 from dpcurator.query.ir import ContributionBound, ScalarValue
 from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.query.public_tables import PublicTable, public_tables
 
-ColumnType = Literal["int", "float", "string", "bool"]
 Neighbouring = Literal["add_remove", "replace_one"]
-
-_TYPES: dict[str, ColumnType] = {
-    "int": "int",
-    "integer": "int",
-    "float": "float",
-    "double": "float",
-    "real": "float",
-    "string": "string",
-    "str": "string",
-    "text": "string",
-    "bool": "bool",
-    "boolean": "bool",
-}
 
 #: SmartNoise table options that concern performance or utility, not privacy; accepted and unused.
 _SMARTNOISE_TABLE_OPTIONS = frozenset(
@@ -73,90 +60,6 @@ _SMARTNOISE_TABLE_OPTIONS = frozenset(
         "tau",
     }
 )
-
-
-@dataclass(frozen=True)
-class ColumnMeta:
-    """One public column description.
-
-    Attributes:
-        name: the column name in the private table.
-        type: ``"int"``, ``"float"``, ``"string"`` or ``"bool"``.
-        lower, upper: public bounds of a numeric column (values are clamped to them).
-        keys: the public set of values of a categorical column (used for GROUP BY without
-            partition selection; bool columns have the implicit keys ``(False, True)``).
-        nullable: whether the column may hold NULL/NaN.
-        fill: the public value that replaces NULL/NaN in aggregates (must lie within the bounds).
-    """
-
-    name: str
-    type: ColumnType
-    lower: float | None = None
-    upper: float | None = None
-    keys: tuple[ScalarValue, ...] | None = None
-    nullable: bool = False
-    fill: ScalarValue = None
-
-    def __post_init__(self) -> None:
-        owner = f"column {self.name!r}"
-        if not isinstance(self.name, str) or not self.name:
-            raise fail("ColumnMeta", "name", "a non-empty string", self.name)
-        if self.type not in ("int", "float", "string", "bool"):
-            raise fail(owner, "type", "one of int, float, string, bool", self.type)
-        if (self.lower is None) != (self.upper is None):
-            raise fail(owner, "lower/upper", "given together", (self.lower, self.upper))
-        if self.lower is not None and self.upper is not None:
-            if not self.is_numeric:
-                raise fail(owner, "lower", "absent for a non-numeric column", self.lower)
-            lower = check_real(owner, "lower", self.lower)
-            upper = check_real(owner, "upper", self.upper)
-            if not lower < upper:
-                raise fail(owner, "upper", f"> lower ({self.lower})", self.upper)
-        self._check_keys(owner)
-        self._check_fill(owner)
-
-    def _check_keys(self, owner: str) -> None:
-        if self.keys is None:
-            return
-        if len(self.keys) == 0 or len(set(self.keys)) != len(self.keys):
-            raise fail(owner, "keys", "a non-empty list of distinct values", self.keys)
-        for key in self.keys:
-            if not _matches_type(key, self.type):
-                raise fail(owner, "keys", f"values of type {self.type} (int: within int64)", key)
-
-    def _check_fill(self, owner: str) -> None:
-        if self.fill is not None:
-            if not _matches_type(self.fill, self.type):
-                raise fail(owner, "fill", f"a value of type {self.type}", self.fill)
-            if self.lower is not None and not (
-                self.lower <= cast(float, self.fill) <= cast(float, self.upper)
-            ):
-                raise fail(owner, "fill", f"within [{self.lower}, {self.upper}]", self.fill)
-
-    @property
-    def is_numeric(self) -> bool:
-        """Whether the column holds numbers (int or float)."""
-        return self.type in ("int", "float")
-
-    @property
-    def public_keys(self) -> tuple[ScalarValue, ...] | None:
-        """The declared key set, or ``(False, True)`` for bool columns, or None."""
-        if self.keys is None and self.type == "bool":
-            return (False, True)
-        return self.keys
-
-
-def _matches_type(value: object, column_type: ColumnType) -> bool:
-    if column_type == "bool":
-        return isinstance(value, bool)
-    if column_type == "string":
-        return isinstance(value, str)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    if column_type == "int":  # a value every engine can hold in int64
-        integral = isinstance(value, int) or (math.isfinite(value) and value.is_integer())
-        return integral and -(2**63) <= value < 2**63
-    return math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -388,12 +291,6 @@ _NATIVE_TABLE_KEYS = frozenset(
 _NATIVE_COLUMN_KEYS = frozenset({"type", "lower", "upper", "keys", "nullable", "fill"})
 
 
-def _column_type(owner: str, value: object) -> ColumnType:
-    if not isinstance(value, str) or value.lower() not in _TYPES:
-        raise fail(owner, "type", "one of int, float, string, bool", value)
-    return _TYPES[value.lower()]
-
-
 def _from_native(data: Mapping[str, object], base: Path | None) -> Metadata:
     unknown = set(data) - _NATIVE_TABLE_KEYS
     if unknown:
@@ -417,7 +314,7 @@ def _from_native(data: Mapping[str, object], base: Path | None) -> Metadata:
         columns.append(
             ColumnMeta(
                 name=str(name),
-                type=_column_type(owner, spec.get("type")),
+                type=parse_column_type(owner, spec.get("type")),
                 lower=spec.get("lower"),
                 upper=spec.get("upper"),
                 keys=None if keys is None else tuple(keys),
@@ -496,7 +393,7 @@ def _smartnoise_table(schema: str, name: str, spec: Mapping[str, object]) -> Met
         raw_type = value.get("type", "unknown")
         if raw_type == "unknown":
             raise fail(owner, "type", "declared (int, float, string, boolean)", raw_type)
-        column_type = _column_type(owner, raw_type)
+        column_type = parse_column_type(owner, raw_type)
         if value.get("private_id"):
             person = str(key)
         fill = value.get("missing_value")

@@ -50,29 +50,18 @@ from dpcurator.accounting import (
 )
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ZCDP, Measure
-from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators.bounds import bounds_from_noisy_counts
 from dpcurator.estimators.release import Estimate
 from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.backends.plan_checks import check_plan
-from dpcurator.query.caches import (
-    PlanCache,
-    PlanKey,
-    ResultCache,
-    new_plan_cache,
-    result_is_cacheable,
-)
+from dpcurator.query.caches import PlanCache, ResultCache, new_plan_cache, result_is_cacheable
 from dpcurator.query.fit.core import plan_fit, run_fit
 from dpcurator.query.fit.release import estimate_fit_sql, plan_fit_sql, release_fit
 from dpcurator.query.frontend.builder import Query
-from dpcurator.query.frontend.fit import parse_fit_sql
-from dpcurator.query.frontend.sql import parse_sql
 from dpcurator.query.ir import AggregatePlan, ExactResult
-from dpcurator.query.plan.accuracy import basic_budget_refusal, check_targets, plan_for_accuracy
 from dpcurator.query.plan.bounds import plan_bounds
-from dpcurator.query.plan.clipping import plan_clipped, refuse_clipping
-from dpcurator.query.plan.noise import check_noise
 from dpcurator.query.plan.planner import Plan, plan_event
+from dpcurator.query.plan.request import check_accounting, plan_request, request_alpha
 from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.release.after_charge import after_charge
 from dpcurator.query.release.core import Release, release_plan
@@ -256,45 +245,20 @@ class Session:
         (:mod:`dpcurator.query.plan.clipping`). Plans are cached per (query, budget, noise,
         clipping, δ, selection weight, metadata): see the module docstring.
         """
-        metadata = self._metadata
-        if [epsilon, accuracy, rho].count(None) != 2:
-            raise fail(
-                "Session", "epsilon", "given, or accuracy or rho given (exactly one)", epsilon
-            )
-        family = check_noise(noise)
-        level = self._level(alpha)
-        budget: object = ("noise", epsilon, rho, family, clipping)
-        if accuracy is not None:
-            refuse_clipping(clipping, "accuracy targets")
-            targets = check_targets(accuracy)
-            budget = ("accuracy", tuple(sorted(targets.items())), level, family)
-        key: PlanKey = (query, budget, delta, selection_weight, metadata)
-        plan = self._plans.get(key)
-        if plan is None:
-            parsed = parse_sql(query, metadata) if isinstance(query, str) else query
-            if accuracy is None:
-                plan = plan_clipped(
-                    parsed,
-                    metadata,
-                    epsilon=epsilon,
-                    delta=delta,
-                    rho=rho,
-                    noise=family,
-                    selection_weight=selection_weight,
-                    clipping=clipping,
-                )
-            else:
-                plan = plan_for_accuracy(
-                    parsed,
-                    metadata,
-                    accuracy=accuracy,
-                    alpha=level,
-                    delta=delta,
-                    noise=family,
-                    selection_weight=selection_weight,
-                )
-            self._plans.put(key, plan)
-        return plan
+        return plan_request(
+            self._plans,
+            query,
+            self._metadata,
+            epsilon=epsilon,
+            delta=delta,
+            selection_weight=selection_weight,
+            accuracy=accuracy,
+            alpha=alpha,
+            default_alpha=self._alpha,
+            noise=noise,
+            rho=rho,
+            clipping=clipping,
+        )
 
     def estimate(
         self,
@@ -316,14 +280,10 @@ class Session:
         ``clipping``: as in :meth:`plan`; the cost is still ``epsilon``, the report's share
         included, and its mechanisms are listed.
         """
-        fit = parse_fit_sql(query, self._metadata) if isinstance(query, str) else None
-        if fit is not None:  # REGRESS / LOGISTIC: cost and terms (fit_release.estimate_fit_sql)
-            refuse_clipping(clipping, "a model fit")
-            options = {"accuracy": accuracy, "noise": noise, "rho": rho}
-            planned = plan_fit_sql(
-                self._metadata, fit, epsilon=epsilon, delta=delta, options=options
-            )
-            return estimate_fit_sql(planned, self._level(alpha))
+        options = {"accuracy": accuracy, "noise": noise, "rho": rho, "clipping": clipping}
+        fit = plan_fit_sql(query, self._metadata, epsilon=epsilon, delta=delta, options=options)
+        if fit is not None:  # REGRESS / LOGISTIC: cost and terms (fit/release.py)
+            return estimate_fit_sql(fit, self._level(alpha))
         plan = self.plan(
             query,
             epsilon=epsilon,
@@ -367,16 +327,7 @@ class Session:
             clipping=clipping,
         )
         event = plan_event(plan)
-        basic = isinstance(self._filter, PrivacyFilter) and not isinstance(
-            self._filter.budget, ZCDP
-        )
-        if basic and event.approx_cost() is None and accuracy is not None:
-            raise UnsupportedQueryError(basic_budget_refusal(plan.cost))
-        if basic and event.approx_cost() is None:
-            raise UnsupportedQueryError(
-                f"A query given rho (cost {plan.cost}) needs a zCDP budget: open the session "
-                "with accounting='concentrated', or give epsilon and delta."
-            )
+        check_accounting(self._filter, plan, event, accuracy is not None)
         reservation = self._filter.reserve(event, description=_describe(query))
         reservation.commit()
         return after_charge(
@@ -412,14 +363,10 @@ class Session:
         (``Release.clipping``, :mod:`dpcurator.query.plan.clipping`)."""
         if not isinstance(query, str):
             raise fail("Session.sql", "query", "SQL text", query)
-        fit = parse_fit_sql(query, self._metadata)
+        options = {"accuracy": accuracy, "noise": noise, "rho": rho, "clipping": clipping}
+        fit = plan_fit_sql(query, self._metadata, epsilon=epsilon, delta=delta, options=options)
         if fit is not None:
-            refuse_clipping(clipping, "a model fit")
-            options = {"accuracy": accuracy, "noise": noise, "rho": rho}
-            planned = plan_fit_sql(
-                self._metadata, fit, epsilon=epsilon, delta=delta, options=options
-            )
-            return release_fit(self, planned, self._level(alpha))
+            return release_fit(self, fit, self._level(alpha))
         return self.release(
             query,
             epsilon=epsilon,
@@ -530,9 +477,7 @@ class Session:
         )
 
     def _level(self, alpha: float | None) -> float:
-        if alpha is None:
-            return self._alpha
-        return float(check_probability("Session", "alpha", alpha, open_low=True, open_high=True))
+        return request_alpha(alpha, self._alpha)
 
 
 def _new_filter(budget: Budget | ZCDP, accounting: str | None) -> BudgetFilter:

@@ -36,9 +36,10 @@ import pandas as pd
 from dpcurator._validation import check_int, fail
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.query import ir
+from dpcurator.query.columns import ColumnMeta
 from dpcurator.query.plan.histogram import histogram_cuts
 from dpcurator.query.plan.limits import MAX_PUBLIC_GROUPS
-from dpcurator.query.schema import ColumnMeta, Metadata
+from dpcurator.query.schema import Metadata
 
 #: Default number of bins of a bounded numeric column (AIM's benchmark data uses 32).
 DEFAULT_MAX_BINS = 32

@@ -2,7 +2,7 @@
 
 Opening a source exposes it as a table with the declared column types, materialised when a CSV
 is read or columns are precomputed (fixed-point, key-code and bounding columns, and a
-:class:`~.duckdb_query.Cube`; see :meth:`DuckDBBackend.from_source`). A materialised private copy
+:class:`~.duckdb_columns.Cube`; see :meth:`DuckDBBackend.from_source`). A materialised private copy
 never changes, so a whole-table count (no filter, no grouping, row-level) is its size, recorded
 when it was created, without a query. Every failure after a plan is checked is the constant
 :data:`~dpcurator.errors.ENGINE_FAILURE_MESSAGE` (details logged on ``dpcurator.engine``).
@@ -26,11 +26,10 @@ import pyarrow as pa
 from dpcurator._cache import LruCache
 from dpcurator.errors import BackendError, DPError
 from dpcurator.query.backends.base import HIDDEN_PREFIX, engine_failure
-from dpcurator.query.backends.duckdb_query import (
+from dpcurator.query.backends.duckdb_columns import (
     Cube,
     Hidden,
     binned_histogram,
-    build_query,
     coded_groups,
     collect_columns,
     columnar,
@@ -40,6 +39,7 @@ from dpcurator.query.backends.duckdb_query import (
     precomputed_bounding,
     unbin,
 )
+from dpcurator.query.backends.duckdb_query import build_query
 from dpcurator.query.backends.duckdb_sql import CUBE_ROWS, SqlBuilder, quote
 from dpcurator.query.backends.plan_checks import check_plan
 from dpcurator.query.backends.progress import open_step
@@ -66,7 +66,7 @@ _DECLARED_SQL = {"int": "BIGINT", "float": "DOUBLE", "string": "VARCHAR", "bool"
 _STAGING = HIDDEN_PREFIX + "source"
 _PRIVATE_NAMES = itertools.count()  # several backends may share one connection
 _INTEGER_TEXT = r"\s*[+-]?[0-9]+\s*"  # DuckDB would round '1.5' to 2: text must be an integer
-#: At most this many cells in a table's :class:`~.duckdb_query.Cube` (its key-code columns with
+#: At most this many cells in a table's :class:`~.duckdb_columns.Cube` (its key-code columns with
 #: the fewest keys are its dimensions, as many as fit).
 CUBE_CELLS = 65_536
 
@@ -129,7 +129,7 @@ class _Built:
     coded: dict[int, tuple[str, KeyCodeColumn]]
     whole_table_count: bool
     binned: bool
-    columnar: bool  # fetched as numpy columns (see :func:`.duckdb_query.columnar`)
+    columnar: bool  # fetched as numpy columns (see :func:`.duckdb_columns.columnar`)
 
 
 class DuckDBBackend:
@@ -376,7 +376,7 @@ class DuckDBBackend:
         10^8 rows both ways cost 51 s of CPU and a peak RSS of 8.8 GB, 3.3 GB over the copy).
 
         Which plans trigger it, and when, depends on the plans and the metadata only
-        (:func:`~.duckdb_query.precomputed_bounding`); the rows kept are those the plan's own
+        (:func:`~.duckdb_columns.precomputed_bounding`); the rows kept are those the plan's own
         windows would keep, so no result depends on whether the column was already there.
         """
         if name in self._flagged:

@@ -44,7 +44,7 @@ _SQL_TYPES: tuple[tuple[type, str], ...] = (
 )
 _OPERATORS = {"!=": "<>"}
 _CODE_TYPES = (("UTINYINT", 2**8), ("USMALLINT", 2**16), ("UINTEGER", 2**32))
-#: The row-count column of a table's cube (see :class:`~.duckdb_query.Cube`).
+#: The row-count column of a table's cube (see :class:`~.duckdb_columns.Cube`).
 CUBE_ROWS = f'"{HIDDEN_PREFIX}n"'
 
 

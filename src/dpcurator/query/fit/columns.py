@@ -15,7 +15,8 @@ import numpy as np
 from dpcurator._validation import fail
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators.sample_aggregate import Box
-from dpcurator.query.schema import ColumnMeta, Metadata
+from dpcurator.query.columns import ColumnMeta
+from dpcurator.query.schema import Metadata
 
 #: The owner named in the fit's refusals.
 OWNER: Final = "Session.fit"

@@ -18,7 +18,7 @@ data gives NR or a ridge solution, never an error).
   multiplied by the rows in which neighbours differ (the privacy unit's ``rows_changed``: r,
   or 2r under replace-one, whether or not a person column bounds them). The zCDP ρ is the largest
   whose (ε, δ) conversion (Canonne, Kamath & Steinke 2020) fits the requested (ε, δ), which is
-  what is charged.
+  what is charged (:mod:`dpcurator.query.fit.linear` plans it).
 * ``logistic_regression``, ``mle`` and ``sample_and_aggregate`` (any user function): the engine
   returns each person's bounded rows of the estimator's columns (grouped by person and values
   with their multiplicities: the rows stay inside the trusted curator). Logistic regression is
@@ -52,42 +52,40 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 import numpy as np
 
 from dpcurator._validation import check_int, check_positive, check_probability, fail
-from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
+from dpcurator.accounting.events import PrivacyEvent
+from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.errors import DPError
 from dpcurator.estimators.logistic import METHODS, logistic_regression
 from dpcurator.estimators.mle import MODELS, dp_mle
 from dpcurator.estimators.objective_perturbation import Perturbation
-from dpcurator.estimators.regression import Scaling, regression_from_gram
 from dpcurator.estimators.release import Estimate, FloatArray
 from dpcurator.estimators.sample_aggregate import BlockEstimator, Box, sample_and_aggregate
 from dpcurator.mechanisms import Laplace
 from dpcurator.query import ir
+from dpcurator.query.columns import ColumnMeta
 from dpcurator.query.fit.columns import (
     OWNER,
     column_names,
     label_column,
-    null_fill,
     numeric_columns,
     parameter_box,
     required_column,
 )
+from dpcurator.query.fit.linear import plan_linear
 from dpcurator.query.fit.ptr import plan_ptr
 from dpcurator.query.fit.rows import FitPlan, Run, block_sample, rows_finish, rows_plan, seeded
 from dpcurator.query.plan.limits import MAX_FIT_BLOCKS, MAX_FIT_FEATURES, check_at_most
 from dpcurator.query.plan.validation import check_epsilon
 from dpcurator.query.release.after_charge import after_charge
-from dpcurator.query.schema import ColumnMeta, Metadata
+from dpcurator.query.schema import Metadata
 from dpcurator.random import Rng, default_rng
-
-if TYPE_CHECKING:
-    from dpcurator.query.session import Session
 
 FitKind = Literal[
     "linear_regression", "logistic_regression", "mle", "sample_and_aggregate", "ptr_regression"
@@ -97,9 +95,6 @@ FIT_KINDS: Final = (
 )  # fmt: skip
 #: ``fit("linear_regression", method="l1")`` is ``fit("ptr_regression")``.
 L1_ROUTE: Final = ("linear_regression", "l1")
-#: Fixed-point grid 2^k of the Gram entries (each in [-1, 1]): rounding moves an entry by at
-#: most 2^-31 per row, far below the noise, and 2^63 grid units hold 8·10^9 rows.
-GRAM_GRID_EXPONENT: Final = -30
 #: The default public bound of a :class:`FitRequest`'s logistic coefficients in standardised
 #: units: each feature rescaled to [-1, 1] by its public bounds, |θ_j| <= b, which bounds the
 #: logit's change over a feature's half range (:func:`standardised_box` gives the data-unit box).
@@ -111,8 +106,6 @@ OP_SHARES: Final = (Fraction(1, 4), Fraction(1, 4))
 #: 1/10, logistic's spread 9/40, the means >= 63/100 with the winsorised mean's quartiles, which
 #: are permute-and-flip selections no ε > 0 refuses): the plan checks the noise at this share.
 BLOCK_NOISE_SHARE: Final = Fraction(1, 16)
-#: Share of ρ paying for AdaSSP's ridge (the regression library's default).
-EIGEN_SHARE: Final = Fraction(1, 10)
 
 
 @dataclass(frozen=True)
@@ -229,7 +222,7 @@ def plan_fit(
         )  # fmt: skip
     if kind == "linear_regression":
         response = required_column("y", y)
-        return _plan_linear(
+        return plan_linear(
             metadata, response, x=features, epsilon=eps, delta=delta, fit_intercept=fit_intercept
         )
     if chosen == "objective_perturbation":
@@ -373,100 +366,6 @@ def _check_block_noise(epsilon: Fraction, box: Box) -> float:
 
 
 # ----------------------------------------------------------------------------------------------
-# Linear regression by engine-computed sufficient statistics
-
-
-def zcdp_for(epsilon: Fraction, delta: float) -> Fraction:
-    """The largest ρ (to 2^-40 relative) whose (ε, δ) conversion is at most (ε, δ)."""
-    low, high = 0.0, float(epsilon)  # ρ <= ε always: ε(ρ) >= ρ
-    for _ in range(60):
-        middle = (low + high) / 2
-        if ZCDP(middle).to_approx(delta).epsilon <= epsilon:
-            low = middle
-        else:
-            high = middle
-    return Fraction(low)
-
-
-def _plan_linear(
-    metadata: Metadata,
-    y: str,
-    *,
-    x: tuple[str, ...],
-    epsilon: Fraction,
-    delta: float,
-    fit_intercept: bool,
-) -> FitPlan:
-    if not x:
-        raise fail(OWNER, "x", "at least one feature column", list(x))
-    check_probability(OWNER, "delta", delta, open_low=True, open_high=True)
-    metas = numeric_columns(metadata, (*x, y))
-    scaling = Scaling.of(
-        len(x),
-        ([m.lower for m in metas[:-1]], [m.upper for m in metas[:-1]]),
-        (metas[-1].lower, metas[-1].upper),
-        fit_intercept,
-        OWNER,
-    )
-    rho = zcdp_for(epsilon, delta)
-    if rho <= 0:
-        raise fail(OWNER, "epsilon", f"large enough for a positive zCDP ρ at δ = {delta}", epsilon)
-    x_mid, x_half, y_mid, y_half = scaling.centres()
-    mids, halves = [*x_mid.tolist(), y_mid], [*x_half.tolist(), y_half]
-    scaled = [_scaled(m, mid, half) for m, mid, half in zip(metas, mids, halves, strict=True)]
-    z: list[ir.Expr | None] = [None, *scaled]  # None: the constant 1 of the intercept
-    aggregates = [ir.ExactAggregate("n", "count")]
-    for i in range(len(z)):
-        for j in range(max(i, 1), len(z)):
-            left, right = z[i], z[j]
-            assert right is not None  # j >= 1
-            value = right if left is None else ir.BinOp("*", left, right)
-            aggregates.append(
-                ir.ExactAggregate(f"g_{i}_{j}", "sum", value, -1.0, 1.0, 0.0, GRAM_GRID_EXPONENT)
-            )
-    bound = replace(metadata.contribution_bound, max_groups=1)
-    exact = ir.AggregatePlan(metadata.table, tuple(aggregates), bound=bound)
-    rows = metadata.unit.rows_changed
-    cost = ApproxDP(epsilon, delta)
-
-    def finish(result: ir.ExactResult, alpha: float, rng: Rng) -> Estimate:
-        values = result.groups.get((), {})
-        size = len(z)
-        gram = np.zeros((size, size))
-        gram[0, 0] = float(values.get("n", 0))  # type: ignore[arg-type]
-        unit = math.ldexp(1.0, GRAM_GRID_EXPONENT)
-        for i in range(size):
-            for j in range(max(i, 1), size):
-                gram[i, j] = gram[j, i] = unit * float(values.get(f"g_{i}_{j}", 0))  # type: ignore[arg-type]
-        release = regression_from_gram(
-            gram, scaling, rho=rho, eigen_share=EIGEN_SHARE, alpha=alpha, rng=rng,
-            rows_per_person=rows,
-        )  # fmt: skip
-        return replace(release, cost=cost)
-
-    terms = ("intercept", *x) if fit_intercept else x
-    statistic, sensitivity = "the Gram matrix of the scaled rows", float(rows * len(z))
-    return FitPlan("linear_regression", (*x, y), cost, exact, finish, terms, statistic, sensitivity)
-
-
-def _scaled(meta: ColumnMeta, mid: float, half: float) -> ir.Expr:
-    """(clamp(column, lower, upper) - mid) / half, NULL -> the column's fill (or midpoint)."""
-    assert meta.lower is not None  # checked by numeric_columns
-    assert meta.upper is not None
-    column = ir.Col(meta.name)
-    low, high = ir.Lit(float(meta.lower)), ir.Lit(float(meta.upper))
-    clamped = ir.Case(
-        (
-            (ir.IsNull(column), ir.Lit(float(null_fill(meta)))),
-            (ir.Compare("<", column, low), low),
-            (ir.Compare(">", column, high), high),
-        ),
-        column,
-    )
-    return ir.BinOp("*", ir.BinOp("-", clamped, ir.Lit(float(mid))), ir.Lit(1.0 / half))
-
-
-# ----------------------------------------------------------------------------------------------
 # Sample-and-aggregate estimators on the fetched bounded rows
 
 
@@ -516,7 +415,21 @@ def _user(estimator: BlockEstimator, box: Box, blocks: int | None) -> Run:
     return run
 
 
-def run_fit(session: Session, plan: FitPlan, alpha: float) -> Estimate:
+class FitSession(Protocol):
+    """What a fit needs of the :class:`~dpcurator.query.session.Session` it runs on: the public
+    metadata, the randomness and the charge-then-compute step (the session calls the fits, so
+    they take it through this protocol rather than importing it)."""
+
+    @property
+    def metadata(self) -> Metadata: ...
+    @property
+    def rng(self) -> Rng | None: ...
+    def compute_exact(
+        self, plans: Sequence[ir.AggregatePlan], event: PrivacyEvent, *, description: str
+    ) -> list[ir.ExactResult]: ...
+
+
+def run_fit(session: FitSession, plan: FitPlan, alpha: float) -> Estimate:
     """Charge the plan's cost, let the engine compute, then post-process (total after the charge).
 
     :meth:`Session.compute_exact <dpcurator.query.session.Session.compute_exact>` checks the

@@ -21,21 +21,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dpcurator._validation import fail
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators.release import Estimate
-from dpcurator.query.fit.core import FitRequest, run_fit
+from dpcurator.query.fit.core import FitRequest, FitSession, run_fit
 from dpcurator.query.fit.rows import FitPlan
-from dpcurator.query.release.core import Estimate as Value
+from dpcurator.query.frontend.fit import parse_fit_sql
+from dpcurator.query.plan.clipping import refuse_clipping
 from dpcurator.query.release.core import Release
 from dpcurator.query.release.estimate import CostEstimate, MechanismUse, ValueColumn
+from dpcurator.query.release.estimate import Estimate as Value
 from dpcurator.query.schema import Metadata
-
-if TYPE_CHECKING:
-    from dpcurator.query.session import Session
 
 #: The group column and the value column of a fit's table.
 TERM, COEFFICIENT = "term", "coefficient"
@@ -125,7 +124,7 @@ def estimate_fit(plan: FitPlan, alpha: float) -> dict[str, Any]:
 
 
 def fit_on(
-    session: Session, request: FitRequest, *, epsilon: float, delta: float, alpha: float
+    session: FitSession, request: FitRequest, *, epsilon: float, delta: float, alpha: float
 ) -> dict[str, Any]:
     """Plan (free refusals), charge through the session's filter, fit: :func:`fit_dict`."""
     plan = request.plan(session.metadata, epsilon=epsilon, delta=delta)
@@ -133,17 +132,22 @@ def fit_on(
 
 
 def plan_fit_sql(
+    query: object,
     metadata: Metadata,
-    request: FitRequest,
     *,
     epsilon: float | None,
     delta: float,
     options: Mapping[str, object],
-) -> FitPlan:
-    """The plan of a ``REGRESS``/``LOGISTIC`` query given the options of :meth:`Session.sql
-    <dpcurator.query.session.Session.sql>` (``accuracy``, ``noise``, ``rho``): all refused
-    (free) but ε and δ. A fit chooses its own noise, and a coefficient's interval depends on the
-    data, so no public ε meets an accuracy target."""
+) -> FitPlan | None:
+    """The plan of a ``REGRESS``/``LOGISTIC`` query (None when ``query`` is no fit: an ordinary
+    query) given the options of :meth:`Session.sql <dpcurator.query.session.Session.sql>`
+    (``clipping``, ``accuracy``, ``noise``, ``rho``): all refused (free) but ε and δ. A fit
+    chooses its own noise and has no clipping report, and a coefficient's interval depends on
+    the data, so no public ε meets an accuracy target."""
+    request = parse_fit_sql(query, metadata) if isinstance(query, str) else None
+    if request is None:
+        return None
+    refuse_clipping(options.get("clipping"), "a model fit")
     if options.get("noise") is not None or options.get("rho") is not None:
         raise UnsupportedQueryError(
             "Model fits (REGRESS, LOGISTIC) choose their own noise: drop noise and rho, "
@@ -155,7 +159,7 @@ def plan_fit_sql(
     return request.plan(metadata, epsilon=epsilon, delta=delta)
 
 
-def release_fit(session: Session, plan: FitPlan, alpha: float) -> Release:
+def release_fit(session: FitSession, plan: FitPlan, alpha: float) -> Release:
     """:meth:`Session.sql <dpcurator.query.session.Session.sql>` of a ``REGRESS``/``LOGISTIC``
     query (planned by :func:`plan_fit_sql`): the fit's table."""
     return fit_table(plan, run_fit(session, plan, alpha))

@@ -45,8 +45,9 @@ from dpcurator.core.measures import ApproxDP, PureDP
 from dpcurator.estimators.release import Estimate, FloatArray
 from dpcurator.estimators.sample_aggregate import EngineBlocks
 from dpcurator.query import ir
+from dpcurator.query.columns import ColumnMeta
 from dpcurator.query.fit.columns import OWNER, null_fill
-from dpcurator.query.schema import ColumnMeta, Metadata
+from dpcurator.query.schema import Metadata
 from dpcurator.random import Rng
 
 #: The default cap of the rows a sample-and-aggregate fit fetches from the engine.

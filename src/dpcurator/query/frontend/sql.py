@@ -39,6 +39,7 @@ from dpcurator.query import ir
 from dpcurator.query.frontend import builder
 from dpcurator.query.frontend.expressions import ExpressionTranslator, is_clamp
 from dpcurator.query.frontend.join import read_joins
+from dpcurator.query.frontend.row_expressions import Expression
 from dpcurator.query.frontend.text import parse_select
 from dpcurator.query.schema import Metadata
 
@@ -271,7 +272,7 @@ class _Translator(ExpressionTranslator):
             if not float(bins).is_integer():
                 raise UnsupportedQueryError(f"HISTOGRAM bins must be an integer; got {bins}.")
             return builder.histogram(
-                builder.Expression(self._value(args[0])),
+                Expression(self._value(args[0])),
                 int(bins),
                 lower=self.number(args[1]),
                 upper=self.number(args[2]),
@@ -309,21 +310,19 @@ class _Translator(ExpressionTranslator):
                 "COUNT(DISTINCT ...) is supported only on the person column "
                 f"({person or 'none: this table has row-level privacy'})."
             )
-        return builder.count(builder.Expression(self._value(arg)))
+        return builder.count(Expression(self._value(arg)))
 
     def _value(self, node: exp.Expression) -> ir.Expr:
         self._no_aggregates(node, "aggregate arguments")
         return self.expr(node)
 
-    def _clamped(
-        self, node: exp.Expression
-    ) -> tuple[builder.Expression, float | None, float | None]:
+    def _clamped(self, node: exp.Expression) -> tuple[Expression, float | None, float | None]:
         """An aggregate's argument, with the bounds of ``CLAMP(x, lower, upper)`` when the
         whole argument is one (the aggregate then clamps its values to these public bounds)."""
         if not is_clamp(node):
-            return builder.Expression(self._value(node)), None, None
+            return Expression(self._value(node)), None, None
         args = node.expressions
         if len(args) != 3:
             raise UnsupportedQueryError("CLAMP takes (x, lower, upper).")
-        value = builder.Expression(self._value(args[0]))
+        value = Expression(self._value(args[0]))
         return value, self.number(args[1]), self.number(args[2])

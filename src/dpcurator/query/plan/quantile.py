@@ -20,7 +20,7 @@ histogram held to :data:`~dpcurator.query.plan.limits.MAX_HISTOGRAM_BINS` bins p
 memory), so two levels at every ε: the library's one level of 65,536 bins at small ε would hold
 65,536 counts per group and quantile output.
 
-Intervals: the (1-α) interval of :mod:`~dpcurator.estimators.quantile_refine`, from discrete
+Intervals: the (1-α) interval of :mod:`~dpcurator.estimators.quantile_interval`, from discrete
 Laplace counts around the final edge. It accounts for the privacy noise only: it covers the
 empirical quantile of the values the engine counted (after filtering, contribution bounding and
 clamping to the bounds), not a population quantile.

@@ -60,6 +60,7 @@ from dpcurator.query.release.clipping import (
     clipping_reports,
 )
 from dpcurator.query.release.estimate import (
+    Estimate,
     MechanismUse,
     ValueColumn,
     cost_dict,
@@ -74,15 +75,6 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 _I64_MAX = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """One released number with its (1-α) confidence interval (None when not available)."""
-
-    value: float
-    ci_low: float | None
-    ci_high: float | None
 
 
 def _json_value(value: object) -> object:

@@ -1,7 +1,8 @@
 """What a plan releases and costs, without touching data: the value columns a
 :class:`~dpcurator.query.plan.planner.Plan` produces, the mechanisms it applies (scales and
 sensitivities in natural units) and its :class:`CostEstimate` (the charge and the (1-α) CI
-half-widths that depend on public inputs only; data-dependent ones are None).
+half-widths that depend on public inputs only; data-dependent ones are None); and the value type
+of one released number, :class:`Estimate`, which the release and its views share.
 
 Everything here is a function of the plan (public inputs); :mod:`dpcurator.query.release.core` adds
 the noisy values.
@@ -19,6 +20,15 @@ from dpcurator.mechanisms import Laplace, PartitionSelection
 from dpcurator.query.plan.histogram import HistogramBin, histogram_bins
 from dpcurator.query.plan.outputs import NoisyStatistic, OutputKind, OutputPlan
 from dpcurator.query.plan.planner import Plan
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One released number with its (1-α) confidence interval (None when not available)."""
+
+    value: float
+    ci_low: float | None
+    ci_high: float | None
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,8 @@
 """How a :class:`~dpcurator.query.release.core.Release` reads: text, long frame, HTML and a plot.
 
+The functions here read a release through :class:`ReleaseTable`, the fields they show, so this
+module does not import the Release it renders (the Release's methods call into it).
+
 Everything here is post-processing of released values (no privacy cost), and every rendering
 that shows confidence intervals names their level (``95% CI``). Numbers print as integers when
 they are whole (counts), else with 6 significant digits; a missing interval (quantiles: see the
@@ -12,7 +15,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -23,9 +26,10 @@ from dpcurator.query.release.clipping import CLIPPING_FIELDS, clipping_cells, cl
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
+    from dpcurator.core.measures import Measure
     from dpcurator.query import ir
-    from dpcurator.query.release.core import Estimate, Release
-    from dpcurator.query.release.estimate import ValueColumn
+    from dpcurator.query.release.clipping import ClippingReport
+    from dpcurator.query.release.estimate import Estimate, ValueColumn
 
 #: Lines of the table ``repr(release)`` shows (``release.summary()`` shows them all).
 REPR_LINES = 40
@@ -33,6 +37,29 @@ REPR_LINES = 40
 HTML_ROWS = 100
 _MISSING = "—"
 _WHOLE = 2.0**53
+
+
+class ReleaseTable(Protocol):
+    """What the views read of a :class:`~dpcurator.query.release.core.Release`."""
+
+    @property
+    def group_columns(self) -> tuple[str, ...]: ...
+    @property
+    def value_columns(self) -> tuple[str, ...]: ...
+    @property
+    def rows(self) -> tuple[tuple[tuple[ir.ScalarValue, ...], tuple[Estimate, ...]], ...]: ...
+    @property
+    def cost(self) -> Measure: ...
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def ci_level(self) -> float: ...
+    @property
+    def columns(self) -> tuple[ValueColumn, ...]: ...
+    @property
+    def neighbouring(self) -> str: ...
+    @property
+    def clipping(self) -> tuple[ClippingReport, ...]: ...
 
 
 def level_text(alpha: float) -> str:
@@ -65,7 +92,7 @@ def _rows_text(count: int) -> str:
     return f"{count} row" if count == 1 else f"{count} rows"
 
 
-def header(release: Release) -> str:
+def header(release: ReleaseTable) -> str:
     """``2 rows · cost: ε = 0.5 · 95% CI``."""
     relation = " · replace-one neighbours" if release.neighbouring == "replace_one" else ""
     return (
@@ -74,7 +101,7 @@ def header(release: Release) -> str:
     )
 
 
-def frame_attrs(release: Release) -> dict[str, Any]:
+def frame_attrs(release: ReleaseTable) -> dict[str, Any]:
     """The ``attrs`` of the release's DataFrames: the CI level and the cost."""
     return {"ci_level": release.ci_level, "cost": str(release.cost)}
 
@@ -83,13 +110,13 @@ def frame_attrs(release: Release) -> dict[str, Any]:
 # Text
 
 
-def _lines(release: Release) -> Iterator[list[str]]:
+def _lines(release: ReleaseTable) -> Iterator[list[str]]:
     for key, estimates in release.rows:
         for column, estimate in zip(release.value_columns, estimates, strict=True):
             yield [*map(key_text, key), column, number(estimate.value), interval(estimate)]
 
 
-def summary(release: Release, max_lines: int | None) -> str:
+def summary(release: ReleaseTable, max_lines: int | None) -> str:
     """The text table of :meth:`Release.summary`: a header, then one line per group and value
     column (group keys, ``statistic``, ``value``, the CI), cut after ``max_lines`` lines."""
     titles = [*release.group_columns, "statistic", "value", f"{level_text(release.alpha)} CI"]
@@ -120,7 +147,7 @@ def summary(release: Release, max_lines: int | None) -> str:
 # Long frame
 
 
-def long_frame(release: Release) -> pd.DataFrame:
+def long_frame(release: ReleaseTable) -> pd.DataFrame:
     """One row per group and value column (see :meth:`Release.to_pandas`), with a clipping
     report's CLIPPING_FIELDS on the rows of its clamped columns (None on the others)."""
     binned = any(c.bin is not None for c in release.columns)
@@ -163,7 +190,7 @@ def _plain(value: object) -> object:
 # HTML (Jupyter)
 
 
-def html_table(release: Release) -> str:
+def html_table(release: ReleaseTable) -> str:
     """An HTML table: group columns, then each value column as ``value [low, high]``; then
     the clipping report's table if there is one."""
     titles = [*release.group_columns, *release.value_columns]
@@ -198,7 +225,7 @@ def _group_label(key: tuple[ir.ScalarValue, ...]) -> str:
     return ", ".join(map(key_text, key))
 
 
-def plot(release: Release, statistic: str | None, ax: Axes | None) -> Axes:
+def plot(release: ReleaseTable, statistic: str | None, ax: Axes | None) -> Axes:
     """The bar chart of :meth:`Release.plot`."""
     import matplotlib.pyplot as plt  # noqa: PLC0415  # optional, slow: imported to plot only
 

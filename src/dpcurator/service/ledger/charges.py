@@ -14,33 +14,24 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from dpcurator.accounting.concentrated import ConcentratedFilter
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import ApproxDP
-from dpcurator.errors import BudgetExceededError, DPError, InternalInvariantError, ParameterError
+from dpcurator.errors import BudgetExceededError, InternalInvariantError
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.ledger import postgres as ledger_postgres
 from dpcurator.service.ledger.accounts import (
-    CAP,
-    account_budget,
     accounts_of,
-    basic_cost,
     charge_event,
-    concentrated_view,
     migrate_events,
-    replayed_history,
 )
+from dpcurator.service.ledger.admission import admit
 from dpcurator.service.ledger.budgets import (
-    BasicView,
     BudgetView,
-    Cost,
-    budget_view,
     cost_of,
     dataset_budget,
     grant_budget,
@@ -126,141 +117,6 @@ class _Concentrated(Exception):  # noqa: N818  # a control-flow signal, not an e
     """A fast path found a concentrated budget: reserve in a transaction that replays events."""
 
 
-def _basic_fits(view: BasicView, event: PrivacyEvent, what: str) -> ApproxDP:
-    """The spending of a basic budget after ``event`` (its (ε, δ) cost added), if it fits.
-
-    Raises:
-        ParameterError: the event has no (ε, δ) cost (a ρ-only release), which basic
-            composition of (ε, δ) cannot charge; nothing was charged.
-        BudgetExceededError: the cost does not fit.
-    """
-    cost = event.approx_cost()
-    if cost is None:
-        raise ParameterError(
-            f"The {what} composes (ε, δ) costs by basic composition, and this release costs "
-            f"only a ρ ({_requested(event)}); nothing was charged. Ask for an epsilon "
-            "(and delta) cost, or for a budget with concentrated accounting."
-        )
-    if not (view.spent + cost).fits_within(view.total):
-        raise BudgetExceededError(cost, view.remaining, what=what)
-    return view.spent + cost
-
-
-def _requested(event: PrivacyEvent) -> Cost:
-    """The cost of an event as a refusal names it: (ε, δ) if it has one, else its ρ."""
-    approx = event.approx_cost()
-    if approx is not None:
-        return approx
-    zcdp = event.approx_zcdp_cost()
-    assert zcdp is not None  # the filter refused an event without any cost already
-    return zcdp[0]
-
-
-def _concentrated_fits(
-    conn: Connection, budget: Cost, request: ChargeRequest, event: PrivacyEvent, what: str
-) -> ConcentratedFilter:
-    """A concentrated budget's filter after ``event``, if the filter admits it after the
-    budget's history (the cap's: every live charge on the dataset; a grant's: its analyst's).
-
-    Raises:
-        BudgetExceededError: the filter refuses it (or the history alone overdraws the budget).
-    """
-    principal = None if what == _CAP else request.principal_id
-    try:
-        account = replayed_history(conn, budget, request.dataset_id, principal)
-        account.reserve(event).commit()
-    except BudgetExceededError as exc:
-        raise BudgetExceededError(_requested(event), exc.remaining, what=what) from None
-    return account
-
-
-_GRANT = "analyst's privacy budget"
-_CAP = "dataset's global privacy budget"
-
-
-def _after(
-    conn: Connection | None,
-    request: ChargeRequest,
-    cap: Sequence[str],
-    grant: Sequence[str | None],
-    accounts: dict[str, str | None],
-) -> tuple[BudgetView | None, ApproxDP | None, ApproxDP]:
-    """Check the request's event against the dataset's cap and (if charged) the grant, given
-    their locked (total ε, total δ, spent ε, spent δ) and which of them are concentrated
-    (``accounts``, replayed on ``conn``); the grant's budget view after the charge, and the
-    grant's and the dataset's (ε, δ) running totals after it (a concentrated budget keeps the
-    sum of its charges' (ε, δ) costs too, for the record).
-
-    Raises:
-        BudgetExceededError: the event does not fit the grant, or else the cap.
-        ParameterError: a ρ-only event on a basic budget.
-    """
-    event = request.event
-    cost = basic_cost(event)
-    budget: BudgetView | None = None
-    grant_spent = None
-    if request.charge_grant:
-        columns = budget_view(*cast("Sequence[str]", grant))
-        grant_spent = columns.spent + cost
-        if request.principal_id in accounts:
-            assert conn is not None  # the fast paths never see a concentrated budget
-            total = account_budget(accounts[request.principal_id], str(grant[0]), str(grant[1]))
-            budget = concentrated_view(_concentrated_fits(conn, total, request, event, _GRANT))
-        else:
-            budget = BasicView(columns.total, _basic_fits(columns, event, _GRANT))
-    columns = budget_view(*cap)
-    if CAP in accounts:
-        assert conn is not None
-        try:
-            total = account_budget(accounts[CAP], cap[0], cap[1])
-            _concentrated_fits(conn, total, request, event, _CAP)
-        except BudgetExceededError:
-            if request.charge_grant:  # an analyst: the cap's remaining amount is not theirs
-                raise CapExceededError(_requested(event)) from None
-            raise
-    else:
-        try:
-            _basic_fits(columns, event, _CAP)
-        except BudgetExceededError:
-            if request.charge_grant:
-                raise CapExceededError(_requested(event)) from None
-            raise
-    return budget, grant_spent, columns.spent + cost
-
-
-def check_fits(conn: Connection, request: ChargeRequest) -> bool:
-    """Whether :meth:`LedgerCharges.reserve` would admit the request now (read on ``conn``,
-    nothing locked or written: an estimate's answer, which a later reservation decides)."""
-    who = {"p": request.principal_id, "d": request.dataset_id}
-    read = SQL.peek_cap_and_grant if request.charge_grant else SQL.peek_cap
-    totals = conn.execute(read, who).first()
-    if totals is None:
-        raise NotFoundError(f"No dataset with id {request.dataset_id!r}.")
-    grant = request.principal_id if request.charge_grant else None
-    try:
-        _after(conn, request, totals[:4], totals[4:], accounts_of(conn, request.dataset_id, grant))
-    except (BudgetExceededError, ParameterError):
-        return False
-    return True
-
-
-class CapExceededError(BudgetExceededError):
-    """The dataset's global cap cannot cover an analyst's release; nothing was charged.
-
-    Worded without the cap's remaining amount (``remaining`` is None): analysts see their own
-    budget, never the global one (which the spending of other analysts moves).
-    """
-
-    def __init__(self, requested: Cost) -> None:
-        DPError.__init__(
-            self,
-            f"The dataset's global privacy budget cannot cover this release (it costs "
-            f"{requested}). Nothing was charged. Ask the data owner to raise the dataset's cap.",
-        )
-        self.requested = requested
-        self.remaining = None
-
-
 def _spent_values(spent: ApproxDP) -> dict[str, str]:
     return {"spent_epsilon": str(spent.epsilon), "spent_delta": str(spent.delta)}
 
@@ -328,7 +184,7 @@ class LedgerCharges(LedgerDatabase):
                     return self._reuse(conn, earlier, request)
             grant = request.principal_id if request.charge_grant else None
             accounts = accounts_of(conn, request.dataset_id, grant)
-            budget, grant_spent, dataset_spent = _after(
+            budget, grant_spent, dataset_spent = admit(
                 conn, request, locked[:4], locked[4:], accounts
             )
             charge = self._charge_row(request)
@@ -347,7 +203,7 @@ class LedgerCharges(LedgerDatabase):
                 raise NotFoundError(f"No dataset with id {request.dataset_id!r}.")
             if self._raw.concentrated.first(cursor, who) is not None:
                 raise _Concentrated  # rolled back: nothing written
-            budget, grant_spent, dataset_spent = _after(None, request, locked[:4], locked[4:], {})
+            budget, grant_spent, dataset_spent = admit(None, request, locked[:4], locked[4:], {})
             if grant_spent is not None:
                 self._raw.grant_spent.run(cursor, {**who, **_spent_values(grant_spent)})
             self._raw.dataset_spent.run(cursor, {**who, **_spent_values(dataset_spent)})
@@ -391,7 +247,7 @@ class LedgerCharges(LedgerDatabase):
         if charge_id == -1:
             raise _Concentrated
         try:  # the same check in Python: words a refusal, and guards the database's arithmetic
-            budget, _, _ = _after(None, request, totals[:4], totals[4:], {})
+            budget, _, _ = admit(None, request, totals[:4], totals[4:], {})
         except BudgetExceededError:
             if charge_id is None:
                 raise

@@ -1,0 +1,109 @@
+"""The plan of one request to a session: the options of :meth:`Session.plan
+<dpcurator.query.session.Session.plan>` (and of ``estimate``, ``release``, ``sql``) turned into a
+:class:`~dpcurator.query.plan.planner.Plan` from the query and the public metadata alone.
+
+Exactly one of ``epsilon``, ``accuracy`` and ``rho`` prices the request: a given cost is planned
+by :func:`~dpcurator.query.plan.clipping.plan_clipped` (with the optional clipping report), an
+accuracy target by :func:`~dpcurator.query.plan.accuracy.plan_for_accuracy`. Every refusal is
+raised here, before any charge, and costs nothing. Plans are cached per (query, budget, noise,
+clipping, δ, selection weight, metadata) in the session's
+:data:`~dpcurator.query.caches.PlanCache`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from dpcurator._validation import check_probability, fail
+from dpcurator.accounting import BudgetFilter, PrivacyFilter
+from dpcurator.accounting.events import PrivacyEvent
+from dpcurator.core.measures import ZCDP
+from dpcurator.errors import UnsupportedQueryError
+from dpcurator.query.caches import PlanCache, PlanKey
+from dpcurator.query.frontend.builder import Query
+from dpcurator.query.frontend.sql import parse_sql
+from dpcurator.query.plan.accuracy import basic_budget_refusal, check_targets, plan_for_accuracy
+from dpcurator.query.plan.clipping import plan_clipped, refuse_clipping
+from dpcurator.query.plan.noise import check_noise
+from dpcurator.query.plan.planner import Plan
+from dpcurator.query.schema import Metadata
+
+
+def plan_request(
+    plans: PlanCache,
+    query: str | Query,
+    metadata: Metadata,
+    *,
+    epsilon: float | None,
+    delta: float,
+    selection_weight: float,
+    accuracy: Mapping[str, float | str] | None,
+    alpha: float | None,
+    default_alpha: float,
+    noise: str | None,
+    rho: float | None,
+    clipping: float | None,
+) -> Plan:
+    """The private plan of ``query`` (SQL text or builder Query) at the given cost, from
+    ``plans`` when cached (``alpha``: the α of accuracy targets, ``default_alpha`` when None;
+    the other options are those of :meth:`Session.plan <dpcurator.query.session.Session.plan>`).
+    """
+    if [epsilon, accuracy, rho].count(None) != 2:
+        raise fail("Session", "epsilon", "given, or accuracy or rho given (exactly one)", epsilon)
+    family = check_noise(noise)
+    level = request_alpha(alpha, default_alpha)
+    budget: object = ("noise", epsilon, rho, family, clipping)
+    if accuracy is not None:
+        refuse_clipping(clipping, "accuracy targets")
+        targets = check_targets(accuracy)
+        budget = ("accuracy", tuple(sorted(targets.items())), level, family)
+    key: PlanKey = (query, budget, delta, selection_weight, metadata)
+    plan = plans.get(key)
+    if plan is None:
+        parsed = parse_sql(query, metadata) if isinstance(query, str) else query
+        if accuracy is None:
+            plan = plan_clipped(
+                parsed,
+                metadata,
+                epsilon=epsilon,
+                delta=delta,
+                rho=rho,
+                noise=family,
+                selection_weight=selection_weight,
+                clipping=clipping,
+            )
+        else:
+            plan = plan_for_accuracy(
+                parsed,
+                metadata,
+                accuracy=accuracy,
+                alpha=level,
+                delta=delta,
+                noise=family,
+                selection_weight=selection_weight,
+            )
+        plans.put(key, plan)
+    return plan
+
+
+def request_alpha(alpha: float | None, default: float) -> float:
+    """The α of a request's (1-α) intervals: ``alpha``, checked, or the session's ``default``."""
+    if alpha is None:
+        return default
+    return float(check_probability("Session", "alpha", alpha, open_low=True, open_high=True))
+
+
+def check_accounting(
+    budget_filter: BudgetFilter, plan: Plan, event: PrivacyEvent, accuracy_first: bool
+) -> None:
+    """Refuse, before the charge, a plan whose ``event`` costs a ρ (Gaussian noise at δ = 0)
+    when the session composes an ε or (ε, δ) budget by basic composition, which cannot charge
+    it."""
+    basic = isinstance(budget_filter, PrivacyFilter) and not isinstance(budget_filter.budget, ZCDP)
+    if basic and event.approx_cost() is None and accuracy_first:
+        raise UnsupportedQueryError(basic_budget_refusal(plan.cost))
+    if basic and event.approx_cost() is None:
+        raise UnsupportedQueryError(
+            f"A query given rho (cost {plan.cost}) needs a zCDP budget: open the session "
+            "with accounting='concentrated', or give epsilon and delta."
+        )
