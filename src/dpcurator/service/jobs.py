@@ -51,8 +51,8 @@ from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.idempotency import same_request
 from dpcurator.service.ledger import Ledger
 from dpcurator.service.ledger.budgets import cost_of
-from dpcurator.service.ledger.jobs import FINAL, Job, JobRows
-from dpcurator.service.models import Charge, utcnow
+from dpcurator.service.ledger.jobs import FINAL, JobRows
+from dpcurator.service.models import Charge, Job, utcnow
 from dpcurator.service.operations import CuratorService
 from dpcurator.service.schemas import cost_json
 

@@ -203,3 +203,22 @@ class Survey(Base):
     counts: Mapped[list[Any]]
     created_by: Mapped[str] = mapped_column(ForeignKey("principals.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Job(Base):
+    """A background job computing one charged release (see the module docstring)."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    principal_id: Mapped[str] = mapped_column(ForeignKey("principals.id"), index=True)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"))
+    kind: Mapped[str] = mapped_column(String(20))
+    charge_id: Mapped[int] = mapped_column(ForeignKey("charges.id"), index=True)
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    progress: Mapped[dict[str, Any]]
+    server: Mapped[str] = mapped_column(String(64))
+    result: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    error: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)

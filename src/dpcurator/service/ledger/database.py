@@ -27,9 +27,8 @@ from dpcurator.service.errors import NotFoundError
 from dpcurator.service.ledger import epoch as ledger_epoch
 from dpcurator.service.ledger import postgres as ledger_postgres
 from dpcurator.service.ledger.health import OutageWatch
-from dpcurator.service.ledger.jobs import Job
 from dpcurator.service.ledger.lease import add_lease_column
-from dpcurator.service.models import Base, utcnow
+from dpcurator.service.models import Base, Job, utcnow
 
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 #: How often the background thread checkpoints the SQLite WAL into the database file.

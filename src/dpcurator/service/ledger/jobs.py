@@ -12,40 +12,19 @@ done, the same body the synchronous route answers (``result``), or the problem i
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ForeignKey, String, select
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy import select
 
 from dpcurator.service.errors import NotFoundError
-from dpcurator.service.models import Base, utcnow
+from dpcurator.service.models import Job, utcnow
 
-if TYPE_CHECKING:  # the database module imports this one (its table)
+if TYPE_CHECKING:
     from dpcurator.service.ledger.database import LedgerDatabase
 
 #: The statuses of a job; ``done`` and ``failed`` are final.
 STATUSES = ("queued", "running", "done", "failed")
 FINAL = ("done", "failed")
-
-
-class Job(Base):
-    """A background job computing one charged release (see the module docstring)."""
-
-    __tablename__ = "jobs"
-
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    principal_id: Mapped[str] = mapped_column(ForeignKey("principals.id"), index=True)
-    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"))
-    kind: Mapped[str] = mapped_column(String(20))
-    charge_id: Mapped[int] = mapped_column(ForeignKey("charges.id"), index=True)
-    status: Mapped[str] = mapped_column(String(16), default="queued")
-    progress: Mapped[dict[str, Any]]
-    server: Mapped[str] = mapped_column(String(64))
-    result: Mapped[dict[str, Any] | None] = mapped_column(default=None)
-    error: Mapped[dict[str, Any] | None] = mapped_column(default=None)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    finished_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class JobRows:
