@@ -18,7 +18,6 @@ import pytest
 
 from dpcurator.cli.format import Amounts, cost_text
 from dpcurator.core import display
-from dpcurator.query.release import view
 from tests._service_helpers import new_analyst, run_cli, serve_people
 
 pytestmark = pytest.mark.usefixtures("cli_environment_cleared")
@@ -70,16 +69,6 @@ def test_rounding_is_outward_within_the_stated_precision(up: bool) -> None:
         assert abs(shown - value) <= value / 1000, (value, text)
         assert text.startswith("=") == (shown == value), (value, text)
         assert text[0] == ("=" if shown == value else "≤" if up else "≥")
-
-
-def test_library_and_command_line_write_released_numbers_alike() -> None:
-    """``core.display`` (light, for the CLI) and ``query.release.view`` agree."""
-    for value in [None, 0.0, 3.0, -2.5, 1203.0, 41234.56, 1.5e-7, 2.0**60, float("inf")]:
-        assert display.number(value) == view.number(value)
-    for alpha in [0.05, 0.1, 0.01, 0.001]:
-        assert display.level_text(alpha) == view.level_text(alpha)
-    for key in [None, "a", 3, 2.5]:
-        assert display.key_text(key) == view.key_text(key)
 
 
 def test_cost_documents_prefer_the_exact_fraction() -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-_MISSING = "—"
+MISSING = "—"
 _WHOLE = 2.0**53
 
 #: Significant digits of a privacy amount shown to people (exact values: ``--exact``, JSON).
@@ -36,7 +36,7 @@ def level_text(alpha: float) -> str:
 def number(value: float | None) -> str:
     """A released number for people: ``1203``, ``41234.6``, ``1.5e-07``; None is ``—``."""
     if value is None:
-        return _MISSING
+        return MISSING
     if math.isfinite(value) and value.is_integer() and abs(value) <= _WHOLE:
         return str(int(value))
     return f"{value:.6g}"

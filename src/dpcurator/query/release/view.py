@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from dpcurator._validation import fail
+from dpcurator.core.display import MISSING, key_text, level_text, number
 from dpcurator.query.release.clipping import CLIPPING_FIELDS, clipping_cells, clipping_html
 
 if TYPE_CHECKING:
@@ -35,8 +36,6 @@ if TYPE_CHECKING:
 REPR_LINES = 40
 #: Rows of the HTML table shown in a notebook.
 HTML_ROWS = 100
-_MISSING = "—"
-_WHOLE = 2.0**53
 
 
 class ReleaseTable(Protocol):
@@ -62,30 +61,11 @@ class ReleaseTable(Protocol):
     def clipping(self) -> tuple[ClippingReport, ...]: ...
 
 
-def level_text(alpha: float) -> str:
-    """``95%`` for α = 0.05."""
-    return f"{round(100 * (1 - alpha), 6):g}%"
-
-
-def number(value: float | None) -> str:
-    """A released number for people: ``1203``, ``41234.6``, ``1.5e-07``; None is ``—``."""
-    if value is None:
-        return _MISSING
-    if math.isfinite(value) and value.is_integer() and abs(value) <= _WHOLE:
-        return str(int(value))
-    return f"{value:.6g}"
-
-
 def interval(estimate: Estimate) -> str:
     """``[low, high]``, or ``—`` when the estimate has no interval."""
     if estimate.ci_low is None or estimate.ci_high is None:
-        return _MISSING
+        return MISSING
     return f"[{number(estimate.ci_low)}, {number(estimate.ci_high)}]"
-
-
-def key_text(value: ir.ScalarValue) -> str:
-    """A group key for people (``NULL`` for a missing key)."""
-    return "NULL" if value is None else str(value)
 
 
 def _rows_text(count: int) -> str:
@@ -139,7 +119,7 @@ def summary(release: ReleaseTable, max_lines: int | None) -> str:
     if hidden:
         lines.append(f"… {hidden} more lines: summary() shows them all")
     if any(e.ci_low is None for _, estimates in release.rows for e in estimates):
-        lines.append(f"{_MISSING}: no interval (the estimator gives none)")
+        lines.append(f"{MISSING}: no interval (the estimator gives none)")
     return "\n".join(lines)
 
 
