@@ -308,6 +308,20 @@ def get_release(service: Service, who: Caller, release_id: str) -> s.ReleaseOut:
 # -- analysts, tokens, grants, audit (owners) -------------------------------------------
 
 
+def _analyst(service: CuratorService, who: Identity, analyst_id: str) -> Principal:
+    """The analyst ``analyst_id``, or the calling owner themselves; another owner is answered
+    as an unknown id (404): an owner who could issue or list another owner's tokens could act
+    as that owner, e.g. on the streams only their creator may write."""
+    unknown = NotFoundError(f"No analyst with id {analyst_id!r}.")
+    try:
+        principal = service.ledger.principal(analyst_id)
+    except NotFoundError:
+        raise unknown from None
+    if principal.role != "analyst" and principal.id != who.principal_id:
+        raise unknown
+    return principal
+
+
 @router.get("/v1/analysts", tags=["owners"])
 def list_analysts(service: Service, _who: Owner) -> list[s.PrincipalOut]:
     """Every analyst."""
@@ -330,8 +344,8 @@ def create_analyst(service: Service, who: Owner, body: s.AnalystIn) -> s.IssuedT
 
 @router.post("/v1/analysts/{analyst_id}/tokens", tags=["owners"], status_code=201)
 def issue_token(service: Service, who: Owner, analyst_id: str, body: s.TokenIn) -> s.IssuedTokenOut:
-    """Issue another token for a principal (shown once)."""
-    principal = service.ledger.principal(analyst_id)
+    """Issue another token for an analyst, or for the calling owner (shown once)."""
+    principal = _analyst(service, who, analyst_id)
     issued = service.authority.issue(principal.id, expires_in=body.expires_in, by=who.principal_id)
     return s.IssuedTokenOut(
         principal=_principal_out(principal),
@@ -342,9 +356,9 @@ def issue_token(service: Service, who: Owner, analyst_id: str, body: s.TokenIn) 
 
 
 @router.get("/v1/analysts/{analyst_id}/tokens", tags=["owners"])
-def list_tokens(service: Service, _who: Owner, analyst_id: str) -> list[s.TokenOut]:
-    """The tokens of a principal (ids only, never secrets)."""
-    principal = service.ledger.principal(analyst_id)
+def list_tokens(service: Service, who: Owner, analyst_id: str) -> list[s.TokenOut]:
+    """The tokens of an analyst, or of the calling owner (ids only, never secrets)."""
+    principal = _analyst(service, who, analyst_id)
     return [
         s.TokenOut(
             token_id=t.token_id,
@@ -371,9 +385,9 @@ def set_grant(
 
 
 @router.get("/v1/analysts/{analyst_id}/grants", tags=["owners"])
-def list_grants(service: Service, _who: Owner, analyst_id: str) -> list[s.GrantOut]:
+def list_grants(service: Service, who: Owner, analyst_id: str) -> list[s.GrantOut]:
     """An analyst's budgets on every granted dataset."""
-    principal = service.ledger.principal(analyst_id)
+    principal = _analyst(service, who, analyst_id)
     return [
         s.GrantOut(
             analyst_id=g.principal_id,

@@ -60,6 +60,7 @@ from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
 from dpcurator.service.auth import Identity, random_id
 from dpcurator.service.curator import AlreadyCharged, LedgerFilter
+from dpcurator.service.errors import NotFoundError
 from dpcurator.service.idempotency import request_fingerprint
 from dpcurator.service.ledger.budgets import BudgetView
 from dpcurator.service.ledger.charges import ChargeRequest
@@ -208,7 +209,10 @@ class PmwStore:
         unknown id)."""
         with self.ledger._transaction(write=False) as s:
             mode = found(s.get(PmwMode, mode_id), "PMW mode", mode_id)
-        return mode, self.service.visible_dataset(identity, mode.dataset_id)
+        try:
+            return mode, self.service.visible_dataset(identity, mode.dataset_id)
+        except NotFoundError as exc:  # not "No dataset 'x'": that would tell the mode exists
+            raise NotFoundError(f"No PMW mode with id {mode_id!r}.") from exc
 
     def answer(
         self, identity: Identity, mode_id: str, sql: str | None, where: Mapping[str, Any] | None
