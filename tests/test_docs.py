@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dpcurator.service.app import create_app
 from dpcurator.service.server import DEMO_DIR, bootstrap, build_service
@@ -20,6 +21,19 @@ from tests.service_fixtures import ThreadServer, cheap_hasher
 BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 README_BLOCKS = BLOCK.findall((REPO_ROOT / "README.md").read_text())
 PAGES = sorted(p for p in (REPO_ROOT / "docs").glob("*.md") if BLOCK.search(p.read_text()))
+#: pandas' mark of a frame printed with rows or columns left out ("[2 rows x 10 columns]").
+TRUNCATED = re.compile(r"\[\d+ rows x \d+ columns\]")
+
+
+def nav_pages(nav: object) -> list[str]:
+    """Every page file of an mkdocs ``nav`` (nested sections included)."""
+    if isinstance(nav, str):
+        return [nav]
+    if isinstance(nav, list):
+        return [page for item in nav for page in nav_pages(item)]
+    if isinstance(nav, dict):
+        return [page for value in nav.values() for page in nav_pages(value)]
+    return []
 
 
 def test_readme_has_examples() -> None:
@@ -29,7 +43,18 @@ def test_readme_has_examples() -> None:
 @pytest.mark.parametrize("block", README_BLOCKS, ids=lambda b: b.splitlines()[0][:40])
 def test_readme_example_runs(block: str, capsys: pytest.CaptureFixture[str]) -> None:
     exec(compile(block, "README.md", "exec"), {})  # our own documentation, run as written
-    assert capsys.readouterr().out  # every example prints what it shows
+    out = capsys.readouterr().out
+    assert out  # every example prints what it shows
+    assert not TRUNCATED.search(out), f"README prints a truncated frame:\n{out}"
+
+
+def test_index_lists_every_page_of_the_site() -> None:
+    """docs/index.md is the map of the site: it links every page of the mkdocs nav."""
+    nav = yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text())["nav"]
+    index = (REPO_ROOT / "docs" / "index.md").read_text()
+    linked = set(re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", index))
+    missing = [page for page in nav_pages(nav) if page != "index.md" and page not in linked]
+    assert not missing, f"docs/index.md does not link these pages of the nav: {missing}"
 
 
 def test_every_page_that_teaches_code_has_examples() -> None:
@@ -39,6 +64,11 @@ def test_every_page_that_teaches_code_has_examples() -> None:
         "sql.md",
         "epsilon.md",
         "http-api.md",
+        "estimators.md",
+        "hypothesis-tests.md",
+        "streams.md",
+        "mining.md",
+        "pmw.md",
     }
 
 
@@ -74,4 +104,6 @@ def test_page_examples_run_and_print(
     for number, block in enumerate(BLOCK.findall(text), 1):
         where = f"{page.name}, example {number}"
         exec(compile(block, where, "exec"), namespace)  # our own documentation, run as written
-        assert capsys.readouterr().out, f"{where} prints nothing"
+        out = capsys.readouterr().out
+        assert out, f"{where} prints nothing"
+        assert not TRUNCATED.search(out), f"{where} prints a truncated frame:\n{out}"
