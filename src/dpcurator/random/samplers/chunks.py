@@ -20,7 +20,7 @@ from dpcurator.random.samplers.bernoulli import IntArray
 
 #: The most samples one vectorised block draws (about 1 MB of output per block; a few MB of
 #: temporaries, which fit in the caches).
-CHUNK: Final = 2**17
+CHUNK: Final = 2**15
 
 
 def in_chunks(draw: Callable[[int], IntArray], n: int) -> IntArray:

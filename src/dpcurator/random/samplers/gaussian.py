@@ -7,37 +7,39 @@ computed exactly in 64-bit arithmetic, with a Python-integer fallback where it d
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 from typing import Final
 
 import numpy as np
-import numpy.typing as npt
 
 from dpcurator._validation import check_int, check_positive, fail
 from dpcurator.random.rng import Rng
-from dpcurator.random.samplers.bernoulli import (
-    _I64_MAX,
-    _U64_MAX,
-    IntArray,
-    UIntArray,
-    _bexp_parts,
-    _bexp_python,
-)
+from dpcurator.random.samplers.bernoulli import _U64_MAX, IntArray
 from dpcurator.random.samplers.chunks import CHUNK, in_chunks
+from dpcurator.random.samplers.inversion import (
+    FloatArray,
+    UIntArray,
+    apply_signs,
+    bexp_scalar,
+    bexp_words,
+    inversion_float,
+)
 from dpcurator.random.samplers.laplace import (
+    _INVERSION_RATIO,
     _SCALAR_MAX,
     _discrete_laplace_core,
     _discrete_laplace_python,
+    _proposals,
 )
 
 __all__ = ["MAX_SIGMA", "discrete_gaussian"]
 
 #: Largest discrete Gaussian σ: the acceptance test keeps its denominator 2σ² below 2^64.
 MAX_SIGMA: Final = 2**31
-#: Bounds of the vectorised exact path of the Gaussian acceptance test (see _quadratic_parts).
+#: L|Y| below this is an exact float64 (the vectorised acceptance test; beyond: Python integers).
 _FAST_X: Final = 2**53
-_FAST_Q: Final = 2.0**40
 
 
 def _gaussian_parameters(sigma: object) -> tuple[int, int, int]:
@@ -64,74 +66,73 @@ def _gaussian_parameters(sigma: object) -> tuple[int, int, int]:
     return t, c, big_l
 
 
-def _quadratic_parts(x: IntArray, d: int) -> tuple[UIntArray, UIntArray, npt.NDArray[np.intp]]:
-    """Exact q = floor(x²/d) and r = x² - q·d for |x| < 2^53, d < 2^64, when q < 2^40.
+@functools.lru_cache(maxsize=64)
+def _acceptance(t: int, c: int, big_l: int) -> float:
+    """A float estimate of the acceptance rate of :func:`_discrete_gaussian_core` (it only sizes
+    the batches of proposals): E[exp(-(|Y| - σ²/t)²/(2σ²))] for Y discrete Laplace(t), summed
+    over |Y| <= 40t (exact up to e^-40) for t <= 4096, else its large-t limit."""
+    tt = min(t, 4096)
+    sigma2 = c * t / big_l * (tt / t) ** 2
+    mu = sigma2 / tt
+    q = math.exp(-1 / tt)
+    k = np.arange(40 * tt + 1, dtype=np.float64)
+    pmf = (1 - q) / (1 + q) * q**k
+    pmf[1:] *= 2
+    return float(np.sum(pmf * np.exp(-((k - mu) ** 2) / (2 * sigma2))))
 
-    A float gives q within ±1; r is then recovered exactly from x² - q·d modulo 2^64 (wrapping
-    uint64 arithmetic), lifted to the right multiple of 2^64 with the same float estimate (whose
-    error is below 2^56, far from the 2^64 spacing of the candidates), and q is corrected by ±1.
-    Elements outside these bounds are returned by index for the exact Python fallback. When every
-    x² and d fit in int64 (the common case), a plain integer divmod is used instead.
-    """
-    if x.size == 0 or (d <= _I64_MAX and int(np.max(np.abs(x))) < min(_FAST_X, 2**31)):
-        square = x * x
-        q64, r64 = np.divmod(square, d)
-        return q64.view(np.uint64), r64.view(np.uint64), np.empty(0, dtype=np.intp)
-    ax = np.abs(x).astype(np.uint64)
-    xf = ax.astype(np.float64)
-    df = float(d)
-    square_f = xf * xf
-    qf = np.floor(square_f / df)
-    slow = np.flatnonzero((ax >= np.uint64(_FAST_X)) | (qf >= _FAST_Q))
-    if slow.size:
-        qf[slow] = 0.0
-        ax[slow] = 0
-        square_f[slow] = 0.0
-    q = qf.astype(np.uint64)
-    d64 = np.uint64(d)
-    low = ax * ax - q * d64  # r' mod 2^64, where r' = x² - q·d lies in [-d, 2d)
-    estimate = square_f - qf * df  # r' up to an error < 2^56
-    lift = np.rint((estimate - low.astype(np.float64)) * 2.0**-64)  # r' = low + lift·2^64
-    negative = lift < 0  # r' < 0: q was one too big
-    over = (lift > 0) | ((lift == 0) & (low >= d64))  # r' >= d: q was one too small
-    q[negative] -= np.uint64(1)
-    low[negative] += d64
-    q[over] += np.uint64(1)
-    low[over] -= d64
-    return q, low, slow
+
+def _proposals_laplace(rng: Rng, t: int, n: int) -> tuple[FloatArray, UIntArray]:
+    """``n`` discrete Laplace(t) draws as (|Y| as exact floats, words whose low bit is the sign)."""
+    if t <= _INVERSION_RATIO:
+        return inversion_float(rng, 1, t, n, two_sided=True)
+    y = _discrete_laplace_core(rng, t, 1, n)
+    return np.abs(y).astype(np.float64), (y < 0).astype(np.uint64)
 
 
 def _discrete_gaussian_core(rng: Rng, t: int, c: int, big_l: int, n: int) -> IntArray:
     """CKS20 Algorithm 3 with σ² = c·t/L: Y ~ discrete Laplace(t), accept with probability
-    exp(-(|Y| - σ²/t)² / (2σ²)) = exp(-(L|Y| - c)² / (2ctL))."""
+    exp(-(|Y| - σ²/t)² / (2σ²)) = exp(-(L|Y| - c)² / (2ctL)).
+
+    The acceptance test is one exact Bernoulli(exp(-x)) decision per proposal
+    (:func:`~dpcurator.random.samplers.inversion.bexp_words`): x = a²/D with a = L|Y| - c computed
+    exactly in float64 when L|Y| < 2^53 (integers below 2^53 are exact floats, so a is exact and
+    x is within a relative 3·2^-53); the exact integers (a², D) decide the rare uncertain cases.
+    Proposals with L|Y| >= 2^53 are tested one at a time in Python integers."""
     d = 2 * c * t * big_l
     if n <= _SCALAR_MAX:
         values: list[int] = []
         while len(values) < n:
             proposal = _discrete_laplace_python(rng, t, 1)
             x = abs(proposal) * big_l - c
-            if _bexp_python(rng, x * x, d):
+            if bexp_scalar(rng, x * x, d):
                 values.append(proposal)
         return np.array(values, dtype=np.int64)
     if n > CHUNK:
         return in_chunks(lambda m: _discrete_gaussian_core(rng, t, c, big_l, m), n)
     out = np.empty(n, dtype=np.int64)
     filled = 0
-    max_y = (_FAST_X - 1 + c) // big_l  # |Y| <= max_y keeps |L|Y| - c| < 2^53
+    acceptance = _acceptance(t, c, big_l)
+    max_y = (_FAST_X - 1) // big_l  # |Y| <= max_y keeps L|Y| < 2^53
     while filled < n:
-        y = _discrete_laplace_core(rng, t, 1, n - filled)
-        ay = np.abs(y)
-        big = np.flatnonzero(ay > max_y)
-        ay[big] = 0
+        need = n - filled
+        magnitude, signs = _proposals_laplace(rng, t, _proposals(need, acceptance))
+        a = magnitude.copy()
+        big = np.flatnonzero(a > max_y)
+        a[big] = 0.0
         if big_l != 1:
-            ay *= big_l
-        ay -= c
-        q, r, slow = _quadratic_parts(ay, d)
-        accept = _bexp_parts(rng, q, r, d)
-        for i in np.union1d(slow, big):  # outside the 64-bit fast path: exact Python integers
-            xi = abs(int(y[i])) * big_l - c
-            accept[i] = _bexp_python(rng, xi * xi, d)
-        accepted = y[accept]
+            a *= float(big_l)
+        a -= float(c)
+        a *= a
+        a /= float(d)
+
+        def exact(i: int, magnitude: FloatArray = magnitude) -> tuple[int, int]:
+            x = int(magnitude[i]) * big_l - c
+            return x * x, d
+
+        accept = bexp_words(rng, a, exact)
+        for i in big:  # outside the float-exact range: one test in Python integers
+            accept[i] = bexp_scalar(rng, *exact(int(i)))
+        accepted = apply_signs(magnitude[accept][:need], signs[accept][:need])
         out[filled : filled + accepted.size] = accepted
         filled += accepted.size
     return out
