@@ -67,6 +67,19 @@ _BEXP_DELTA: Final = 2.0**-35
 _LN2_63: Final = 63 * math.log(2)
 
 
+def _fdiv(a: int, b: int) -> float:
+    """a / b as a float, +inf when it overflows (a and b Python integers, b > 0)."""
+    try:
+        return a / b
+    except OverflowError:
+        return math.inf
+
+
+def _log_c(s: int, t: int, two_sided: bool) -> float:
+    """ln c for the thresholds T_k = c·e^(-k s/t): ln 2 - ln(1 + e^(-s/t)), or 0."""
+    return math.log(2) - math.log1p(math.exp(-_fdiv(s, t))) if two_sided else 0.0
+
+
 # -- exact arithmetic ------------------------------------------------------------------------------
 
 
@@ -167,8 +180,7 @@ def lazy_below_exp(rng: Rng, prefix: int, bits: int, num: int, den: int) -> bool
 def _magnitude_exact(rng: Rng, prefix: int, bits: int, s: int, t: int, *, two_sided: bool) -> int:
     """Exactly max{k >= 0 : U < T_k} (T_0 >= 1 > U) for U with first ``bits`` bits ``prefix``."""
     u = _LazyUniform(rng, prefix, bits)
-    lnc = math.log(2) - math.log1p(math.exp(-s / t)) if two_sided else 0.0
-    guess = max(0, math.floor((lnc - u.log()) * t / s))
+    guess = max(0, math.floor((_log_c(s, t, two_sided) - u.log()) * _fdiv(t, s)))
 
     def below(k: int) -> bool:
         return k <= 0 or u.below(lambda prec: _magnitude_threshold_bounds(k, s, t, two_sided, prec))
@@ -203,8 +215,8 @@ def inversion_float(
     """
     words = rng.uint64(n)
     v = (words >> np.uint64(1)).view(np.int64)
-    inv = t / s
-    lnc = math.log(2) - math.log1p(math.exp(-s / t)) if two_sided else 0.0
+    inv = _fdiv(t, s)
+    lnc = _log_c(s, t, two_sided)
     z = v.astype(np.float64)
     bad = z < _SMALL_WORD
     with np.errstate(divide="ignore"):  # log(0) = -inf: v = 0 is decided exactly below
@@ -216,19 +228,17 @@ def inversion_float(
     z -= 0.5
     np.abs(z, out=z)
     bad |= z > 0.5 - inv * (_LOG_MARGIN + 1.01 / _SMALL_WORD)
-    for i in np.flatnonzero(bad):
+    for i in np.flatnonzero(bad) if bad.any() else ():
         k[i] = _magnitude_exact(rng, int(v[i]), 63, s, t, two_sided=two_sided)
     return k, words
 
 
 def apply_signs(magnitudes: FloatArray, words: UIntArray) -> IntArray:
-    """int64 ``magnitudes`` negated where the low bit of ``words`` is set (a fair sign)."""
-    out = magnitudes.astype(np.int64)
-    sign = (words & np.uint64(1)).view(np.int64)
-    np.negative(sign, out=sign)  # 0 or -1 (all bits set)
-    out ^= sign
-    out -= sign
-    return out
+    """int64 ``magnitudes`` (exact non-negative integer floats) negated where the low bit of
+    ``words`` is set (a fair sign): the bit is moved into the float's sign bit (-0.0 gives 0)."""
+    signed = np.left_shift(words, np.uint64(63))
+    signed |= magnitudes.view(np.uint64)
+    return signed.view(np.float64).astype(np.int64)
 
 
 def inversion_magnitudes(rng: Rng, s: int, t: int, n: int, two_sided: bool) -> IntArray:
@@ -260,7 +270,7 @@ def bexp_words(rng: Rng, x: FloatArray, exact: Callable[[int], tuple[int, int]])
     sure_true = d > _BEXP_DELTA
     np.abs(d, out=d)
     undecided |= d <= _BEXP_DELTA
-    for i in np.flatnonzero(undecided):
+    for i in np.flatnonzero(undecided) if undecided.any() else ():
         num, den = exact(int(i))
         sure_true[i] = lazy_below_exp(rng, int(v[i]), 63, num, den)
     return sure_true
@@ -278,8 +288,8 @@ def _word63(rng: Rng) -> tuple[int, int]:
 def magnitude_scalar(rng: Rng, s: int, t: int, two_sided: bool) -> int:
     """One draw of :func:`inversion_magnitudes` (same algorithm, Python floats)."""
     v, sign = _word63(rng)
-    inv = t / s
-    lnc = math.log(2) - math.log1p(math.exp(-s / t)) if two_sided else 0.0
+    inv = _fdiv(t, s)
+    lnc = _log_c(s, t, two_sided)
     z = (lnc + _LN2_63 - math.log(v)) * inv if v >= _SMALL_WORD else 0.0
     k = math.floor(z)
     if v < _SMALL_WORD or abs(z - k - 0.5) > 0.5 - inv * (_LOG_MARGIN + 1.01 / _SMALL_WORD):
@@ -291,7 +301,7 @@ def bexp_scalar(rng: Rng, num: int, den: int) -> bool:
     """One exact Bernoulli(exp(-num/den)) (the test of :func:`bexp_words`, Python floats)."""
     v, _ = _word63(rng)
     if v >= _SMALL_WORD:
-        x = num / den
+        x = _fdiv(num, den)
         y = _LN2_63 - math.log(v)
         if y > x + _BEXP_DELTA:
             return True
