@@ -30,6 +30,7 @@ these margins.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Final
@@ -75,6 +76,7 @@ def _fdiv(a: int, b: int) -> float:
         return math.inf
 
 
+@functools.lru_cache(maxsize=256)
 def _log_c(s: int, t: int, two_sided: bool) -> float:
     """ln c for the thresholds T_k = c·e^(-k s/t): ln 2 - ln(1 + e^(-s/t)), or 0."""
     return math.log(2) - math.log1p(math.exp(-_fdiv(s, t))) if two_sided else 0.0
@@ -152,7 +154,7 @@ class _LazyUniform:
         self.bits = bits
 
     def extend(self) -> None:
-        self.value = (self.value << 64) | int.from_bytes(self.rng.random_bytes(8), "little")
+        self.value = (self.value << 64) | self.rng._word64()
         self.bits += 64
 
     def below(self, bounds: Callable[[int], tuple[int, int]]) -> bool:
@@ -281,7 +283,7 @@ def bexp_words(rng: Rng, x: FloatArray, exact: Callable[[int], tuple[int, int]])
 
 def _word63(rng: Rng) -> tuple[int, int]:
     """(the high 63 bits, the low bit) of one random 64-bit word."""
-    w = int.from_bytes(rng.random_bytes(8), "little")
+    w = rng._word64()
     return w >> 1, w & 1
 
 

@@ -1,8 +1,9 @@
-"""The geometric and discrete Laplace distributions, sampled exactly (CKS20 Algorithm 2).
+"""The geometric and discrete Laplace distributions, sampled exactly (inversion of one uniform
+word; CKS20 Algorithm 2 for scales above 2^20).
 
 :func:`geometric` draws the number of Bernoulli(exp(-γ)) successes before a failure, and
-:func:`discrete_laplace` a geometric magnitude with a fair sign; both in work that does not grow
-with the scale. See :mod:`dpcurator.random.samplers` for the guarantees and the timing caveat.
+:func:`discrete_laplace` a magnitude with a fair sign; both in work that does not grow with the
+scale. See :mod:`dpcurator.random.samplers` for the guarantees and the timing caveat.
 """
 
 from __future__ import annotations
@@ -136,13 +137,13 @@ def geometric(rng: Rng, numerator: int, denominator: int, size: int) -> IntArray
     Bernoulli(exp(-γ)) trials, γ = numerator/denominator > 0: exactly
     P[k] = (1 - e^-γ) e^(-γ k), k = 0, 1, 2, ...
 
-    Uses the trick of Canonne, Kamath & Steinke 2020 ("The Discrete Gaussian for Differential
-    Privacy", Algorithm 2, lines 1-5) with t = denominator and s = numerator: U uniform on
-    {0, ..., t-1} accepted with probability exp(-U/t), V the number of Bernoulli(exp(-1))
-    successes before a failure, X = U + t·V (geometric with ratio e^(-1/t)) and k = floor(X/s).
-    The expected work does not grow with the mean 1/γ, so large means are fast. For γ >= 1 (mean
-    below 0.6) the definition itself is cheaper and is used: count the successes of
-    :func:`bernoulli_exp` trials until the first failure.
+    For γ >= 2^-20: inversion, k = floor(-ln U / γ) for U uniform on (0, 1) (P[k >= j] =
+    P[U < e^(-γj)] = e^(-γj)), from one 64-bit word, certified or decided exactly
+    (:mod:`dpcurator.random.samplers.inversion`). For smaller γ, the trick of
+    Canonne, Kamath & Steinke 2020 ("The Discrete Gaussian for Differential Privacy", Algorithm 2,
+    lines 1-5) with t = denominator and s = numerator: U uniform on {0, ..., t-1} accepted
+    with probability exp(-U/t), V ~ Geometric(1 - 1/e), X = U + t·V (geometric with ratio
+    e^(-1/t)) and k = floor(X/s). The expected work does not grow with the mean 1/γ.
 
     Not constant-time: the number of rejection rounds and Bernoulli iterations depends on the
     values drawn (larger samples take longer).
@@ -211,9 +212,21 @@ def discrete_laplace(rng: Rng, scale: int | float | Fraction, size: int) -> IntA
     """``size`` draws from the discrete Laplace distribution on the integers with this scale:
     exactly P[x] = (1 - q)/(1 + q) · q^|x| with q = exp(-1/scale), i.e. P[x] ∝ exp(-|x|/scale).
 
-    CKS20 Algorithm 2 (Canonne, Kamath & Steinke 2020, "The Discrete Gaussian for Differential
-    Privacy"), for scale = t/s in lowest terms: Y ~ :func:`geometric` with γ = s/t, a fair sign
-    B, restart when B = 1 and Y = 0, return (1 - 2B)·Y.
+    For scale = t/s in lowest terms, q = e^(-s/t):
+
+    * scale <= 2^20: inversion. With U uniform on (0, 1), |X| = max{k >= 0 : U < c·q^k},
+      c = 2/(1 + q), has exactly P[|X| >= k] = 2q^k/(1 + q) for k >= 1, the law of |X| for the
+      discrete Laplace; a fair sign (void on 0) completes it. One 64-bit word per draw gives U's
+      first 63 bits and the sign; |X| = floor((ln c - ln U)·t/s) is computed in float64 and kept
+      only when certain under a proven error margin, else decided exactly by comparing more
+      bits of U with integer bounds on c·q^k (:mod:`dpcurator.random.samplers.inversion`).
+    * larger scales: CKS20 Algorithm 2 (Canonne, Kamath & Steinke 2020, "The Discrete Gaussian
+      for Differential Privacy"): Y ~ :func:`geometric` with γ = s/t, a fair sign B, restart
+      when B = 1 and Y = 0, return (1 - 2B)·Y; its Bernoulli(exp(-·)) decisions use the same
+      one-word exact test.
+
+    Both give exactly the discrete Laplace given uniform bits: the float path only ever returns
+    the value that exact arithmetic would.
 
     ``scale`` may be an int, a Fraction or a float (a float is the exact binary rational it
     stores). Every int and float scale is used exactly (its numerator t is below 2^53). Only a
