@@ -210,20 +210,19 @@ def inversion_float(
 
     Each draw uses one 64-bit word: its high 63 bits v are the first bits of U, so
     U ∈ [v/2^63, (v+1)/2^63). K = floor((ln c - ln U)/λ): the float z of that quotient at the
-    left end of U's interval has an error below δ = (t/s)·(2^-36 + 1.01·2^-39) (the interval's
-    width ln(1 + 1/v) <= 2^-39 for v >= 2^39, the log, the rounding), so floor(z) is certain
-    when z is farther than δ from an integer; the rest (probability about 2δ, plus 2^-24 for
+    middle of U's interval has an error below δ = (t/s)·(2^-36 + 1.01·2^-39) (the interval's
+    half-width, below 0.51/v <= 2^-39.9 for v >= 2^39, the log, the rounding), so floor(z) is
+    certain when z is farther than δ from an integer; the rest (probability about 2δ, plus 2^-24 for
     v < 2^39) is decided exactly by :func:`_magnitude_exact`.
     """
     words = rng.uint64(n)
     v = (words >> np.uint64(1)).view(np.int64)
     inv = _fdiv(t, s)
     lnc = _log_c(s, t, two_sided)
-    z = v.astype(np.float64)
+    z = np.add(v, 0.5)  # the middle of U's interval, in units of 2^-63 (never 0)
     bad = z < _SMALL_WORD
-    with np.errstate(divide="ignore"):  # log(0) = -inf: v = 0 is decided exactly below
-        np.log(z, out=z)
-    np.subtract(lnc + _LN2_63, z, out=z)  # ln c - ln U, U at the left end of its interval
+    np.log(z, out=z)
+    np.subtract(lnc + _LN2_63, z, out=z)  # ln c - ln U
     z *= inv
     k = np.floor(z)
     z -= k
@@ -255,20 +254,19 @@ def bexp_words(rng: Rng, x: FloatArray, exact: Callable[[int], tuple[int, int]])
 
     ``x`` holds floats within 2^-47·(x_i + 1) of the true exponents x_i >= 0, and
     ``exact(i) -> (num, den)`` gives x_i = num/den exactly (Python integers). With v the high 63
-    bits of a word, U ∈ [v/2^63, (v+1)/2^63) and -ln U lies within 1.01·2^-39 below
-    y = 63 ln 2 - ln v when v >= 2^39; y is computed within 2^-40. So with d = y - x and
+    bits of a word, U ∈ [v/2^63, (v+1)/2^63) and -ln U lies within 0.51/v <= 2^-39.9 of
+    y = 63 ln 2 - ln(v + 1/2) when v >= 2^39; y is computed within 2^-40. So with d = y - x and
     δ = 2^-35 (which covers these errors for x <= 64; for larger x, y <= 44 < x - 20 anyway),
     U < e^-x for certain when d > δ and U > e^-x for certain when d < -δ. Undecided elements
     (probability about 2^-34, plus 2^-24 for v < 2^39) are compared exactly by
     :func:`lazy_below_exp`.
     """
     v = (rng.uint64(x.size) >> np.uint64(1)).view(np.int64)
-    d = v.astype(np.float64)
+    d = np.add(v, 0.5)  # the middle of U's interval, in units of 2^-63 (never 0)
     undecided = d < _SMALL_WORD
-    with np.errstate(divide="ignore", invalid="ignore"):  # v = 0: decided exactly below
-        np.log(d, out=d)
-        np.subtract(_LN2_63, d, out=d)  # -ln U at the left end of U's interval
-        d -= x
+    np.log(d, out=d)
+    np.subtract(_LN2_63, d, out=d)  # -ln U at the middle of its interval
+    d -= x
     sure_true = d > _BEXP_DELTA
     np.abs(d, out=d)
     undecided |= d <= _BEXP_DELTA
@@ -292,7 +290,7 @@ def magnitude_scalar(rng: Rng, s: int, t: int, two_sided: bool) -> int:
     v, sign = _word63(rng)
     inv = _fdiv(t, s)
     lnc = _log_c(s, t, two_sided)
-    z = (lnc + _LN2_63 - math.log(v)) * inv if v >= _SMALL_WORD else 0.0
+    z = (lnc + _LN2_63 - math.log(v + 0.5)) * inv if v >= _SMALL_WORD else 0.0
     k = math.floor(z)
     if v < _SMALL_WORD or abs(z - k - 0.5) > 0.5 - inv * (_LOG_MARGIN + 1.01 / _SMALL_WORD):
         k = _magnitude_exact(rng, v, 63, s, t, two_sided=two_sided)
@@ -304,7 +302,7 @@ def bexp_scalar(rng: Rng, num: int, den: int) -> bool:
     v, _ = _word63(rng)
     if v >= _SMALL_WORD:
         x = _fdiv(num, den)
-        y = _LN2_63 - math.log(v)
+        y = _LN2_63 - math.log(v + 0.5)
         if y > x + _BEXP_DELTA:
             return True
         if y < x - _BEXP_DELTA:
