@@ -1,11 +1,17 @@
 """Throughput of dpcurator's exact noise samplers, next to numpy's float samplers and OpenDP's.
 
-Run ``python benchmarks/noise.py`` (or ``make bench``); ``--quick`` for a smaller run. Prints one
-markdown table of samples per second, each the median over several runs of one call producing
-10^6 samples (10^5 with ``--quick``). ``--large`` adds a table of single calls for 10^6 and 10^7
-samples: samples per second of CPU time and the peak of the memory they allocate (tracemalloc),
-which shows that large calls draw in blocks of bounded size
-(:mod:`dpcurator.random.samplers.chunks`).
+Run ``python benchmarks/noise.py`` (or ``make bench``); ``--quick`` for a smaller run. Prints:
+
+1. the grid (issue 26): million draws per CPU-second of ``discrete_laplace`` and
+   ``discrete_gaussian`` at scales {0.5, 1, 10, 1000, 10^6} and batch sizes {1, 1000, 10^6}, with
+   numpy's float ``laplace`` / ``normal`` at the same batch sizes in the same process (best of
+   ``--runs`` timings of about 10^6 draws each; 2·10^4 calls for batch size 1). CPU time, not wall
+   time, so that a loaded machine distorts less (it still slows both sides);
+2. a table of samples per second (wall and CPU) of single calls producing 10^6 samples (10^5 with
+   ``--quick``), with OpenDP;
+3. with ``--large``, single calls for 10^6 and 10^7 samples: samples per second of CPU time and the
+   peak of the memory they allocate (tracemalloc), which shows that large calls draw in blocks of
+   bounded size (:mod:`dpcurator.random.samplers.chunks`).
 
 * dpcurator: exact integer samplers (Canonne, Kamath & Steinke 2020) fed by a ChaCha20 CSPRNG.
 * numpy: ``numpy.random.default_rng().laplace`` / ``.normal`` — textbook floating-point noise from
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -82,6 +89,44 @@ def time_runs(function: Callable[[], object], runs: int) -> tuple[float, float]:
         wall.append(time.perf_counter() - start_wall)
         cpu.append(time.process_time() - start_cpu)
     return statistics.median(wall), statistics.median(cpu)
+
+
+GRID_SCALES: tuple[float, ...] = (0.5, 1, 10, 1000, 1e6)
+GRID_BATCHES: tuple[int, ...] = (1, 1000, 10**6)
+
+
+def draws_per_cpu_second(draw: Callable[[int], object], batch: int, runs: int) -> float:
+    """Best of ``runs`` rates (draws per CPU-second) of repeated ``draw(batch)`` calls totalling
+    about 10^6 draws (2·10^4 calls for batch size 1), after one warm-up call."""
+    calls = max(1, 10**6 // batch) if batch > 1 else 20_000
+    draw(batch)
+    best = math.inf
+    for _ in range(runs):
+        start = time.process_time()
+        for _ in range(calls):
+            draw(batch)
+        best = min(best, time.process_time() - start)
+    return calls * batch / max(best, 1e-9)
+
+
+def grid(runs: int, scales: tuple[float, ...] = GRID_SCALES) -> list[str]:
+    """Markdown rows of the issue-26 grid: M draws per CPU-second by sampler, scale and batch."""
+    rng = SecureRng()
+    numpy_rng = np.random.default_rng()
+    header = " | ".join(f"batch {b:,}" for b in GRID_BATCHES)
+    rows = [f"| sampler | scale | {header} |", "|---|---:|" + "---:|" * len(GRID_BATCHES)]
+    samplers: list[tuple[str, Callable[[float], Callable[[int], object]]]] = [
+        ("dpcurator discrete_laplace (exact)", lambda s: partial(discrete_laplace, rng, s)),
+        ("numpy laplace (float, NOT DP-safe)", lambda s: partial(numpy_rng.laplace, 0.0, s)),
+        ("dpcurator discrete_gaussian (exact)", lambda s: partial(discrete_gaussian, rng, s)),
+        ("numpy normal (float, NOT DP-safe)", lambda s: partial(numpy_rng.normal, 0.0, s)),
+    ]
+    for name, make in samplers:
+        for scale in scales:
+            rates = [draws_per_cpu_second(make(scale), b, runs) / 1e6 for b in GRID_BATCHES]
+            cells = " | ".join(f"{r:,.2f}" for r in rates)
+            rows.append(f"| {name} | {scale:g} | {cells} |")
+    return rows
 
 
 def bench_python(n: int, runs: int, quick: bool) -> list[tuple[str, str, float | None, str]]:
@@ -173,9 +218,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=None, help="runs per sampler (median)")
     parser.add_argument("--no-opendp", action="store_true", help="skip the OpenDP comparison")
     parser.add_argument("--large", action="store_true", help="also time 10^6 and 10^7 calls")
+    parser.add_argument("--grid-only", action="store_true", help="print only the grid table")
     args = parser.parse_args(argv)
     n = 10**5 if args.quick else 10**6
     runs = args.runs or (3 if args.quick else 7)
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"Million draws per CPU-second, best of {min(runs, 3)} (Python "
+        f"{platform.python_version()}, numpy {np.__version__}, {platform.machine()}, load average "
+        f"{load:.1f} on {os.cpu_count()} CPUs)\n"
+    )
+    print("\n".join(grid(min(runs, 3), GRID_SCALES[:3] if args.quick else GRID_SCALES)))
+    if args.grid_only:
+        return
+    print()
 
     rows = bench_python(n, runs, args.quick)
     if not args.no_opendp:

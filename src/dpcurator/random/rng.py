@@ -94,6 +94,10 @@ class Rng(abc.ABC):
         size = check_int(owner, "size", size, minimum=0)
         return _integers_below(self, bound, size)
 
+    def _word64(self) -> int:
+        """One uniform 64-bit integer (internal: the samplers' one-value paths)."""
+        return int.from_bytes(self.random_bytes(8), "little")
+
     def coins(self, size: int) -> npt.NDArray[np.bool_]:
         """``size`` independent fair coins (each bit of the stream is one coin)."""
         size = check_int(type(self).__name__ + ".coins", "size", size, minimum=0)
@@ -212,6 +216,16 @@ class _StreamRng(Rng):
                 self._pos += n
                 return piece
             return self._keystream(n)
+
+    def _word64(self) -> int:
+        with self._lock:
+            self._check_state()
+            if self._pos + 8 > len(self._buffer):
+                self._buffer = self._keystream(_BUFFER)
+                self._pos = 0
+            start = self._pos
+            self._pos = start + 8
+            return int.from_bytes(self._buffer[start : start + 8], "little")
 
     def _fill(self, out: npt.NDArray[np.generic]) -> None:
         view = out.data.cast("B")

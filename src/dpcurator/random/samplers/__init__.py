@@ -8,10 +8,12 @@ quotient in the discrete Gaussian's acceptance test). The constructions are thos
     C. Canonne, G. Kamath, T. Steinke. "The Discrete Gaussian for Differential Privacy."
     NeurIPS 2020, arXiv:2004.00010 ("CKS20"),
 
-vectorised over numpy arrays: each loop runs over *iterations* of an algorithm, and every
-iteration is a handful of array operations on the elements that are still undecided. Random words
-are drawn in batches of 32 or 64 bits and turned into exactly uniform integers by rejection
-thresholds (never by a biased ``% bound`` or float scaling).
+vectorised over numpy arrays. The discrete Laplace, the geometric and the discrete Gaussian's
+acceptance test decide events of the form "a uniform real U lies below a threshold" from one
+64-bit word each (:mod:`~dpcurator.random.samplers.inversion`): a float64 evaluation is accepted
+only when a proven error margin makes it certain, and the rare rest (about 2^-35 of the draws) is
+decided in exact integer arithmetic on more random bits. Other random integers are drawn by
+rejection thresholds (never by a biased ``% bound`` or float scaling).
 
 Timing side channels (Jin, McMurtry, Rubinstein & Ohrimenko, "Are We There Yet? Timing and
 Floating-Point Attacks on Differential Privacy Systems", IEEE S&P 2022): the samplers are NOT
@@ -22,6 +24,8 @@ do not expose per-call or per-value timings to an adversary.
 
 One module per distribution family, each building on the one before:
 
+* :mod:`~dpcurator.random.samplers.inversion` — the one-word exact decisions (inversion of a
+  uniform, Bernoulli(exp(-x))) with their exact integer fallback;
 * :mod:`~dpcurator.random.samplers.bernoulli` — Bernoulli trials with P[True] a rational, or
   exp(-γ) for a rational γ (CKS20 Algorithm 1): the primitives of the others;
 * :mod:`~dpcurator.random.samplers.laplace` — the geometric and discrete Laplace distributions

@@ -1,137 +1,135 @@
 """The discrete Gaussian, sampled exactly (CKS20 Algorithm 3).
 
-A discrete Laplace proposal accepted by a Bernoulli(exp(-γ)) trial whose rational exponent is
-computed exactly in 64-bit arithmetic, with a Python-integer fallback where it does not fit. See
+A discrete Laplace proposal accepted by a Bernoulli(exp(-γ)) trial with an exact rational
+exponent γ, decided from one uniform word (:mod:`dpcurator.random.samplers.inversion`). See
 :mod:`dpcurator.random.samplers` for the guarantees and the timing caveat.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 from typing import Final
 
 import numpy as np
-import numpy.typing as npt
 
 from dpcurator._validation import check_int, check_positive, fail
 from dpcurator.random.rng import Rng
-from dpcurator.random.samplers.bernoulli import (
-    _I64_MAX,
-    _U64_MAX,
-    IntArray,
-    UIntArray,
-    _bexp_parts,
-    _bexp_python,
-)
+from dpcurator.random.samplers.bernoulli import IntArray
 from dpcurator.random.samplers.chunks import CHUNK, in_chunks
+from dpcurator.random.samplers.inversion import (
+    FloatArray,
+    UIntArray,
+    bexp_scalar,
+    bexp_words,
+    inversion_float,
+)
 from dpcurator.random.samplers.laplace import (
+    _INVERSION_RATIO,
     _SCALAR_MAX,
     _discrete_laplace_core,
     _discrete_laplace_python,
+    _laplace_parameters,
+    _proposals,
 )
 
 __all__ = ["MAX_SIGMA", "discrete_gaussian"]
 
-#: Largest discrete Gaussian σ: the acceptance test keeps its denominator 2σ² below 2^64.
+#: Largest discrete Gaussian σ (its discrete Laplace proposals must fit in int64 with room).
 MAX_SIGMA: Final = 2**31
-#: Bounds of the vectorised exact path of the Gaussian acceptance test (see _quadratic_parts).
-_FAST_X: Final = 2**53
-_FAST_Q: Final = 2.0**40
 
 
-def _gaussian_parameters(sigma: object) -> tuple[int, int, int]:
-    """(t, c, L) such that CKS20 Algorithm 3 with σ'² = c·t/L >= σ² (equal when representable)
-    has the acceptance exponent (L|Y| - c)² / (2·c·t·L) with denominator D = 2ctL < 2^64."""
-    owner = "discrete_gaussian"
-    exact = Fraction(check_positive(owner, "sigma", sigma))  # floats are exact binary rationals
-    if exact > MAX_SIGMA:
-        raise fail(owner, "sigma", "<= 2**31 (so that 2σ² fits the 64-bit acceptance test)", sigma)
-    variance = exact * exact
-    t = math.floor(exact) + 1
-    u = variance / t  # σ²/t = c/L
-    c, big_l = u.numerator, u.denominator
-    if 2 * c * t * big_l <= _U64_MAX:
-        return t, c, big_l
-    # Round σ²/t UP to c/L with L a power of two, as fine as the 64-bit denominator allows
-    # (D = 2ctL ~ 2σ²L², so L ~ 2^31.5/σ; start above that and halve until D fits).
-    big_l = 1 << max(0, 33 - math.floor(math.log2(exact)))
-    while big_l > 1 and 2 * math.ceil(u * big_l) * t * big_l > _U64_MAX:
-        big_l //= 2
-    c = math.ceil(u * big_l)
-    if 2 * c * t * big_l > _U64_MAX:  # pragma: no cover - excluded by the MAX_SIGMA check
-        raise fail(owner, "sigma", "<= 2**31", sigma)
-    return t, c, big_l
+class _Target:
+    """CKS20 Algorithm 3 for σ (exact rational) with proposal scale τ = t/s: Y ~ discrete
+    Laplace(τ) is accepted with probability exp(-(|Y| - μ)²/(2σ²)), μ = σ²/τ. That ratio of the
+    pmfs is at most 1 for every τ > 0, so the output is exactly the discrete Gaussian whatever τ
+    is; τ = σ (rounded up only for a Fraction with a numerator above 2^56) keeps the acceptance
+    rate at 0.61-0.76."""
+
+    def __init__(self, sigma: Fraction) -> None:
+        self.t, self.s = _laplace_parameters(sigma, "discrete_gaussian")
+        mu = sigma * sigma * self.s / self.t
+        two_var = 2 * sigma * sigma
+        # exponent (|Y| - μ)²/(2σ²) = (|Y|·mq - mp)²·vq / (mq²·vp) in integers
+        self.mp, self.mq = mu.numerator, mu.denominator
+        self.vp, self.vq = two_var.numerator, two_var.denominator
+        # The float test needs 2σ² far from float underflow (σ > 2^-400); smaller σ (all of whose
+        # draws are 0 but with probability exp(-2^799)) run the exact Python path.
+        self.vectorised = float(two_var) > 2.0**-800
+        self.mu = float(mu)
+        self.inv_sd = 1.0 / math.sqrt(float(two_var)) if self.vectorised else math.inf
+        self.acceptance = _acceptance(float(sigma), self.t / self.s) if self.vectorised else 0.5
+
+    def exponent(self, magnitude: int) -> tuple[int, int]:
+        """The exact exponent for |Y| = magnitude, as (numerator, denominator)."""
+        a = magnitude * self.mq - self.mp
+        return a * a * self.vq, self.mq * self.mq * self.vp
 
 
-def _quadratic_parts(x: IntArray, d: int) -> tuple[UIntArray, UIntArray, npt.NDArray[np.intp]]:
-    """Exact q = floor(x²/d) and r = x² - q·d for |x| < 2^53, d < 2^64, when q < 2^40.
-
-    A float gives q within ±1; r is then recovered exactly from x² - q·d modulo 2^64 (wrapping
-    uint64 arithmetic), lifted to the right multiple of 2^64 with the same float estimate (whose
-    error is below 2^56, far from the 2^64 spacing of the candidates), and q is corrected by ±1.
-    Elements outside these bounds are returned by index for the exact Python fallback. When every
-    x² and d fit in int64 (the common case), a plain integer divmod is used instead.
-    """
-    if x.size == 0 or (d <= _I64_MAX and int(np.max(np.abs(x))) < min(_FAST_X, 2**31)):
-        square = x * x
-        q64, r64 = np.divmod(square, d)
-        return q64.view(np.uint64), r64.view(np.uint64), np.empty(0, dtype=np.intp)
-    ax = np.abs(x).astype(np.uint64)
-    xf = ax.astype(np.float64)
-    df = float(d)
-    square_f = xf * xf
-    qf = np.floor(square_f / df)
-    slow = np.flatnonzero((ax >= np.uint64(_FAST_X)) | (qf >= _FAST_Q))
-    if slow.size:
-        qf[slow] = 0.0
-        ax[slow] = 0
-        square_f[slow] = 0.0
-    q = qf.astype(np.uint64)
-    d64 = np.uint64(d)
-    low = ax * ax - q * d64  # r' mod 2^64, where r' = x² - q·d lies in [-d, 2d)
-    estimate = square_f - qf * df  # r' up to an error < 2^56
-    lift = np.rint((estimate - low.astype(np.float64)) * 2.0**-64)  # r' = low + lift·2^64
-    negative = lift < 0  # r' < 0: q was one too big
-    over = (lift > 0) | ((lift == 0) & (low >= d64))  # r' >= d: q was one too small
-    q[negative] -= np.uint64(1)
-    low[negative] += d64
-    q[over] += np.uint64(1)
-    low[over] -= d64
-    return q, low, slow
+@functools.lru_cache(maxsize=64)
+def _target(sigma: Fraction) -> _Target:
+    return _Target(sigma)
 
 
-def _discrete_gaussian_core(rng: Rng, t: int, c: int, big_l: int, n: int) -> IntArray:
-    """CKS20 Algorithm 3 with σ² = c·t/L: Y ~ discrete Laplace(t), accept with probability
-    exp(-(|Y| - σ²/t)² / (2σ²)) = exp(-(L|Y| - c)² / (2ctL))."""
-    d = 2 * c * t * big_l
-    if n <= _SCALAR_MAX:
+def _acceptance(sigma: float, tau: float) -> float:
+    """A float estimate of the acceptance rate (it only sizes the batches of proposals):
+    E[exp(-(|Y| - σ²/τ)²/(2σ²))] for Y discrete Laplace(τ), summed over |Y| <= 40τ + 40, with σ
+    and τ scaled down together when τ > 4096 (the large-τ limit)."""
+    if tau > 4096:
+        sigma, tau = sigma * 4096 / tau, 4096.0
+    q = math.exp(-1 / tau)
+    k = np.arange(int(40 * tau) + 41, dtype=np.float64)
+    pmf = (1 - q) / (1 + q) * q**k
+    pmf[1:] *= 2
+    rate = float(np.sum(pmf * np.exp(-((k - sigma * sigma / tau) ** 2) / (2 * sigma * sigma))))
+    return rate if 0.1 < rate <= 1 else 0.5
+
+
+def _proposals_laplace(rng: Rng, t: int, s: int, n: int) -> tuple[FloatArray, UIntArray]:
+    """``n`` discrete Laplace(t/s) draws as (|Y| as exact floats, words whose low bit is the
+    sign)."""
+    if s * _INVERSION_RATIO >= t:
+        return inversion_float(rng, s, t, n, two_sided=True)
+    y = _discrete_laplace_core(rng, t, s, n)
+    return np.abs(y).astype(np.float64), (y < 0).astype(np.uint64)
+
+
+def _discrete_gaussian_core(rng: Rng, target: _Target, n: int) -> IntArray:
+    """``n`` draws of CKS20 Algorithm 3 (:class:`_Target`).
+
+    The acceptance test is one exact Bernoulli(exp(-x)) decision per proposal
+    (:func:`~dpcurator.random.samplers.inversion.bexp_words`) with x computed in float64 as
+    ((|Y| - μ)/sqrt(2σ²))²: |Y| < 2^53 is an exact float, so for x <= 64 the error is below
+    2^-43 (a few roundings of numbers below 2^4), inside the decision's margin; the exact
+    integer exponent decides the rare uncertain cases."""
+    if n <= _SCALAR_MAX or not target.vectorised:
         values: list[int] = []
         while len(values) < n:
-            proposal = _discrete_laplace_python(rng, t, 1)
-            x = abs(proposal) * big_l - c
-            if _bexp_python(rng, x * x, d):
+            proposal = _discrete_laplace_python(rng, target.t, target.s)
+            if bexp_scalar(rng, *target.exponent(abs(proposal))):
                 values.append(proposal)
         return np.array(values, dtype=np.int64)
     if n > CHUNK:
-        return in_chunks(lambda m: _discrete_gaussian_core(rng, t, c, big_l, m), n)
+        return in_chunks(lambda m: _discrete_gaussian_core(rng, target, m), n)
     out = np.empty(n, dtype=np.int64)
     filled = 0
-    max_y = (_FAST_X - 1 + c) // big_l  # |Y| <= max_y keeps |L|Y| - c| < 2^53
     while filled < n:
-        y = _discrete_laplace_core(rng, t, 1, n - filled)
-        ay = np.abs(y)
-        big = np.flatnonzero(ay > max_y)
-        ay[big] = 0
-        if big_l != 1:
-            ay *= big_l
-        ay -= c
-        q, r, slow = _quadratic_parts(ay, d)
-        accept = _bexp_parts(rng, q, r, d)
-        for i in np.union1d(slow, big):  # outside the 64-bit fast path: exact Python integers
-            xi = abs(int(y[i])) * big_l - c
-            accept[i] = _bexp_python(rng, xi * xi, d)
-        accepted = y[accept]
+        need = n - filled
+        magnitude, signs = _proposals_laplace(
+            rng, target.t, target.s, _proposals(need, target.acceptance)
+        )
+        x = magnitude - target.mu
+        x *= target.inv_sd
+        x *= x
+
+        def exact(i: int, magnitude: FloatArray = magnitude) -> tuple[int, int]:
+            return target.exponent(int(magnitude[i]))
+
+        accept = bexp_words(rng, x, exact)
+        signed = np.left_shift(signs, np.uint64(63))  # the sign bit of a float64
+        signed |= magnitude.view(np.uint64)
+        accepted = signed.view(np.float64)[accept][:need].astype(np.int64)
         out[filled : filled + accepted.size] = accepted
         filled += accepted.size
     return out
@@ -142,21 +140,19 @@ def discrete_gaussian(rng: Rng, sigma: int | float | Fraction, size: int) -> Int
     P[x] = exp(-x²/(2σ²)) / Σ_y exp(-y²/(2σ²)).
 
     CKS20 Algorithm 3 (Canonne, Kamath & Steinke 2020, "The Discrete Gaussian for Differential
-    Privacy"): with t = floor(σ) + 1, draw Y from the discrete Laplace with scale t and accept it
-    with probability exp(-(|Y| - σ²/t)² / (2σ²)) (a :func:`bernoulli_exp` trial with a rational
-    exponent), else retry.
+    Privacy"): draw Y from the discrete Laplace with scale τ and accept it with probability
+    exp(-(|Y| - σ²/τ)² / (2σ²)), else retry. CKS20 take τ = floor(σ) + 1; any τ > 0 gives the
+    same output distribution (the ratio of the two pmfs is a constant times that probability),
+    and τ = σ accepts more often for σ < 3 (0.61 instead of 0.52 at σ = 0.5, 0.71 instead of
+    0.54 at σ = 1; 0.76 for large σ), so τ = σ is used.
 
-    ``sigma`` may be an int, a Fraction or a float (the exact binary rational it stores); σ² is
-    then an exact rational. The acceptance exponent is (L|Y| - c)² / D with σ²/t = c/L and
-    D = 2·c·t·L. When D (in lowest terms) would exceed 2^64 - 1 — e.g. for most float σ, whose
-    exact square has a 100-bit denominator — σ²/t is rounded UP to c/L with L a power of two
-    chosen as large as the 64-bit bound allows, i.e. σ² is replaced by σ'² = c·t/L with
-    σ² <= σ'² < σ²·(1 + 2^-30·max(1, 1/σ)) (and σ'² = 2^-62 for σ < 2^-31, where every sample
-    is 0 but with probability below 2^(-2^60)). The sample is then exactly discrete Gaussian with
-    σ'. More noise is always safe, so a privacy guarantee computed for σ holds. Integer σ below
-    2^15 and Fractions with small terms are used exactly. The test is evaluated in vectorised 64-bit
-    arithmetic; the rare elements whose integers do not fit (|Y| beyond about 2^53/L, or an
-    exponent above 2^40) fall back to exact Python integers, so exactness is never lost.
+    ``sigma`` may be an int, a Fraction or a float (the exact binary rational it stores): the
+    output is exactly the discrete Gaussian with that σ, without rounding (the acceptance
+    exponent is an exact rational; only a Fraction σ with a numerator above 2^56 has its
+    proposal scale τ rounded up, which changes the proposals, not the output). Each acceptance
+    test reads one 64-bit word and is decided by a certified float comparison, or in the rare
+    uncertain cases by exact integer arithmetic on more bits
+    (:mod:`dpcurator.random.samplers.inversion`); so is each discrete Laplace proposal.
 
     Not constant-time: the number of rejection rounds depends on the values drawn.
 
@@ -168,6 +164,9 @@ def discrete_gaussian(rng: Rng, sigma: int | float | Fraction, size: int) -> Int
     Returns:
         An int64 array of shape ``(size,)``.
     """
-    t, c, big_l = _gaussian_parameters(sigma)
-    size = check_int("discrete_gaussian", "size", size, minimum=0)
-    return _discrete_gaussian_core(rng, t, c, big_l, size)
+    owner = "discrete_gaussian"
+    exact = Fraction(check_positive(owner, "sigma", sigma))  # floats are exact binary rationals
+    if exact > MAX_SIGMA:
+        raise fail(owner, "sigma", "<= 2**31 (larger noise would not fit in int64)", sigma)
+    size = check_int(owner, "size", size, minimum=0)
+    return _discrete_gaussian_core(rng, _target(exact), size)

@@ -1,8 +1,9 @@
-"""The geometric and discrete Laplace distributions, sampled exactly (CKS20 Algorithm 2).
+"""The geometric and discrete Laplace distributions, sampled exactly (inversion of one uniform
+word; CKS20 Algorithm 2 for scales above 2^20).
 
 :func:`geometric` draws the number of Bernoulli(exp(-γ)) successes before a failure, and
-:func:`discrete_laplace` a geometric magnitude with a fair sign; both in work that does not grow
-with the scale. See :mod:`dpcurator.random.samplers` for the guarantees and the timing caveat.
+:func:`discrete_laplace` a magnitude with a fair sign; both in work that does not grow with the
+scale. See :mod:`dpcurator.random.samplers` for the guarantees and the timing caveat.
 """
 
 from __future__ import annotations
@@ -17,16 +18,15 @@ from dpcurator._validation import check_int, check_positive, fail
 from dpcurator.core.numbers import dyadic_up
 from dpcurator.errors import InternalInvariantError
 from dpcurator.random.rng import Rng
-from dpcurator.random.samplers.bernoulli import (
-    _I64_MAX,
-    IntArray,
-    _bexp_fraction,
-    _bexp_one,
-    _bexp_parts,
-    _bexp_python,
-    _randbelow,
-)
+from dpcurator.random.samplers.bernoulli import _I64_MAX, IntArray, _randbelow
 from dpcurator.random.samplers.chunks import CHUNK, in_chunks
+from dpcurator.random.samplers.inversion import (
+    MIN_INVERSION_RATE,
+    bexp_scalar,
+    bexp_words,
+    inversion_magnitudes,
+    magnitude_scalar,
+)
 
 __all__ = ["MAX_LAPLACE_SCALE", "discrete_laplace", "geometric"]
 
@@ -39,36 +39,22 @@ _MAX_T: Final = 2**56
 #: Batches up to this size run the same algorithms one value at a time in Python integers, which
 #: beats dozens of numpy calls on tiny arrays (e.g. one noisy threshold in sparse vector).
 _SCALAR_MAX: Final = 16  # measured crossover: ~13 us per value vs ~220 us per small batch
+#: Rates s/t >= 1/_INVERSION_RATIO (scales up to 2^20) are sampled by inversion of one word.
+_INVERSION_RATIO: Final = round(1 / MIN_INVERSION_RATE)
 
 
-def _geometric_exp_one(rng: Rng, n: int) -> IntArray:
-    """``n`` draws of V with P[V = v] = (1 - e^-1) e^-v: Bernoulli(exp(-1)) successes before a
-    failure (the inner loop of CKS20 Algorithm 2)."""
-    values = np.zeros(n, dtype=np.int64)
-    live = np.arange(n)
-    while live.size:
-        live = live[_bexp_one(rng, live.size)]
-        values[live] += 1
-    return values
-
-
-# Pure-Python exact versions, for small batches and rare elements beyond the int64 fast paths.
+# Pure-Python exact versions, for small batches (same algorithms as the vectorised ones).
 
 
 def _geometric_python(rng: Rng, t: int, s: int) -> int:
-    """One draw of :func:`_geometric_core` (same algorithm) in Python integers."""
-    if s >= t:
-        count = 0
-        while _bexp_python(rng, s, t):
-            count += 1
-        return count
+    """One draw of :func:`_geometric_core` (same algorithm) in Python."""
+    if s * _INVERSION_RATIO >= t:
+        return magnitude_scalar(rng, s, t, two_sided=False)
     while True:
         u = _randbelow(rng, t)
-        if _bexp_python(rng, u, t):
+        if bexp_scalar(rng, u, t):
             break
-    v = 0
-    while _bexp_python(rng, 1, 1):
-        v += 1
+    v = magnitude_scalar(rng, 1, 1, two_sided=False)
     value = (u + t * v) // s
     if value > _I64_MAX:  # pragma: no cover - probability below exp(-2^11)
         raise InternalInvariantError("A geometric sample exceeded the int64 range.")
@@ -76,7 +62,9 @@ def _geometric_python(rng: Rng, t: int, s: int) -> int:
 
 
 def _discrete_laplace_python(rng: Rng, t: int, s: int) -> int:
-    """One draw of :func:`_discrete_laplace_core` (same algorithm) in Python integers."""
+    """One draw of :func:`_discrete_laplace_core` (same algorithm) in Python."""
+    if s * _INVERSION_RATIO >= t:
+        return magnitude_scalar(rng, s, t, two_sided=True)  # signed
     while True:
         magnitude = _geometric_python(rng, t, s)
         negative = _randbelow(rng, 2) == 1
@@ -101,31 +89,36 @@ def _proposals(need: int, acceptance: float) -> int:
 def _geometric_core(rng: Rng, t: int, s: int, n: int) -> IntArray:
     """``n`` draws of Y with P[Y = y] = (1 - e^(-s/t)) e^(-y s/t), y >= 0.
 
-    For s/t < 1, CKS20 Algorithm 2, lines 1-5: U uniform on {0..t-1} accepted with probability
-    exp(-U/t), V ~ Geometric(1 - 1/e) (Bernoulli(exp(-1)) successes before a failure), then
-    X = U + t·V is geometric with ratio e^(-1/t) and Y = floor(X / s). For s/t >= 1 (mean below
-    0.6) the definition is cheaper: Y counts Bernoulli(exp(-s/t)) successes before a failure.
-
-    t and s are Python integers in [1, 2^63) (s may be larger when s >= t). Accepted proposals
-    are i.i.d. from the target, so they fill the output in order.
+    For s/t >= 2^-20 (the common case): inversion of one uniform word, Y = floor(-ln U · t/s),
+    certified or decided exactly (:func:`.inversion.inversion_magnitudes`).
+    For smaller rates, CKS20 Algorithm 2, lines 1-5: U uniform on {0..t-1} accepted with
+    probability exp(-U/t), V ~ Geometric(1 - 1/e), then X = U + t·V is geometric with ratio
+    e^(-1/t) and Y = floor(X / s); the acceptance test and V use the same exact one-word
+    decisions. Accepted proposals are i.i.d. from the target, so they fill the output in order.
     """
     if n <= _SCALAR_MAX:
         return np.array([_geometric_python(rng, t, s) for _ in range(n)], dtype=np.int64)
     if n > CHUNK:
         return in_chunks(lambda m: _geometric_core(rng, t, s, m), n)
-    if s >= t:
-        return _geometric_by_trials(rng, s, t, n)
+    if s * _INVERSION_RATIO >= t:
+        return inversion_magnitudes(rng, s, t, n, two_sided=False)
     out = np.empty(n, dtype=np.int64)
     filled = 0
     v_safe = (_I64_MAX - (t - 1)) // t  # U + t·V fits in int64 when V <= v_safe
     while filled < n:
         need = n - filled
         u = rng.integers_below(t, _proposals(need, _GEOMETRIC_ACCEPTANCE))
-        u = u[_bexp_fraction(rng, u, t)][:need]
-        v = _geometric_exp_one(rng, u.size)
-        x = v * t
-        x += u
-        y = x if s == 1 else x // s
+        x = u.astype(np.float64)
+        x /= float(t)
+
+        def exact(i: int, u: IntArray = u) -> tuple[int, int]:
+            return int(u[i]), t
+
+        u = u[bexp_words(rng, x, exact)][:need]
+        v = inversion_magnitudes(rng, 1, 1, u.size, two_sided=False)
+        x_int = v * t
+        x_int += u
+        y = x_int if s == 1 else x_int // s
         for i in np.flatnonzero(v > v_safe):  # X beyond int64 (probability < e^-127): Python
             value = (int(u[i]) + t * int(v[i])) // s
             if value > _I64_MAX:
@@ -139,40 +132,18 @@ def _geometric_core(rng: Rng, t: int, s: int, n: int) -> IntArray:
     return out
 
 
-def _geometric_by_trials(rng: Rng, numerator: int, denominator: int, n: int) -> IntArray:
-    """``n`` counts of Bernoulli(exp(-numerator/denominator)) successes before the first failure
-    (efficient when the ratio is >= 1, i.e. when most counts are 0)."""
-    whole, rest = divmod(numerator, denominator)
-    if whole > _I64_MAX:  # every trial needs more than 2^63 Bernoulli(exp(-1)) successes
-        whole, rest = _I64_MAX, 0  # only a lower bound on γ ...
-        exact_bound = False
-    else:
-        exact_bound = True
-    values = np.zeros(n, dtype=np.int64)
-    live = np.arange(n)
-    while live.size:
-        m = np.full(live.size, whole, dtype=np.int64)
-        r = np.full(live.size, rest, dtype=np.int64)
-        success = _bexp_parts(rng, m, r, denominator)
-        if not exact_bound and success.any():  # pragma: no cover - probability exp(-2^63)
-            raise InternalInvariantError("survived 2^63 Bernoulli(exp(-1)) trials")
-        live = live[success]
-        values[live] += 1
-    return values
-
-
 def geometric(rng: Rng, numerator: int, denominator: int, size: int) -> IntArray:
     """``size`` draws of the number of successes before the first failure of independent
     Bernoulli(exp(-γ)) trials, γ = numerator/denominator > 0: exactly
     P[k] = (1 - e^-γ) e^(-γ k), k = 0, 1, 2, ...
 
-    Uses the trick of Canonne, Kamath & Steinke 2020 ("The Discrete Gaussian for Differential
-    Privacy", Algorithm 2, lines 1-5) with t = denominator and s = numerator: U uniform on
-    {0, ..., t-1} accepted with probability exp(-U/t), V the number of Bernoulli(exp(-1))
-    successes before a failure, X = U + t·V (geometric with ratio e^(-1/t)) and k = floor(X/s).
-    The expected work does not grow with the mean 1/γ, so large means are fast. For γ >= 1 (mean
-    below 0.6) the definition itself is cheaper and is used: count the successes of
-    :func:`bernoulli_exp` trials until the first failure.
+    For γ >= 2^-20: inversion, k = floor(-ln U / γ) for U uniform on (0, 1) (P[k >= j] =
+    P[U < e^(-γj)] = e^(-γj)), from one 64-bit word, certified or decided exactly
+    (:mod:`dpcurator.random.samplers.inversion`). For smaller γ, the trick of
+    Canonne, Kamath & Steinke 2020 ("The Discrete Gaussian for Differential Privacy", Algorithm 2,
+    lines 1-5) with t = denominator and s = numerator: U uniform on {0, ..., t-1} accepted
+    with probability exp(-U/t), V ~ Geometric(1 - 1/e), X = U + t·V (geometric with ratio
+    e^(-1/t)) and k = floor(X/s). The expected work does not grow with the mean 1/γ.
 
     Not constant-time: the number of rejection rounds and Bernoulli iterations depends on the
     values drawn (larger samples take longer).
@@ -209,11 +180,18 @@ def _laplace_parameters(scale: object, owner: str = "discrete_laplace") -> tuple
 
 
 def _discrete_laplace_core(rng: Rng, t: int, s: int, n: int) -> IntArray:
-    """CKS20 Algorithm 2: discrete Laplace with scale t/s (t < 2^63, s >= 1 Python integers)."""
+    """Discrete Laplace with scale t/s (t < 2^63, s >= 1 Python integers).
+
+    Scales up to 2^20: |X| by inversion of one uniform word against P[|X| >= k] = 2q^k/(1 + q)
+    (:func:`~dpcurator.random.samplers.inversion.inversion_magnitudes`), and a fair sign (which
+    leaves 0 unchanged). Larger scales: CKS20 Algorithm 2 (a geometric magnitude and a sign,
+    restarting on "-0")."""
     if n <= _SCALAR_MAX:
         return np.array([_discrete_laplace_python(rng, t, s) for _ in range(n)], dtype=np.int64)
     if n > CHUNK:
         return in_chunks(lambda m: _discrete_laplace_core(rng, t, s, m), n)
+    if s * _INVERSION_RATIO >= t:
+        return inversion_magnitudes(rng, s, t, n, two_sided=True)  # signed
     out = np.empty(n, dtype=np.int64)
     filled = 0
     acceptance = 1.0 - 0.5 * -math.expm1(-s / t)  # P[not "-0"] (a batch size, not a sample)
@@ -234,9 +212,21 @@ def discrete_laplace(rng: Rng, scale: int | float | Fraction, size: int) -> IntA
     """``size`` draws from the discrete Laplace distribution on the integers with this scale:
     exactly P[x] = (1 - q)/(1 + q) · q^|x| with q = exp(-1/scale), i.e. P[x] ∝ exp(-|x|/scale).
 
-    CKS20 Algorithm 2 (Canonne, Kamath & Steinke 2020, "The Discrete Gaussian for Differential
-    Privacy"), for scale = t/s in lowest terms: Y ~ :func:`geometric` with γ = s/t, a fair sign
-    B, restart when B = 1 and Y = 0, return (1 - 2B)·Y.
+    For scale = t/s in lowest terms, q = e^(-s/t):
+
+    * scale <= 2^20: inversion. With U uniform on (0, 1), |X| = max{k >= 0 : U < c·q^k},
+      c = 2/(1 + q), has exactly P[|X| >= k] = 2q^k/(1 + q) for k >= 1, the law of |X| for the
+      discrete Laplace; a fair sign (void on 0) completes it. One 64-bit word per draw gives U's
+      first 63 bits and the sign; |X| = floor((ln c - ln U)·t/s) is computed in float64 and kept
+      only when certain under a proven error margin, else decided exactly by comparing more
+      bits of U with integer bounds on c·q^k (:mod:`dpcurator.random.samplers.inversion`).
+    * larger scales: CKS20 Algorithm 2 (Canonne, Kamath & Steinke 2020, "The Discrete Gaussian
+      for Differential Privacy"): Y ~ :func:`geometric` with γ = s/t, a fair sign B, restart
+      when B = 1 and Y = 0, return (1 - 2B)·Y; its Bernoulli(exp(-·)) decisions use the same
+      one-word exact test.
+
+    Both give exactly the discrete Laplace given uniform bits: the float path only ever returns
+    the value that exact arithmetic would.
 
     ``scale`` may be an int, a Fraction or a float (a float is the exact binary rational it
     stores). Every int and float scale is used exactly (its numerator t is below 2^53). Only a

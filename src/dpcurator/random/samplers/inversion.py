@@ -1,0 +1,310 @@
+"""Fast exact sampling: inversion of one uniform word, checked against certified error bounds.
+
+The samplers of CKS20 (Canonne, Kamath & Steinke 2020, "The Discrete Gaussian for Differential
+Privacy", arXiv:2004.00010) decide every Bernoulli(exp(-γ)) trial by chains of rational coin flips:
+exact, but a dozen array passes and ~25 random bytes per discrete Laplace draw. This module decides
+the SAME events — "a uniform real U lies below a threshold e^(-x)" — from one 64-bit word per event,
+and stays exact:
+
+* U is an infinite sequence of fair bits; the word ``w`` gives its first 64, so
+  U ∈ [w/2^64, (w+1)/2^64). The output is a function of the real U, never of a rounding of it.
+* A float computation proposes the answer (a geometric count ``floor(-ln U / λ)``, or whether
+  U < e^(-x)), together with a margin that provably exceeds its floating-point error. The answer is
+  accepted only when the whole interval of U, widened by that margin, gives the same answer; the
+  float is then a certified evaluation, not an approximation.
+* Otherwise (probability below about 2^-35 per draw for the parameters routed here) the element is
+  decided in exact integer arithmetic: more bits of U are drawn on demand and compared with
+  rigorous integer bounds on the transcendental threshold (:func:`exp_neg_bounds`, a Taylor series
+  with explicit error terms), until the comparison is certain. U equals a threshold with
+  probability 0, so this ends with probability 1 (after 64 more bits, all but ~2^-50 of the time).
+
+Hence each sample is EXACTLY distributed as the inversion of a uniform real — the exact discrete
+Laplace, geometric or Bernoulli(exp(-x)) law — given uniform bits from the generator.
+
+Floating-point assumptions (checked by tests/test_samplers_fast.py against mpmath): numpy's
+float64 ``log`` and ``exp`` are within 2^-44 (relative for exp, absolute for log of values in
+[2^-64, 2]) of the true value; IEEE basic operations are correctly rounded. The documented worst
+cases of numpy's implementations are a few units in the last place (2^-50 here), 64 times below
+these margins.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from dpcurator.random.rng import Rng
+
+__all__ = [
+    "apply_signs",
+    "bexp_scalar",
+    "bexp_words",
+    "exp_neg_bounds",
+    "inversion_float",
+    "inversion_magnitudes",
+    "lazy_below_exp",
+    "magnitude_scalar",
+]
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+UIntArray = npt.NDArray[np.uint64]
+
+#: Inversion is used when the rate λ = s/t is at least this (scale t/s at most 2^20): the float
+#: count ``-ln U / λ`` then has an error far below its integer spacing.
+MIN_INVERSION_RATE: Final = 2.0**-20
+#: Margin (absolute, in units of -ln U) covering the float error of ``lnc + 64 ln 2 - log(w)``.
+_LOG_MARGIN: Final = 2.0**-36
+#: Words below this go to the exact path (the width ln(1 + 1/w) of U's interval is then large).
+_SMALL_WORD: Final = 2.0**39
+#: Margin of the Bernoulli(exp(-x)) decision: 2^-36 (log) + 2^-39 (U's interval) + 65·2^-47 (x).
+_BEXP_DELTA: Final = 2.0**-35
+_LN2_63: Final = 63 * math.log(2)
+
+
+def _fdiv(a: int, b: int) -> float:
+    """a / b as a float, +inf when it overflows (a and b Python integers, b > 0)."""
+    try:
+        return a / b
+    except OverflowError:
+        return math.inf
+
+
+@functools.lru_cache(maxsize=256)
+def _log_c(s: int, t: int, two_sided: bool) -> float:
+    """ln c for the thresholds T_k = c·e^(-k s/t): ln 2 - ln(1 + e^(-s/t)), or 0."""
+    return math.log(2) - math.log1p(math.exp(-_fdiv(s, t))) if two_sided else 0.0
+
+
+# -- exact arithmetic ------------------------------------------------------------------------------
+
+
+def _series_bounds(r: int, d: int, prec: int) -> tuple[int, int]:
+    """Integers lo <= 2^prec · e^(-r/d) <= hi for 0 <= r <= d (alternating Taylor series).
+
+    Terms T_i = floor(T_{i-1}·r/(d·i)) are each below the true term by at most i (induction:
+    the factor r/(d·i) <= 1), so the partial sum is off by at most N² for N terms; the first
+    omitted true term is at most N + 1 and bounds the tail of an alternating series with
+    decreasing terms."""
+    one = 1 << prec
+    if r == 0:
+        return one, one
+    total = term = one
+    i = 0
+    while term:
+        i += 1
+        term = term * r // (d * i)
+        total += -term if i % 2 else term
+    slack = i * i + 2 * i + 2
+    return max(0, total - slack), total + slack
+
+
+def exp_neg_bounds(num: int, den: int, prec: int) -> tuple[int, int]:
+    """Integers lo <= 2^prec · exp(-num/den) <= hi (num >= 0, den >= 1), with hi - lo small
+    relative to 2^prec · exp(-num/den) (a few units beyond 2^-prec·(1 + num/den))."""
+    if num == 0:
+        return 1 << prec, 1 << prec
+    whole, rest = divmod(num, den)
+    if whole > prec + 2:  # e^-whole < 2^-(1.44·whole) < 2^-prec
+        return 0, 1
+    guard = 32 + 2 * whole.bit_length()
+    p = prec + guard
+    lo, hi = _series_bounds(rest, den, p)
+    if whole:
+        base_lo, base_hi = _series_bounds(1, 1, p)
+        k = whole
+        while k:  # binary powering of the interval of e^-1, multiplied into (lo, hi)
+            if k & 1:
+                lo, hi = (lo * base_lo) >> p, ((hi * base_hi) >> p) + 1
+            k >>= 1
+            if k:
+                base_lo, base_hi = (base_lo * base_lo) >> p, ((base_hi * base_hi) >> p) + 1
+    return lo >> guard, (hi >> guard) + 1
+
+
+def _magnitude_threshold_bounds(
+    k: int, s: int, t: int, two_sided: bool, prec: int
+) -> tuple[int, int]:
+    """Bounds on 2^prec · T_k, T_k = c·e^(-k s/t) with c = 1 (geometric) or 2/(1 + e^(-s/t))
+    (magnitude of the discrete Laplace: P[|X| >= k] = c·q^k for k >= 1)."""
+    p = prec + 8
+    a_lo, a_hi = exp_neg_bounds(k * s, t, p)
+    if not two_sided:
+        return a_lo >> 8, (a_hi >> 8) + 1
+    b_lo, b_hi = exp_neg_bounds(s, t, p)
+    one = 1 << p
+    lo = (2 * a_lo << p) // (one + b_hi)
+    hi = -((-2 * a_hi << p) // (one + b_lo))
+    return lo >> 8, (hi >> 8) + 1
+
+
+class _LazyUniform:
+    """A uniform real U in [0, 1) whose bits are drawn on demand:
+    U ∈ [value / 2^bits, (value + 1) / 2^bits)."""
+
+    def __init__(self, rng: Rng, prefix: int, bits: int) -> None:
+        self.rng = rng
+        self.value = prefix
+        self.bits = bits
+
+    def extend(self) -> None:
+        self.value = (self.value << 64) | self.rng._word64()
+        self.bits += 64
+
+    def below(self, bounds: Callable[[int], tuple[int, int]]) -> bool:
+        """Whether U < T, for T given by ``bounds(prec) -> (lo, hi)``, lo <= 2^prec·T <= hi."""
+        while True:
+            lo, hi = bounds(self.bits + 16)
+            if (self.value + 1) << 16 <= lo:
+                return True
+            if self.value << 16 >= hi:
+                return False
+            self.extend()
+
+    def log(self) -> float:
+        """ln U to float precision (a guess only; draws bits until the prefix is non-zero)."""
+        while self.value == 0:
+            self.extend()
+        return math.log(self.value) - self.bits * math.log(2)
+
+
+def lazy_below_exp(rng: Rng, prefix: int, bits: int, num: int, den: int) -> bool:
+    """Exactly ``U < exp(-num/den)`` for the uniform U whose first ``bits`` bits are ``prefix``."""
+    return _LazyUniform(rng, prefix, bits).below(lambda prec: exp_neg_bounds(num, den, prec))
+
+
+def _magnitude_exact(rng: Rng, prefix: int, bits: int, s: int, t: int, *, two_sided: bool) -> int:
+    """Exactly max{k >= 0 : U < T_k} (T_0 >= 1 > U) for U with first ``bits`` bits ``prefix``."""
+    u = _LazyUniform(rng, prefix, bits)
+    guess = max(0, math.floor((_log_c(s, t, two_sided) - u.log()) * _fdiv(t, s)))
+
+    def below(k: int) -> bool:
+        return k <= 0 or u.below(lambda prec: _magnitude_threshold_bounds(k, s, t, two_sided, prec))
+
+    k = guess
+    while not below(k):
+        k -= 1
+    while below(k + 1):
+        k += 1
+    return k
+
+
+# -- vectorised samplers ---------------------------------------------------------------------------
+
+
+def inversion_float(
+    rng: Rng, s: int, t: int, n: int, two_sided: bool
+) -> tuple[FloatArray, UIntArray]:
+    """``n`` exact draws of K = max{k >= 0 : U < T_k} for λ = s/t >= MIN_INVERSION_RATE, as
+    floats (exact integers), with the words they came from (whose low bits are unused):
+
+    * ``two_sided=False``: T_k = e^(-λk), so K is geometric, P[K = k] = (1 - e^-λ) e^(-λk);
+    * ``two_sided=True``: T_k = c·e^(-λk), c = 2/(1 + e^-λ), so K is |X| for X discrete
+      Laplace with scale 1/λ (P[|X| >= k] = 2q^k/(1 + q), q = e^-λ, for k >= 1).
+
+    Each draw uses one 64-bit word: its high 63 bits v are the first bits of U, so
+    U ∈ [v/2^63, (v+1)/2^63). K = floor((ln c - ln U)/λ): the float z of that quotient at the
+    middle of U's interval has an error below δ = (t/s)·(2^-36 + 1.01·2^-39) (the interval's
+    half-width, below 0.51/v <= 2^-39.9 for v >= 2^39, the log, the rounding), so floor(z) is
+    certain when z is farther than δ from an integer; the rest (probability about 2δ, plus 2^-24 for
+    v < 2^39) is decided exactly by :func:`_magnitude_exact`.
+    """
+    words = rng.uint64(n)
+    v = (words >> np.uint64(1)).view(np.int64)
+    inv = _fdiv(t, s)
+    lnc = _log_c(s, t, two_sided)
+    z = np.add(v, 0.5)  # the middle of U's interval, in units of 2^-63 (never 0)
+    bad = z < _SMALL_WORD
+    np.log(z, out=z)
+    np.subtract(lnc + _LN2_63, z, out=z)  # ln c - ln U
+    z *= inv
+    k = np.floor(z)
+    z -= k
+    z -= 0.5
+    np.abs(z, out=z)
+    bad |= z > 0.5 - inv * (_LOG_MARGIN + 1.01 / _SMALL_WORD)
+    for i in np.flatnonzero(bad) if bad.any() else ():
+        k[i] = _magnitude_exact(rng, int(v[i]), 63, s, t, two_sided=two_sided)
+    return k, words
+
+
+def apply_signs(magnitudes: FloatArray, words: UIntArray) -> IntArray:
+    """int64 ``magnitudes`` (exact non-negative integer floats) negated where the low bit of
+    ``words`` is set (a fair sign): the bit is moved into the float's sign bit (-0.0 gives 0)."""
+    signed = np.left_shift(words, np.uint64(63))
+    signed |= magnitudes.view(np.uint64)
+    return signed.view(np.float64).astype(np.int64)
+
+
+def inversion_magnitudes(rng: Rng, s: int, t: int, n: int, two_sided: bool) -> IntArray:
+    """:func:`inversion_float` as int64; with ``two_sided``, K with a fair sign from each word's
+    low bit: exactly the discrete Laplace with scale t/s (a sign on 0 is void)."""
+    k, words = inversion_float(rng, s, t, n, two_sided)
+    return apply_signs(k, words) if two_sided else k.astype(np.int64)
+
+
+def bexp_words(rng: Rng, x: FloatArray, exact: Callable[[int], tuple[int, int]]) -> BoolArray:
+    """Elementwise exact Bernoulli(exp(-x_i)): whether U_i < e^(-x_i), one word per element.
+
+    ``x`` holds floats within 2^-47·(x_i + 1) of the true exponents x_i >= 0, and
+    ``exact(i) -> (num, den)`` gives x_i = num/den exactly (Python integers). With v the high 63
+    bits of a word, U ∈ [v/2^63, (v+1)/2^63) and -ln U lies within 0.51/v <= 2^-39.9 of
+    y = 63 ln 2 - ln(v + 1/2) when v >= 2^39; y is computed within 2^-40. So with d = y - x and
+    δ = 2^-35 (which covers these errors for x <= 64; for larger x, y <= 44 < x - 20 anyway),
+    U < e^-x for certain when d > δ and U > e^-x for certain when d < -δ. Undecided elements
+    (probability about 2^-34, plus 2^-24 for v < 2^39) are compared exactly by
+    :func:`lazy_below_exp`.
+    """
+    v = (rng.uint64(x.size) >> np.uint64(1)).view(np.int64)
+    d = np.add(v, 0.5)  # the middle of U's interval, in units of 2^-63 (never 0)
+    undecided = d < _SMALL_WORD
+    np.log(d, out=d)
+    np.subtract(_LN2_63, d, out=d)  # -ln U at the middle of its interval
+    d -= x
+    sure_true = d > _BEXP_DELTA
+    np.abs(d, out=d)
+    undecided |= d <= _BEXP_DELTA
+    for i in np.flatnonzero(undecided) if undecided.any() else ():
+        num, den = exact(int(i))
+        sure_true[i] = lazy_below_exp(rng, int(v[i]), 63, num, den)
+    return sure_true
+
+
+# -- one value at a time (small batches) -----------------------------------------------------------
+
+
+def _word63(rng: Rng) -> tuple[int, int]:
+    """(the high 63 bits, the low bit) of one random 64-bit word."""
+    w = rng._word64()
+    return w >> 1, w & 1
+
+
+def magnitude_scalar(rng: Rng, s: int, t: int, two_sided: bool) -> int:
+    """One draw of :func:`inversion_magnitudes` (same algorithm, Python floats)."""
+    v, sign = _word63(rng)
+    inv = _fdiv(t, s)
+    lnc = _log_c(s, t, two_sided)
+    z = (lnc + _LN2_63 - math.log(v + 0.5)) * inv if v >= _SMALL_WORD else 0.0
+    k = math.floor(z)
+    if v < _SMALL_WORD or abs(z - k - 0.5) > 0.5 - inv * (_LOG_MARGIN + 1.01 / _SMALL_WORD):
+        k = _magnitude_exact(rng, v, 63, s, t, two_sided=two_sided)
+    return -k if two_sided and sign else k
+
+
+def bexp_scalar(rng: Rng, num: int, den: int) -> bool:
+    """One exact Bernoulli(exp(-num/den)) (the test of :func:`bexp_words`, Python floats)."""
+    v, _ = _word63(rng)
+    if v >= _SMALL_WORD:
+        x = _fdiv(num, den)
+        y = _LN2_63 - math.log(v + 0.5)
+        if y > x + _BEXP_DELTA:
+            return True
+        if y < x - _BEXP_DELTA:
+            return False
+    return lazy_below_exp(rng, v, 63, num, den)
