@@ -203,7 +203,7 @@ def check_affordable(owner: str, session: Session, total: Fraction) -> None:
     """Refuse (free) a fit whose total ε exceeds the session's remaining budget."""
     remaining = session.remaining()
     if isinstance(remaining, PureDP | ApproxDP) and remaining.epsilon < total:
-        raise BudgetExceededError(PureDP(total), remaining, what=f"{owner} fit")
+        raise BudgetExceededError(PureDP(total), remaining)
 
 
 def release_epsilon(share: Fraction) -> float:

@@ -147,7 +147,10 @@ def _multiply(
     other = tuple(i for i in range(table.ndim) if i not in axes)
     order = sorted(axes)
     current = np.transpose(table.sum(axis=other), [order.index(i) for i in axes])
-    factor = np.exp((noisy - total * current) / (2 * total))
+    exponent = (noisy - total * current) / (2 * total)
+    # A common factor cancels in the normalisation below: shift by the largest exponent so that
+    # a small noisy total (large exponents at small ε) cannot overflow to inf and NaN.
+    factor = np.exp(exponent - exponent.max())
     shape = [1] * table.ndim
     aligned = np.transpose(factor, np.argsort(axes))
     for axis in axes:
