@@ -75,8 +75,10 @@ def run_schemathesis(server: Server, tokens: dict[str, str], cases: int) -> dict
                     failures[key] += 1
                     examples.setdefault(key, str(error).splitlines()[0][:200])
             if response.status_code >= 400:
-                media = response.headers.get("content-type", "")
-                if not media.startswith(PROBLEM):
+                media = response.headers.get("content-type") or ""
+                if isinstance(media, list):  # schemathesis keeps every value of a header
+                    media = media[0] if media else ""
+                if not str(media).startswith(PROBLEM):
                     not_problem[label] += 1
 
         with warnings.catch_warnings():
