@@ -8,7 +8,7 @@ entry, the stream's clock is a whole number of batches between the acknowledged 
 
 Outage: PostgreSQL stopped (``pg_ctl stop -m fast``) under load, then started; and the SQLite
 ledger's disk made full by ``resource.prlimit(worker, RLIMIT_FSIZE, ...)`` on the running
-workers (writes past the ledger files' current sizes fail as on a full disk: EFBIG, or a short
+workers (writes past the ledger database's current size fail as on a full disk: EFBIG, or a short
 write that SQLite reports as SQLITE_FULL), then lifted."""
 
 from __future__ import annotations
@@ -306,6 +306,9 @@ def _outage(
         "honest": sum(1 for resp in during if _unavailable(resp)),
         "bad": sum(1 for resp in during if resp.status_code >= 500 and not _unavailable(resp)),
         "recovery": recovered,
+        "lines": [
+            x for x in log.splitlines() if "ledger unavailable" in x or "available again" in x
+        ],
         "outage_lines": log.count("ledger unavailable"),
         "again_lines": log.count("ledger available again"),
         "tracebacks": log.count("Traceback"),
@@ -333,8 +336,9 @@ def run_outages(root: Path, cluster: Cluster | None) -> dict[str, dict[str, Any]
     server.start()
 
     def full() -> None:
-        files = [p for p in db.parent.glob("ledger.sqlite3*") if p.is_file()]
-        limit = max(p.stat().st_size for p in files)
+        # One limit for every file a worker writes: the database's size (its WAL may be larger
+        # after a busy spell, and a limit at the WAL's size would leave the database room).
+        limit = db.stat().st_size
         for pid in server.workers():
             resource.prlimit(pid, resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
 
@@ -370,12 +374,18 @@ def outage_table(root: Path, cluster: Cluster | None, check: Check) -> None:
     bad = [x["bad"] for x in r.values()]
     print(row("… other 5xx", *bad, f"= 0: {check('outage 5xx', not any(bad))}"))
     lines = [f"{x['outage_lines']} / {x['again_lines']}" for x in r.values()]
-    ok = all(0 < x["outage_lines"] <= 2 for x in r.values())  # one per worker at most
+    # One line when an outage starts and one when it ends, per worker, never one per request:
+    # paired, and far fewer than the refused requests (a full SQLite disk may flap: a row that
+    # fits in a page's free space is written, which ends the outage, and the next that needs a
+    # new page starts another).
+    ok = all(
+        0 < x["outage_lines"] == x["again_lines"] <= max(2, x["honest"] // 10) for x in r.values()
+    )
     print(
         row(
             "log lines 'unavailable' / 'available again'",
             *lines,
-            f"≤ 1 per worker: {check('outage log', ok)}",
+            f"paired, not per request: {check('outage log', ok)}",
         )
     )
     tb = [x["tracebacks"] for x in r.values()]
@@ -393,3 +403,6 @@ def outage_table(root: Path, cluster: Cluster | None, check: Check) -> None:
     print(row("overspend / drift", *over, f"= 0: {check('outage overspend', not any(over))}"))
     lost = [len(x["checks"]["lost"]) + len(x["checks"]["unreleased"]) for x in r.values()]
     print(row("answered charges lost", *lost, f"= 0: {check('outage lost', not any(lost))}"))
+    for name, x in r.items():
+        for line in x["lines"]:
+            print(f"- {name}: {line[:160]}")
