@@ -265,16 +265,21 @@ def ledger_invariants(url: str, answered: set[int]) -> dict[str, Any]:
         spent = sums.get((grant.principal_id, grant.dataset_id), zero)
         budget = (Fraction(grant.budget_epsilon), Fraction(grant.budget_delta))
         if spent[0] > budget[0] or spent[1] > budget[1]:
-            overspent.append(f"{grant.principal_id}: {spent} > {budget}")
+            overspent.append(f"{grant.principal_id}: spent {_pair(spent)} > grant {_pair(budget)}")
         if (Fraction(grant.spent_epsilon), Fraction(grant.spent_delta)) != spent:
-            drift.append(f"{grant.principal_id}: column {grant.spent_epsilon} != sum {spent}")
+            drift.append(
+                f"{grant.principal_id}: running total ε {grant.spent_epsilon} ≠ sum {_pair(spent)}"
+            )
     for dataset in datasets:
         total = totals.get(dataset.id, zero)
         cap = (Fraction(dataset.cap_epsilon), Fraction(dataset.cap_delta))
         if total[0] > cap[0] or total[1] > cap[1]:
-            overspent.append(f"dataset {dataset.id}: {total} > cap {cap}")
+            overspent.append(f"dataset {dataset.id}: spent {_pair(total)} > cap {_pair(cap)}")
         if (Fraction(dataset.spent_epsilon), Fraction(dataset.spent_delta)) != total:
-            drift.append(f"dataset {dataset.id}: column {dataset.spent_epsilon} != sum {total}")
+            drift.append(
+                f"dataset {dataset.id}: running total ε {dataset.spent_epsilon}"
+                f" ≠ sum {_pair(total)}"
+            )
     by_id = {c.id: c for c in charges}
     lost = sorted(i for i in answered if i not in by_id)
     unreleased = sorted(i for i in answered if i in by_id and by_id[i].status != "released")
@@ -291,6 +296,10 @@ def ledger_invariants(url: str, answered: set[int]) -> dict[str, Any]:
             if c.request_key is not None and c.kind != "replay"
         ),
     }
+
+
+def _pair(cost: tuple[Fraction, Fraction]) -> str:
+    return f"(ε {cost[0]}, δ {cost[1]})"
 
 
 def row(*cells: object) -> str:
