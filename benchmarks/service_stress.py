@@ -19,8 +19,9 @@ table with pass/fail per invariant.
     python benchmarks/service_stress.py [--quick] [--parts load,crash,outage,fuzz]
         [--requests 334] [--kills 36] [--fuzz 3000] [--ledgers sqlite,postgresql]
 
-``--quick`` (about 3 minutes on an idle 2-core machine) uses 120 requests, 4 kills, 400 fuzz
-cases and SQLite only for the concurrency part. Exit status 1 if any invariant failed.
+``--quick`` uses 120 requests, 4 kills, 400 fuzz cases and SQLite only for the concurrency and
+crash parts (524 s on a 2-core machine at load average 12, where one server start took 30-70 s;
+the full defaults took 1,917 s there). Exit status 1 if any invariant failed.
 """
 
 from __future__ import annotations
