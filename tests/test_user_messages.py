@@ -15,6 +15,9 @@ from dpcurator.core.measures import PureDP
 from dpcurator.errors import ParameterError
 from dpcurator.mechanisms import Laplace
 from dpcurator.random import SeededRng
+from dpcurator.service.app import create_app
+from dpcurator.service.server import DEMO_DIR, bootstrap, build_service
+from tests.service_fixtures import ThreadServer, cheap_hasher
 from tests.service_kit import Kit, people_kit
 
 #: Text that would mean internal names reached a person.
@@ -129,3 +132,49 @@ def test_the_delta_kept_for_the_conversion_is_explained() -> None:
         "remaining: (ε = 19, δ = 5e-06) (δ left is what releases with δ > 0 can use: 5e-06 of "
         "the budget's δ = 1e-05 is kept for converting the whole interaction to (ε, δ)-DP)"
     )
+
+
+def test_a_grant_whose_delta_the_cap_can_never_pay_is_refused(kit: Kit) -> None:
+    alice = kit.alice.get("/v1/me").json()["id"]
+    path = f"/v1/analysts/{alice}/grants/people"
+    refused = kit.owner.put(path, json={"epsilon": 1, "delta": 1e-6})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"] == (
+        "The grant's delta (1e-6) is more than the cap of dataset 'people' allows (delta = 0): "
+        "releases with delta > 0 would always be refused by the cap. Raise the cap's delta first "
+        "(PATCH /v1/datasets/people with cap_delta; dpcurator serve --cap-delta), or grant "
+        "delta <= 0."
+    )
+    rho = kit.owner.put(path, json={"rho": 0.1})
+    assert rho.status_code == 422, rho.text
+    assert "its cap has delta = 0" in rho.json()["detail"]
+    budget = kit.alice.get("/v1/datasets/people/budget").json()
+    assert budget["total"]["delta"] == 0  # the grant is unchanged
+    patched = kit.owner.patch("/v1/datasets/people", json={"cap_delta": 1e-5})
+    assert patched.status_code == 200, patched.text
+    assert kit.owner.put(path, json={"epsilon": 1, "delta": 1e-6}).status_code == 200
+    assert kit.owner.put(path, json={"epsilon": 1, "delta": 1e-4}).status_code == 422
+
+
+def test_the_demo_analyst_can_run_the_documented_linear_fit(tmp_path: Path) -> None:
+    service = build_service(
+        f"sqlite:///{tmp_path / 'ledger.sqlite3'}", hasher=cheap_hasher(), data_root=DEMO_DIR
+    )
+    try:
+        started = bootstrap(service, demo=True)
+        assert started.analyst_token is not None
+        with ThreadServer(create_app(service)) as server:
+            analyst = server.client(started.analyst_token)
+            body = {
+                "model": "linear",
+                "response": "income",
+                "predictors": ["age"],
+                "epsilon": 0.5,
+                "delta": 1e-7,
+            }
+            fitted = analyst.post("/v1/datasets/demo/fits", json=body)
+            assert fitted.status_code in (200, 202), fitted.text
+            left = analyst.get("/v1/datasets/demo/budget").json()["remaining"]
+            assert 0 < left["delta"] < 1e-6
+    finally:
+        service.close()
