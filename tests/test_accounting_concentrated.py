@@ -189,7 +189,7 @@ def test_a_gaussian_event_closes_the_basic_route() -> None:
     flt = ConcentratedFilter(BUDGET)
     flt.reserve(ZCDPEvent(0)).commit()
     assert flt.remaining() == ApproxDP(1, HALF_DELTA)
-    with pytest.raises(BudgetExceededError, match="δ = 5e-07\\) remains"):
+    with pytest.raises(BudgetExceededError, match="delta: 1e-06 asked, 5e-07 left"):
         flt.reserve(ApproxEvent(Fraction(1, 10), Fraction(1, 10**6)))
     flt.reserve(PureEvent(Fraction(1, 2))).commit()  # basic route and Rényi route both fit
     flt.reserve(ZCDPEvent(Fraction(1, 10**6))).commit()  # Rényi: 0.5 + α*·1e-6 <= B

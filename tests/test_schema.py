@@ -135,7 +135,7 @@ def test_with_bounds_and_keys_return_new_metadata() -> None:
         ({"type": "int", "keys": ["a"]}, "'keys'"),
         ({"type": "int", "keys": [1, 1]}, "'keys'"),
         ({"type": "int", "lower": 0, "upper": 1, "fill": 5}, "'fill'"),
-        ({"type": "int", "colour": "red"}, "'keys'"),
+        ({"type": "int", "colour": "red"}, "unknown field 'colour'"),
     ],
 )
 def test_invalid_columns_are_refused(spec: dict[str, object], message: str) -> None:

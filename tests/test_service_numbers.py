@@ -170,9 +170,12 @@ def test_the_edges_of_the_ranges_are_accepted(kit: Kit) -> None:
 def test_the_ledger_holds_the_longest_accepted_fraction(kit: Kit) -> None:
     """The longest exact fraction an accepted grant can hold fits the ledger's columns."""
     alice = _alice_id(kit)
+    # A grant's δ must fit the cap's (a δ the cap can never pay is refused at the grant).
+    kit.owner.patch("/v1/datasets/people", json={"cap_delta": 1e-6}).raise_for_status()
     body = {"epsilon": 1.2345678901234567e-9, "delta": 1.2345678901234567e-30}
     response = kit.owner.put(f"/v1/analysts/{alice}/grants/people", json=body)
     assert response.status_code == 200, response.text
     total = response.json()["budget"]["total"]
     assert total["delta_exact"] == f"12345678901234567/1{'0' * 46}"  # 64 characters
     kit.owner.put(f"/v1/analysts/{alice}/grants/people", json={"epsilon": 1})
+    kit.owner.patch("/v1/datasets/people", json={"cap_delta": 0}).raise_for_status()

@@ -6,8 +6,10 @@ parameter, its owner (the function or class being built), the constraint and the
 
 from __future__ import annotations
 
+import difflib
 import math
 import operator
+from collections.abc import Iterable
 from fractions import Fraction
 from numbers import Integral, Real
 
@@ -16,9 +18,19 @@ from dpcurator.errors import ParameterError
 Number = int | float | Fraction
 
 
+def _shown(value: object) -> str:
+    """``value`` as the user would write it: an exact fraction as a decimal (``0``, ``0.1``,
+    ``0.3333333333`` to 10 significant digits), never ``Fraction(0, 1)``; other values by repr."""
+    if isinstance(value, Fraction):
+        if value.denominator == 1:
+            return str(value.numerator)
+        return f"{float(value):.10g}"
+    return repr(value)
+
+
 def fail(owner: str, name: str, constraint: str, value: object, hint: str = "") -> ParameterError:
     """Build the standard error: "The 'name' parameter of owner must be constraint. Got value."."""
-    message = f"The '{name}' parameter of {owner} must be {constraint}. Got {value!r}."
+    message = f"The '{name}' parameter of {owner} must be {constraint}. Got {_shown(value)}."
     if hint:
         message += f" {hint}"
     return ParameterError(message)
@@ -83,3 +95,18 @@ def check_int(owner: str, name: str, value: object, *, minimum: int | None = Non
     if minimum is not None and number < minimum:
         raise fail(owner, name, f">= {minimum}", value)
     return number
+
+
+def unknown_fields(where: str, unknown: Iterable[object], known: Iterable[str]) -> ParameterError:
+    """The error for fields not in ``known``: each named, with the closest known field as a
+    hint (``column 'age' has an unknown field 'lowr' (did you mean 'lower'?)``), then the list
+    of fields ``where`` takes."""
+    choices = sorted(known)
+    named = []
+    for field in sorted(map(str, unknown)):
+        close = difflib.get_close_matches(field, choices, n=1, cutoff=0.6)
+        named.append(f"{field!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    noun = "an unknown field" if len(named) == 1 else "unknown fields"
+    return ParameterError(
+        f"{where} has {noun} {', '.join(named)}. Its fields are: {', '.join(choices)}."
+    )

@@ -35,8 +35,10 @@ from typing import ClassVar, TypeVar
 
 from dpcurator._validation import check_probability, fail
 from dpcurator.accounting.events import PrivacyEvent, RepeatedEvent
+from dpcurator.core.display import amount_text
 from dpcurator.core.measures import ZCDP, ApproxDP, Measure, PureDP, require_measure
 from dpcurator.core.numbers import to_fraction
+from dpcurator.errors import ParameterError
 
 __all__ = ["Accountant", "BasicAccountant", "ZCDPAccountant"]
 
@@ -49,15 +51,33 @@ def _events(owner: str, events: Iterable[PrivacyEvent]) -> list[PrivacyEvent]:
     return result
 
 
+def _cost_text(event: PrivacyEvent) -> str:
+    """An event's cost for people (amounts rounded up: what it asks is never understated)."""
+    approx = event.approx_cost()
+    if approx is not None:
+        parts = [("ε", approx.epsilon), ("δ", approx.delta)]
+    else:
+        zcdp_pair = event.approx_zcdp_cost()
+        if zcdp_pair is None:  # pragma: no cover  # every event kind has one of the two
+            return "an amount this budget cannot express"
+        parts = [("ρ", zcdp_pair[0].rho), ("δ", zcdp_pair[1])]
+    return " and ".join(f"{name}{amount_text(value, up=True)}" for name, value in parts)
+
+
 def _unsupported(owner: str, event: PrivacyEvent, what: str, hint: str) -> Exception:
     return fail(owner, "events", f"events with {what}", event, hint)
+
+
+def _unpayable(event: PrivacyEvent, what: str, hint: str) -> ParameterError:
+    """A release the budget's measure cannot pay, in the user's words: what it costs, what the
+    budget takes, what to change (no class names: this reaches analysts through sessions)."""
+    return ParameterError(f"This release costs {_cost_text(event)}, but {what}. {hint}")
 
 
 _Cost = TypeVar("_Cost", PureDP, ZCDP)
 
 
 def _costs(
-    owner: str,
     events: Sequence[PrivacyEvent],
     cost_of: Callable[[PrivacyEvent], _Cost | None],
     what: str,
@@ -68,7 +88,7 @@ def _costs(
     for event in events:
         cost = cost_of(event)
         if cost is None:
-            raise _unsupported(owner, event, what, hint)
+            raise _unpayable(event, what, hint)
         costs.append(cost)
     return costs
 
@@ -76,7 +96,10 @@ def _costs(
 def _pure_total(owner: str, events: Sequence[PrivacyEvent]) -> PureDP:
     """Basic composition of pure costs (Dwork, McSherry, Nissim & Smith 2006). Exact."""
     costs = _costs(
-        owner, events, lambda e: e.pure_cost(), "a pure ε cost", "Use an (ε, δ) or zCDP budget."
+        events,
+        lambda e: e.pure_cost(),
+        "the budget is pure ε (δ=0): it pays only releases with a pure ε cost",
+        "Release with delta=0 (Laplace noise), or ask for a budget with δ > 0 or a ρ.",
     )
     return PureDP(sum((cost.epsilon for cost in costs), Fraction(0)))
 
@@ -84,7 +107,11 @@ def _pure_total(owner: str, events: Sequence[PrivacyEvent]) -> PureDP:
 def _zcdp_total(owner: str, events: Sequence[PrivacyEvent]) -> ZCDP:
     """zCDP composition: ρ adds (Bun & Steinke 2016, Lemma 2.3). Exact."""
     costs = _costs(
-        owner, events, lambda e: e.zcdp_cost(), "a zCDP cost", "Events with δ > 0 have none."
+        events,
+        lambda e: e.zcdp_cost(),
+        "the budget is a ρ (zCDP) budget: it pays only releases with a zCDP cost",
+        "Releases with δ > 0 (e.g. partition selection of non-public keys) have none: declare "
+        "the keys public, or use an (ε, δ) budget.",
     )
     return ZCDP(sum((cost.rho for cost in costs), Fraction(0)))
 

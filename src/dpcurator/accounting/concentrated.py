@@ -362,12 +362,28 @@ class ConcentratedFilter:
         return ApproxDP(
             max(self.budget.epsilon - spent.epsilon, Fraction(0)),
             min(self.budget.delta - spent.delta, self.limits.delta - self._used.delta),
+            note=self._delta_note(),
+        )
+
+    def _delta_note(self) -> str:
+        """Why the δ left is at most ``limits.delta``, not the budget's δ, from the first
+        release on: the rest is kept for the conversion of the whole interaction to (ε, δ)."""
+        assert isinstance(self.budget, ApproxDP)
+        return (
+            f"δ left is what releases with δ > 0 can use: {readable(self.conversion_delta)} of "
+            f"the budget's δ = {readable(self.budget.delta)} is kept for converting the whole "
+            f"interaction to (ε, δ)-DP"
         )
 
     def remaining(self) -> Measure:
         """Budget minus spent in the budget's measure, floored at 0, with the δ approximate
         events may still use (indicative: an event fits when its charge fits a route and δ;
-        ``remaining_native`` gives the parts)."""
+        ``remaining_native`` gives the parts).
+
+        For an (ε, δ) budget the δ shown is at most ``limits.delta`` (δ_E, half of δ by
+        default) even before any release: the other ``conversion_delta`` = δ - δ_E pays for
+        converting the Rényi route to (ε, δ) at the end (module docstring). Its printed text
+        says so (e.g. a budget of (20, 1e-5) shows δ = 5e-06 left)."""
         with self._lock:
             return self._remaining_locked()
 

@@ -74,7 +74,11 @@ def _serve_parser(commands: Any) -> None:
         "--cap-epsilon", type=positive, default=50.0, help="global ε cap of --data (default 50)"
     )
     serve.add_argument(
-        "--cap-delta", type=delta, default=0.0, help="global δ cap of --data (default 0)"
+        "--cap-delta",
+        type=delta,
+        default=None,
+        help="global δ cap of --data (default 0: releases and grants with δ > 0 are refused; "
+        "with --demo 1e-5)",
     )
     serve.add_argument(
         "--data-root",
@@ -175,6 +179,7 @@ def _serve(args: argparse.Namespace) -> int:
     from dpcurator.core.measures import ApproxDP  # noqa: PLC0415
     from dpcurator.service.schemas import exact  # noqa: PLC0415
     from dpcurator.service.server import (  # noqa: PLC0415
+        DEMO_CAP,
         DEMO_DIR,
         WORKER_HEALTHCHECK_TIMEOUT,
         bootstrap,
@@ -204,6 +209,12 @@ def _serve(args: argparse.Namespace) -> int:
         data_root = DEMO_DIR
     elif data_root is None and args.data is not None:
         data_root = args.data.resolve().parent
+    # The demo's cap has a δ, so that its analyst's δ (and the documented linear fit) is usable.
+    cap_delta = (
+        exact(args.cap_delta)
+        if args.cap_delta is not None
+        else (DEMO_CAP.delta if args.demo else exact(0.0))
+    )
     service = build_service(
         ledger_url,
         result_cache=args.result_cache,
@@ -216,7 +227,7 @@ def _serve(args: argparse.Namespace) -> int:
         data=args.data,
         metadata=args.metadata,
         dataset_id=args.dataset_id,
-        cap=ApproxDP(exact(args.cap_epsilon), exact(args.cap_delta)),
+        cap=ApproxDP(exact(args.cap_epsilon), cap_delta),
     )
     if started.analyst_token is not None:
         print(f"analyst token: {started.analyst_token}")

@@ -93,14 +93,19 @@ class ApproxDP:
     epsilon: Fraction
     delta: Fraction
     label: str = field(default="", compare=False, repr=False)
+    #: A sentence printed after the amounts, e.g. what a remaining δ is kept for.
+    note: str = field(default="", compare=False, repr=False)
 
-    def __init__(self, epsilon: object, delta: object = 0, *, label: str = "") -> None:
+    def __init__(
+        self, epsilon: object, delta: object = 0, *, label: str = "", note: str = ""
+    ) -> None:
         object.__setattr__(self, "epsilon", _nonnegative_fraction("ApproxDP", "epsilon", epsilon))
         if not (type(delta) is Fraction and 0 <= delta < 1):  # else already exact and valid
             check_probability("ApproxDP", "delta", delta, open_high=True)
             delta = to_fraction(delta, owner="ApproxDP", name="delta")
         object.__setattr__(self, "delta", delta)
         object.__setattr__(self, "label", label)
+        object.__setattr__(self, "note", note)
 
     def labelled(self, label: str) -> Self:
         """The same cost, printed after ``label``."""
@@ -120,6 +125,8 @@ class ApproxDP:
 
     def __str__(self) -> str:
         text = f"(ε = {readable(self.epsilon)}, δ = {readable(self.delta)})"
+        if self.note:
+            text += f" ({self.note})"
         return _prefixed(self.label, text)
 
     def __repr__(self) -> str:

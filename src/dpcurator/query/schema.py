@@ -39,7 +39,7 @@ from typing import Literal, cast
 
 import yaml
 
-from dpcurator._validation import check_int, fail
+from dpcurator._validation import check_int, fail, unknown_fields
 from dpcurator.errors import DomainError
 from dpcurator.query.columns import ColumnMeta, ColumnType, parse_column_type
 from dpcurator.query.ir import ContributionBound, ScalarValue
@@ -294,7 +294,7 @@ _NATIVE_COLUMN_KEYS = frozenset({"type", "lower", "upper", "keys", "nullable", "
 def _from_native(data: Mapping[str, object], base: Path | None) -> Metadata:
     unknown = set(data) - _NATIVE_TABLE_KEYS
     if unknown:
-        raise fail("Metadata", "keys", f"among {sorted(_NATIVE_TABLE_KEYS)}", sorted(unknown))
+        raise unknown_fields("The metadata", unknown, _NATIVE_TABLE_KEYS)
     raw_columns = data["columns"]
     if not isinstance(raw_columns, Mapping):
         raise fail(
@@ -307,7 +307,7 @@ def _from_native(data: Mapping[str, object], base: Path | None) -> Metadata:
             raise fail(owner, "description", "a mapping", spec)
         extra = set(spec) - _NATIVE_COLUMN_KEYS
         if extra:
-            raise fail(owner, "keys", f"among {sorted(_NATIVE_COLUMN_KEYS)}", sorted(extra))
+            raise unknown_fields(f"Column {name!r}", extra, _NATIVE_COLUMN_KEYS)
         keys = spec.get("keys")
         if keys is not None and not isinstance(keys, list | tuple):
             raise fail(owner, "keys", "a list", keys)

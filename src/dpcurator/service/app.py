@@ -45,6 +45,7 @@ from dpcurator.service.routes.jobs import router as jobs_router
 from dpcurator.service.routes.pmw import router as pmw_router
 from dpcurator.service.routes.streams import router as streams_router
 from dpcurator.service.routes.synth import router as synth_router
+from dpcurator.service.validation_text import translated
 
 PROBLEM = "application/problem+json"
 STATIC_DIR = Path(__file__).parent / "static"
@@ -251,13 +252,7 @@ def create_app(
         errors = exc.errors()
         if any(e.get("type") == "json_invalid" for e in errors):
             return problem(400, "malformed-json", "Malformed JSON", "The body is not valid JSON.")
-        detail = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in errors
-        )
-        cleaned = [
-            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))}
-            for e in errors
-        ]
+        detail, cleaned = translated(errors)  # in the client's words, not pydantic's
         return problem(422, "invalid-request", "Invalid request", detail, errors=cleaned)
 
     @app.exception_handler(StarletteHTTPException)

@@ -20,6 +20,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,11 @@ from dpcurator.service.operations import CuratorService
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "demo"
 DEMO_DATASET = "demo"
-DEMO_ANALYST_BUDGET = ApproxDP(5, 0)
-DEMO_CAP = ApproxDP(50, 0)
+#: The demo analyst's grant: a δ > 0 so that releases needing one (a linear fit, Gaussian noise,
+#: keys found by partition selection) work as documented; within the demo cap's δ.
+DEMO_ANALYST_BUDGET = ApproxDP(5, Fraction(1, 10**6))
+#: The demo dataset's global cap (``serve --demo``; ``--cap-epsilon``/``--cap-delta`` override).
+DEMO_CAP = ApproxDP(50, Fraction(1, 10**5))
 #: Worker threads of the request thread pool (anyio's default, 40, only adds GIL contention).
 DEFAULT_THREADS = 8
 #: The GIL switch interval while serving with a PostgreSQL ledger (CPython's default is 5 ms):

@@ -13,8 +13,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query, Request
 from starlette.concurrency import run_in_threadpool
 
+from dpcurator.core import display
 from dpcurator.core.measures import ZCDP, ApproxDP
-from dpcurator.errors import ENGINE_FAILURE_MESSAGE
+from dpcurator.errors import ENGINE_FAILURE_MESSAGE, ParameterError
 from dpcurator.service import schemas as s
 from dpcurator.service.auth import Identity
 from dpcurator.service.curator import NoiseRequest
@@ -375,13 +376,45 @@ def list_tokens(service: Service, who: Owner, analyst_id: str) -> list[s.TokenOu
 def set_grant(
     service: Service, who: Owner, analyst_id: str, dataset_id: str, body: s.GrantIn
 ) -> s.GrantOut:
-    """Give an analyst access to a dataset with this total budget."""
+    """Give an analyst access to a dataset with this total budget (refused when the dataset's
+    cap could never pay the grant's δ)."""
+    budget = body.budget()
+    check_grant_within_cap(budget, service.ledger.cap_view(dataset_id).total, dataset_id)
     service.ledger.set_grant(
-        analyst_id, dataset_id, body.budget(), by=who.principal_id, accounting=body.accounting
+        analyst_id, dataset_id, budget, by=who.principal_id, accounting=body.accounting
     )
     view = service.ledger.grant_view(analyst_id, dataset_id)
     assert view is not None  # just set
     return s.GrantOut(analyst_id=analyst_id, dataset_id=dataset_id, budget=_view_out(view))
+
+
+def check_grant_within_cap(grant: Cost, cap: Cost, dataset_id: str) -> None:
+    """Refuse (ParameterError, nothing changed) a grant whose δ the dataset's (ε, δ) cap can
+    never pay: a δ above the cap's, or a ρ grant on a cap with δ = 0 (a ρ release costs some
+    δ > 0 in (ε, δ)). Every release is charged to both, so such a grant would only ever be
+    refused by the cap."""
+    if not isinstance(cap, ApproxDP):
+        return
+    cap_delta = display.amount_text(cap.delta, up=False).lstrip("=≥")
+    change = (
+        f"Raise the cap's delta first (PATCH /v1/datasets/{dataset_id} with cap_delta; "
+        f"dpcurator serve --cap-delta), or grant "
+    )
+    if isinstance(grant, ZCDP):
+        if cap.delta == 0:
+            raise ParameterError(
+                f"A rho grant on dataset {dataset_id!r} could never be spent: its cap has "
+                f"delta = 0, and every rho release costs some delta > 0. {change}an epsilon "
+                "with delta = 0."
+            )
+        return
+    if grant.delta > cap.delta:
+        asked = display.amount_text(grant.delta, up=True).lstrip("=≤")
+        raise ParameterError(
+            f"The grant's delta ({asked}) is more than the cap of dataset {dataset_id!r} "
+            f"allows (delta = {cap_delta}): releases with delta > 0 would always be refused by "
+            f"the cap. {change}delta <= {cap_delta}."
+        )
 
 
 @router.get("/v1/analysts/{analyst_id}/grants", tags=["owners"])
