@@ -1,8 +1,8 @@
 """The events of a count or bounded-sum stream: public bounds, grid units and the user-level cap.
 
-Shared by :class:`~dpcurator.streams.CorrelatedContinualSum` and
-:class:`~dpcurator.streams.KaryContinualSum` (the same rules as
-:class:`~dpcurator.streams.ContinualSum`): values are clamped to the public [lower, upper] and
+Shared by :class:`~dpcurator.streams.ContinualSum`,
+:class:`~dpcurator.streams.CorrelatedContinualSum` and :class:`~dpcurator.streams.KaryContinualSum`
+(one implementation of their common rules): values are clamped to the public [lower, upper] and
 rounded to a public power-of-two ``resolution`` (NaN counts as ``lower``, ±inf clamp; counts take
 any non-zero value as 1 and NaN as 0), so one event moves the stream by at most
 ``span = upper - lower`` grid units. User level (``max_events_per_person=k``): events past a
@@ -21,6 +21,9 @@ import numpy.typing as npt
 
 from dpcurator._validation import check_int, check_positive, check_real, fail
 from dpcurator.core.numbers import to_fraction
+
+#: Largest |running sum| in grid units that the int64 arithmetic of the trees accepts.
+MAX_UNITS = 2**62
 
 
 class EventGrid:
@@ -65,28 +68,48 @@ class EventGrid:
         """k: the events one privacy unit can change (1 at event level)."""
         return self.max_events_per_person or 1
 
+    def to_units(self, values: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """The batch in grid units, clamped (counts: 0/1); no check of the persons."""
+        array = np.asarray(values, dtype=np.float64).reshape(-1)
+        if self.counting:
+            counted: npt.NDArray[np.int64] = (np.nan_to_num(array, nan=0.0) != 0).astype(np.int64)
+            return counted
+        filled = np.where(np.isnan(array), self.lower, array)
+        clamped = np.clip(filled, self.lower, self.upper)
+        rounded = np.rint(clamped / float(self.resolution))
+        return np.clip(rounded, self.lo_units, self.hi_units).astype(np.int64)
+
+    def check_persons(self, size: int, persons: Sequence[int | str] | None, owner: str) -> None:
+        """Raise ParameterError (before anything is ingested) when ``persons`` does not fit the
+        level: None at event level, one id per event of the batch of ``size`` at user level."""
+        if self.max_events_per_person is None:
+            if persons is not None:
+                raise fail(owner, "persons", "None (an event-level stream)", "person ids")
+            return
+        if persons is None or len(persons) != size:
+            got = "None" if persons is None else f"{len(persons)} ids"
+            raise fail(owner, "persons", f"one person id per event ({size})", got)
+
     def units(
         self, values: npt.ArrayLike, persons: Sequence[int | str] | None, owner: str
     ) -> npt.NDArray[np.int64]:
-        """The batch in grid units, clamped, with the user-level cap applied. Raises
-        ParameterError (before anything is ingested) when ``persons`` does not fit the level."""
-        array = np.asarray(values, dtype=np.float64).reshape(-1)
-        if self.counting:
-            units: npt.NDArray[np.int64] = (np.nan_to_num(array, nan=0.0) != 0).astype(np.int64)
-        else:
-            filled = np.where(np.isnan(array), self.lower, array)
-            clamped = np.clip(filled, self.lower, self.upper)
-            rounded = np.rint(clamped / float(self.resolution))
-            units = np.clip(rounded, self.lo_units, self.hi_units).astype(np.int64)
-        k = self.max_events_per_person
-        if k is None:
-            if persons is not None:
-                raise fail(owner, "persons", "None (an event-level stream)", "person ids")
-            return units
-        if persons is None or len(persons) != units.size:
-            got = "None" if persons is None else f"{len(persons)} ids"
-            raise fail(owner, "persons", f"one person id per event ({units.size})", got)
+        """The batch in grid units, clamped, after :meth:`check_persons`."""
+        units = self.to_units(values)
+        self.check_persons(units.size, persons, owner)
         return units
+
+    def check_horizon(self, horizon: int, given: object) -> None:
+        """Refuse (at construction) a horizon whose running sums could overflow int64 (``given``:
+        the horizon as the caller wrote it, for the message)."""
+        extreme = max(abs(self.lo_units), abs(self.hi_units))
+        if extreme * horizon >= MAX_UNITS:
+            raise fail(
+                self.owner,
+                "horizon",
+                f"at most {MAX_UNITS // max(extreme, 1)} at this resolution and these bounds",
+                given,
+                "Use a coarser resolution or a shorter horizon.",
+            )
 
     def cap(self, units: npt.NDArray[np.int64], persons: Sequence[int | str] | None) -> None:
         """User level: replace (in place) each event past its person's k-th by the null value."""
@@ -104,3 +127,46 @@ class EventGrid:
     def rounding(self, time: int) -> float:
         """How far the grid can move the clamped running sum at ``time`` (0 for counts)."""
         return 0.0 if self.counting else time * float(self.resolution) / 2
+
+
+def check_batch(owner: str, time: int, size: int, horizon: int) -> None:
+    """Refuse, before anything is ingested, a batch of ``size`` events past the ``horizon``."""
+    if time + size > horizon:
+        raise fail(
+            owner,
+            "values",
+            f"at most {horizon - time} more events (horizon {horizon})",
+            f"a batch of {size}",
+        )
+
+
+class GridStream:
+    """What a stream built on an :class:`EventGrid` exposes of it (public parameters and the
+    user-level counts, which are curator state, never released)."""
+
+    grid: EventGrid
+
+    @property
+    def max_events_per_person(self) -> int | None:
+        return self.grid.max_events_per_person
+
+    @property
+    def lower(self) -> float:
+        return self.grid.lower
+
+    @property
+    def upper(self) -> float:
+        return self.grid.upper
+
+    @property
+    def resolution(self) -> Fraction:
+        return self.grid.resolution
+
+    @property
+    def events_per_person(self) -> dict[int | str, int]:
+        """User level: the events kept so far of each person (curator state)."""
+        return self.grid.events_per_person
+
+    @events_per_person.setter
+    def events_per_person(self, kept: dict[int | str, int]) -> None:
+        self.grid.events_per_person = kept

@@ -79,7 +79,7 @@ from dpcurator.core.numbers import float_up, to_fraction
 from dpcurator.mechanisms import Gaussian
 from dpcurator.random import Rng, default_rng
 from dpcurator.streams._blt_table import ANYTIME, BLT_TABLE
-from dpcurator.streams._events import EventGrid
+from dpcurator.streams._events import EventGrid, GridStream, check_batch
 from dpcurator.streams.toeplitz import FloatArray, column_norm_squared_bound, row_norm_squared
 
 __all__ = ["ANYTIME_LIMIT", "CorrelatedContinualSum"]
@@ -151,7 +151,7 @@ def _decoder_blocks(
     return inverse, phi, inputs, powers
 
 
-class CorrelatedContinualSum:
+class CorrelatedContinualSum(GridStream):
     """Running sums of a bounded stream released after every event, ρ-zCDP, with correlated
     discrete Gaussian noise (a BLT factorization; see the module docstring for the guarantee).
 
@@ -250,10 +250,6 @@ class CorrelatedContinualSum:
         return made
 
     @property
-    def max_events_per_person(self) -> int | None:
-        return self.grid.max_events_per_person
-
-    @property
     def rho_spent(self) -> Fraction:
         """ρ of the whole stream of releases (per event, or per person at user level; exact)."""
         return self.mechanism.rho(self.sensitivity)
@@ -308,13 +304,7 @@ class CorrelatedContinualSum:
         """
         owner = "CorrelatedContinualSum.update"
         units = self.grid.units(values, persons, owner)
-        if self.time + units.size > self.limit:
-            raise fail(
-                owner,
-                "values",
-                f"at most {self.limit - self.time} more events (horizon {self.limit})",
-                f"a batch of {units.size}",
-            )
+        check_batch(owner, self.time, units.size, self.limit)
         self.grid.cap(units, persons)
         offset = self.grid.lo_units  # public: the stream of units - lower is in [0, span]
         encoded = self._encode(units - offset)

@@ -41,15 +41,15 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import minimize_scalar
 
-from dpcurator._validation import check_int, check_positive, check_probability, fail
+from dpcurator._validation import check_int, check_positive, check_probability
 from dpcurator.core.numbers import float_up, to_fraction
 from dpcurator.mechanisms import Laplace
 from dpcurator.random import Rng, default_rng
-from dpcurator.streams._events import EventGrid
+from dpcurator.streams._events import EventGrid, GridStream, check_batch
+from dpcurator.streams.tree import laplace_log_mgf
 
 __all__ = ["KaryContinualSum", "best_branching", "tree_variance_factors"]
 
-_MAX_UNITS = 2**62
 _MAX_BRANCHING = 64
 _MARGIN = 1e-9
 
@@ -103,7 +103,7 @@ def best_branching(horizon: int) -> int:
     return min(scores, key=lambda k: (round(scores[k][0], 9), scores[k][1], k))
 
 
-class KaryContinualSum:
+class KaryContinualSum(GridStream):
     """Running sums of a bounded stream released after every event by the k-ary tree mechanism
     with consistent (Honaker) estimates, ε-DP (see the module docstring).
 
@@ -133,15 +133,7 @@ class KaryContinualSum:
             if branching is None
             else check_int(owner, "branching", branching, minimum=2)
         )
-        extreme = max(abs(self.grid.lo_units), abs(self.grid.hi_units))
-        if extreme * self.horizon >= _MAX_UNITS:
-            raise fail(
-                owner,
-                "horizon",
-                f"at most {_MAX_UNITS // max(extreme, 1)} at this resolution and these bounds",
-                horizon,
-                "Use a coarser resolution or a shorter horizon.",
-            )
+        self.grid.check_horizon(self.horizon, horizon)
         self.levels = _levels(self.horizon, self.branching)
         self.sensitivity = self.grid.events * self.levels * self.grid.span
         self.mechanism = Laplace.for_epsilon(eps, self.sensitivity)
@@ -175,10 +167,6 @@ class KaryContinualSum:
         return made
 
     @property
-    def max_events_per_person(self) -> int | None:
-        return self.grid.max_events_per_person
-
-    @property
     def epsilon_spent(self) -> Fraction:
         """ε of the whole stream of releases (per event, or per person at user level; exact)."""
         return self.mechanism.epsilon(self.sensitivity)
@@ -194,13 +182,7 @@ class KaryContinualSum:
         owner = "KaryContinualSum.update"
         units = self.grid.units(values, persons, owner)
         n = units.size
-        if self.time + n > self.horizon:
-            raise fail(
-                owner,
-                "values",
-                f"at most {self.horizon - self.time} more events (horizon {self.horizon})",
-                f"a batch of {n}",
-            )
+        check_batch(owner, self.time, n, self.horizon)
         self.grid.cap(units, persons)
         source = rng or default_rng()
         start = self.time
@@ -301,16 +283,9 @@ class KaryContinualSum:
         noise = 0.0
         if terms:
 
-            def log_mgf(x: float) -> float:
-                return (
-                    2 * math.log(-math.expm1(-1 / b))
-                    - math.log(-math.expm1(x - 1 / b))
-                    - math.log(-math.expm1(-x - 1 / b))
-                )
-
             def bound(u: float) -> float:
                 s = u / (b * top)
-                return (sum(c * log_mgf(s * w) for w, c in terms) + math.log(2 / a)) / s
+                return (sum(c * laplace_log_mgf(s * w, b) for w, c in terms) + math.log(2 / a)) / s
 
             best = minimize_scalar(bound, bounds=(1e-9, 1 - 1e-9), method="bounded")
             noise = float(best.fun) * (1 + _MARGIN)

@@ -48,18 +48,26 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import minimize_scalar
 
-from dpcurator._validation import check_int, check_positive, check_probability, check_real, fail
+from dpcurator._validation import check_int, check_positive, check_probability
 from dpcurator.core.numbers import float_up, to_fraction
 from dpcurator.mechanisms import Laplace
 from dpcurator.random import Rng, default_rng
+from dpcurator.streams._events import EventGrid, GridStream, check_batch
 
 __all__ = ["ContinualSum", "sum_of_laplace_halfwidth"]
 
-#: Largest |node sum| in grid units that the int64 arithmetic accepts (decided at construction).
-_MAX_UNITS = 2**62
-
 #: Relative safety margin on the floating-point evaluation of the Chernoff bound.
 _MARGIN = 1e-9
+
+
+def laplace_log_mgf(s: float, b: float) -> float:
+    """ln M(s) of discrete Laplace noise of scale ``b`` (|s| < 1/b): exactly
+    ln((1 - p)^2 / ((1 - p e^s)(1 - p e^-s))) with p = e^(-1/b)."""
+    return (
+        2 * math.log(-math.expm1(-1 / b))
+        - math.log(-math.expm1(s - 1 / b))
+        - math.log(-math.expm1(-s - 1 / b))
+    )
 
 
 def sum_of_laplace_halfwidth(scale: Fraction, terms: int, alpha: float) -> float:
@@ -74,22 +82,15 @@ def sum_of_laplace_halfwidth(scale: Fraction, terms: int, alpha: float) -> float
         return 0.0
     b = float(scale)
 
-    def log_mgf(s: float) -> float:
-        return (
-            2 * math.log(-math.expm1(-1 / b))
-            - math.log(-math.expm1(s - 1 / b))
-            - math.log(-math.expm1(-s - 1 / b))
-        )
-
     def bound(u: float) -> float:
         s = u / b
-        return (terms * log_mgf(s) + math.log(2 / alpha)) / s
+        return (terms * laplace_log_mgf(s, b) + math.log(2 / alpha)) / s
 
     best = minimize_scalar(bound, bounds=(1e-9, 1 - 1e-9), method="bounded")
     return float(best.fun) * (1 + _MARGIN)
 
 
-class ContinualSum:
+class ContinualSum(GridStream):
     """Running sums of a bounded stream, released after every event by the binary tree mechanism.
 
     >>> from dpcurator.random import SeededRng
@@ -113,45 +114,15 @@ class ContinualSum:
         owner = "ContinualSum"
         eps = to_fraction(check_positive(owner, "epsilon", epsilon))
         self.horizon = check_int(owner, "horizon", horizon, minimum=1)
-        self.max_events_per_person = (
-            None
-            if max_events_per_person is None
-            else check_int(owner, "max_events_per_person", max_events_per_person, minimum=1)
-        )
-        self.lower = float(check_real(owner, "lower", lower))
-        self.upper = float(check_real(owner, "upper", upper))
-        if not self.upper > self.lower:
-            raise fail(owner, "upper", f"> lower ({self.lower})", upper)
-        if resolution is None:
-            exponent = math.floor(math.log2(self.upper - self.lower)) - 16
-            step = Fraction(2) ** exponent
-        else:
-            step = to_fraction(check_positive(owner, "resolution", resolution))
-            if step.numerator & (step.numerator - 1) or step.denominator & (step.denominator - 1):
-                raise fail(owner, "resolution", "a power of two (2**k)", resolution)
-        self.resolution = step
-        self._lo_units = math.floor(to_fraction(self.lower) / step)
-        self._hi_units = math.ceil(to_fraction(self.upper) / step)
-        extreme = max(abs(self._lo_units), abs(self._hi_units))
-        if extreme * self.horizon >= _MAX_UNITS:
-            raise fail(
-                owner,
-                "horizon",
-                f"at most {_MAX_UNITS // max(extreme, 1)} at this resolution and these bounds",
-                horizon,
-                "Use a coarser resolution or a shorter horizon.",
-            )
+        self.grid = EventGrid(owner, lower, upper, resolution, max_events_per_person)
+        self.grid.check_horizon(self.horizon, horizon)
         self.levels = self.horizon.bit_length()
-        events = self.max_events_per_person or 1
-        self.sensitivity = events * self.levels * (self._hi_units - self._lo_units)
-        self._null_units = min(max(0, self._lo_units), self._hi_units)  # 0 clamped to the bounds
-        self.events_per_person: dict[int | str, int] = {}  # user level: events kept so far
+        self.sensitivity = self.grid.events * self.levels * self.grid.span
         self.mechanism = Laplace.for_epsilon(eps, self.sensitivity)
         self.time = 0
         self._total = 0  # exact running sum in grid units
         self._anchor = [0] * self.levels  # running sum at the last multiple of 2^(j+1)
         self._node = [0] * self.levels  # noisy sum of the newest left interval of each level
-        self._counting = False
 
     @classmethod
     def counter(
@@ -166,7 +137,7 @@ class ContinualSum:
             resolution=1,
             max_events_per_person=max_events_per_person,
         )
-        made._counting = True
+        made.grid.counting = True
         return made
 
     @property
@@ -174,38 +145,6 @@ class ContinualSum:
         """ε of the whole stream of releases up to the horizon (per event, or per person with
         ``max_events_per_person``; exact)."""
         return self.mechanism.epsilon(self.sensitivity)
-
-    def _cap(self, units: npt.NDArray[np.int64], persons: Sequence[int | str] | None) -> None:
-        """User level: replace (in place) each event past its person's k-th by the null value.
-
-        Raises ParameterError (before anything is ingested) when ``persons`` is missing or its
-        length differs from the batch's, or is given to an event-level stream."""
-        owner = "ContinualSum.update"
-        k = self.max_events_per_person
-        if k is None:
-            if persons is not None:
-                raise fail(owner, "persons", "None (an event-level stream)", "person ids")
-            return
-        if persons is None or len(persons) != units.size:
-            got = "None" if persons is None else f"{len(persons)} ids"
-            raise fail(owner, "persons", f"one person id per event ({units.size})", got)
-        seen = self.events_per_person
-        for i, person in enumerate(persons):
-            used = seen.get(person, 0)
-            if used >= k:
-                units[i] = self._null_units
-            else:
-                seen[person] = used + 1
-
-    def _to_units(self, values: npt.ArrayLike) -> npt.NDArray[np.int64]:
-        array = np.asarray(values, dtype=np.float64).reshape(-1)
-        if self._counting:
-            counted: npt.NDArray[np.int64] = (np.nan_to_num(array, nan=0.0) != 0).astype(np.int64)
-            return counted
-        filled = np.where(np.isnan(array), self.lower, array)
-        clamped = np.clip(filled, self.lower, self.upper)
-        units = np.rint(clamped / float(self.resolution))
-        return np.clip(units, self._lo_units, self._hi_units).astype(np.int64)
 
     def update(
         self,
@@ -219,16 +158,12 @@ class ContinualSum:
         refused before anything is ingested. A user-level stream needs ``persons``, the id of
         each event's person.
         """
-        units = self._to_units(values)
+        owner = "ContinualSum.update"
+        units = self.grid.to_units(values)
         n = units.size
-        if self.time + n > self.horizon:
-            raise fail(
-                "ContinualSum.update",
-                "values",
-                f"at most {self.horizon - self.time} more events (horizon {self.horizon})",
-                f"a batch of {n}",
-            )
-        self._cap(units, persons)
+        check_batch(owner, self.time, n, self.horizon)
+        self.grid.check_persons(n, persons, owner)
+        self.grid.cap(units, persons)
         source = rng or default_rng()
         start = self.time
         prefix = self._total + np.concatenate(([0], np.cumsum(units)))  # prefix[i] = S(start + i)
@@ -293,5 +228,4 @@ class ContinualSum:
             else sum_of_laplace_halfwidth(self.mechanism.scale, terms, a)
         )
         step = float(self.resolution)
-        rounding = 0.0 if self._counting else t * step / 2
-        return float_up(Fraction(noise * step) + Fraction(rounding))
+        return float_up(Fraction(noise * step) + Fraction(self.grid.rounding(t)))

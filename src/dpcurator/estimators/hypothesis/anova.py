@@ -21,8 +21,7 @@ from dpcurator.estimators.hypothesis.core import (
     HypothesisTestResult,
     Setup,
     bounds,
-    clamped,
-    column,
+    clamped_columns,
     p_value,
     setup,
 )
@@ -75,7 +74,9 @@ def one_way_anova(
         raise fail(owner, "samples", "at least 2 groups", len(samples))
     low, high = bounds(owner, lower, upper)
     plan = setup(owner, epsilon, rho, unit, simulations, rng)
-    groups = [clamped(column(owner, f"samples[{j}]", s), low, high) for j, s in enumerate(samples)]
+    groups = clamped_columns(
+        owner, ((f"samples[{j}]", s) for j, s in enumerate(samples)), low, high
+    )
     moments = release_moments(plan, groups, low, high)
     statistic, p = anova_from_moments(moments, plan)
     n, mean, var, _ = moments.summary()

@@ -33,7 +33,7 @@ privacy noise.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -298,6 +298,14 @@ def clamped(values: FloatArray, lower: float, upper: float) -> FloatArray:
     return np.clip(filled, lower, upper)
 
 
+def clamped_columns(
+    owner: str, named: Iterable[tuple[str, object]], lower: float, upper: float
+) -> list[FloatArray]:
+    """Each (name, data) as a 1-D float column (:func:`column`) clamped to [lower, upper]
+    (:func:`clamped`), checked in order."""
+    return [clamped(column(owner, name, data), lower, upper) for name, data in named]
+
+
 def check_categories(owner: str, name: str, values: object) -> list[object]:
     cats: list[object] = list(values)  # type: ignore[call-overload]
     if len(cats) < 2 or len(set(cats)) != len(cats):
@@ -333,6 +341,12 @@ def noise_draws(rng: Rng, noise: Noise, shape: tuple[int, ...]) -> FloatArray:
     first = np.floor(-units * np.log(uniforms(rng, size)))
     second = np.floor(-units * np.log(uniforms(rng, size)))
     return np.asarray(((first - second) * noise.grid).reshape(shape), np.float64)
+
+
+def clipped_cells(table: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """(cells, n): noisy counts clipped at 0, and their sum over the last axis, at least 1."""
+    cells = np.maximum(table, 0.0)
+    return cells, np.maximum(cells.sum(axis=-1), 1.0)
 
 
 def binomial_rows(rng: Rng, trials: FloatArray, q: float) -> FloatArray:

@@ -26,6 +26,7 @@ from dpcurator.estimators.hypothesis.core import (
     Noise,
     Setup,
     as_tuple,
+    clipped_cells,
     column,
     multinomial,
     noise_draws,
@@ -39,8 +40,7 @@ from dpcurator.random import Rng
 
 def _distance(tables: FloatArray) -> FloatArray:
     """D of noisy tables (..., 2 samples, B bins)."""
-    cells = np.maximum(tables, 0.0)
-    n = np.maximum(cells.sum(axis=-1), 1.0)
+    cells, n = clipped_cells(tables)
     cdf = np.cumsum(cells, axis=-1) / n[..., None]
     gap = np.max(np.abs(cdf[..., 0, :] - cdf[..., 1, :]), axis=-1)
     return np.asarray(gap * np.sqrt(n[..., 0] * n[..., 1] / (n[..., 0] + n[..., 1])))

@@ -22,6 +22,7 @@ from dpcurator.estimators.hypothesis.core import (
     Setup,
     bounds,
     clamped,
+    clamped_columns,
     column,
     p_value,
     setup,
@@ -163,8 +164,7 @@ def paired_t_test(
     if not -reach <= difference <= reach:
         raise fail(owner, "difference", f"a value in [{-reach:g}, {reach:g}]", difference)
     plan = setup(owner, epsilon, rho, unit, simulations, rng)
-    x = clamped(column(owner, "first", first), low, high)
-    y = clamped(column(owner, "second", second), low, high)
+    x, y = clamped_columns(owner, (("first", first), ("second", second)), low, high)
     if x.size != y.size:
         raise fail(owner, "second", f"one value per pair ({x.size})", y.size)
     diffs = clamped(x - y, -reach, reach)
@@ -212,8 +212,7 @@ def welch_t_test(
     low, high = bounds(owner, lower, upper)
     side = check_alternative(owner, alternative)
     plan = setup(owner, epsilon, rho, unit, simulations, rng)
-    groups = [clamped(column(owner, name, sample), low, high)
-              for name, sample in (("first", first), ("second", second))]  # fmt: skip
+    groups = clamped_columns(owner, (("first", first), ("second", second)), low, high)
     moments = release_moments(plan, groups, low, high)
     t, p = welch_from_moments(moments, plan, side)
     _, mean, _, mean_var = moments.summary()

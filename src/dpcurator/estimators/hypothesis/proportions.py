@@ -21,6 +21,7 @@ from dpcurator.estimators.hypothesis.core import (
     Setup,
     as_tuple,
     binomial,
+    clipped_cells,
     codes,
     noise_draws,
     release_counts,
@@ -36,8 +37,7 @@ _FLOOR = 1e-12
 
 def _z(table: FloatArray, noise: Noise) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(z, rates, sizes) of noisy tables (..., 2 groups, 2 cells: successes, failures)."""
-    cells = np.maximum(table, 0.0)
-    n = np.maximum(cells.sum(axis=-1), 1.0)
+    cells, n = clipped_cells(table)
     rates = cells[..., 0] / n
     pooled = np.clip(cells[..., 0].sum(axis=-1) / n.sum(axis=-1), 0.0, 1.0)
     spread = pooled * (1 - pooled) * (1 / n[..., 0] + 1 / n[..., 1])
