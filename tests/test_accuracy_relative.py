@@ -12,7 +12,7 @@ from dpcurator.cli import args as cli_args
 from dpcurator.errors import ParameterError, UnsupportedQueryError
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
-from dpcurator.service.schemas import QueryIn
+from dpcurator.service.bodies import QueryIn
 
 SQL = "SELECT COUNT(*) AS n, SUM(age) AS s FROM people"
 

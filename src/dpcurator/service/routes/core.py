@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from dpcurator.core import display
 from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.errors import ENGINE_FAILURE_MESSAGE, ParameterError
+from dpcurator.service import bodies as b
 from dpcurator.service import schemas as s
 from dpcurator.service.auth import Identity
 from dpcurator.service.curator import NoiseRequest
@@ -70,15 +71,15 @@ def _view_out(view: BudgetView) -> s.BudgetOut:
     return s.BudgetOut.model_validate(s.budget_json(view))
 
 
-def _principal_out(p: Principal) -> s.PrincipalOut:
-    return s.PrincipalOut(id=p.id, name=p.name, role=p.role, created_at=p.created_at)  # type: ignore[arg-type]
+def _principal_out(p: Principal) -> b.PrincipalOut:
+    return b.PrincipalOut(id=p.id, name=p.name, role=p.role, created_at=p.created_at)  # type: ignore[arg-type]
 
 
-def _history_out(c: Charge, *, analyst: bool = False) -> s.HistoryEntry:
+def _history_out(c: Charge, *, analyst: bool = False) -> b.HistoryEntry:
     """A ledger entry; an analyst sees only the constant failure text (an entry written before
     failures were recorded that way may hold an engine's message)."""
     error = ENGINE_FAILURE_MESSAGE if analyst and c.error is not None else c.error
-    return s.HistoryEntry(
+    return b.HistoryEntry(
         id=c.id,
         principal_id=c.principal_id,
         dataset_id=c.dataset_id,
@@ -94,8 +95,8 @@ def _history_out(c: Charge, *, analyst: bool = False) -> s.HistoryEntry:
     )
 
 
-def _release_out(r: PublishedRelease) -> s.ReleaseOut:
-    return s.ReleaseOut(
+def _release_out(r: PublishedRelease) -> b.ReleaseOut:
+    return b.ReleaseOut(
         id=r.id,
         dataset_id=r.dataset_id,
         name=r.name,
@@ -106,8 +107,8 @@ def _release_out(r: PublishedRelease) -> s.ReleaseOut:
     )
 
 
-def _dataset_out(service: CuratorService, who: Identity, d: Dataset) -> s.DatasetOut:
-    return s.DatasetOut(
+def _dataset_out(service: CuratorService, who: Identity, d: Dataset) -> b.DatasetOut:
+    return b.DatasetOut(
         id=d.id,
         name=d.name,
         schema=service.schema(d),
@@ -124,22 +125,22 @@ def health() -> dict[str, str]:
 
 
 @router.get("/v1/me", tags=["meta"])
-def me(who: Caller) -> s.MeOut:
+def me(who: Caller) -> b.MeOut:
     """The caller's identity."""
-    return s.MeOut(id=who.principal_id, name=who.name, role=who.role, token_id=who.token_id)
+    return b.MeOut(id=who.principal_id, name=who.name, role=who.role, token_id=who.token_id)
 
 
 # -- datasets ---------------------------------------------------------------------------
 
 
 @router.get("/v1/datasets", tags=["datasets"])
-def list_datasets(service: Service, who: Caller) -> list[s.DatasetOut]:
+def list_datasets(service: Service, who: Caller) -> list[b.DatasetOut]:
     """The datasets the caller may query, with public schema and budgets."""
     return [_dataset_out(service, who, d) for d in service.visible_datasets(who)]
 
 
 @router.post("/v1/datasets", tags=["datasets"], status_code=201)
-def register_dataset(service: Service, who: Owner, body: s.DatasetIn) -> s.DatasetOut:
+def register_dataset(service: Service, who: Owner, body: b.DatasetIn) -> b.DatasetOut:
     """Register a dataset (owners)."""
     dataset = service.register_dataset(
         who,
@@ -155,15 +156,15 @@ def register_dataset(service: Service, who: Owner, body: s.DatasetIn) -> s.Datas
 
 
 @router.get("/v1/datasets/{dataset_id}", tags=["datasets"])
-def get_dataset(service: Service, who: Caller, dataset_id: str) -> s.DatasetOut:
+def get_dataset(service: Service, who: Caller, dataset_id: str) -> b.DatasetOut:
     """One dataset: public schema, the caller's budget (analysts) or the cap (owners)."""
     return _dataset_out(service, who, service.visible_dataset(who, dataset_id))
 
 
 @router.patch("/v1/datasets/{dataset_id}", tags=["datasets"])
 def patch_dataset(
-    service: Service, who: Owner, dataset_id: str, body: s.DatasetPatch
-) -> s.DatasetOut:
+    service: Service, who: Owner, dataset_id: str, body: b.DatasetPatch
+) -> b.DatasetOut:
     """Change the global cap or the replay switch (owners)."""
     current = service.ledger.dataset(dataset_id)
     cap: Cost | None = None if body.cap_rho is None else ZCDP(s.exact(body.cap_rho))
@@ -197,12 +198,12 @@ def get_budget(service: Service, who: Caller, dataset_id: str) -> s.BudgetOut:
 # -- queries ----------------------------------------------------------------------------
 
 
-@router.post("/v1/datasets/{dataset_id}/queries", tags=["queries"], response_model=s.QueryOut)
+@router.post("/v1/datasets/{dataset_id}/queries", tags=["queries"], response_model=b.QueryOut)
 async def run_query(
     service: Service,
     who: Caller,
     dataset_id: str,
-    body: s.QueryIn,
+    body: b.QueryIn,
     idempotency_key: IdempotencyKey = None,
 ) -> _Json:
     """Answer a query: reserve the budget atomically, run, release.
@@ -244,8 +245,8 @@ async def run_query(
 
 @router.post("/v1/datasets/{dataset_id}/queries:estimate", tags=["queries"])
 def estimate_query(
-    service: Service, who: Caller, dataset_id: str, body: s.QueryIn
-) -> s.EstimateOut:
+    service: Service, who: Caller, dataset_id: str, body: b.QueryIn
+) -> b.EstimateOut:
     """The cost and expected accuracy of a query; nothing runs and nothing is charged."""
     epsilon = None if body.epsilon is None else s.exact(body.epsilon)
     rho = None if body.rho is None else s.exact(body.rho)
@@ -253,7 +254,7 @@ def estimate_query(
     estimate = service.estimate(
         who, dataset_id, body.sql, epsilon, s.exact(body.delta), accuracy=body.accuracy, noise=noise
     )
-    return s.EstimateOut(
+    return b.EstimateOut(
         dataset_id=dataset_id,
         sql=body.sql,
         cost=s.CostOut.of(estimate.cost),
@@ -269,7 +270,7 @@ def query_history(
     who: Caller,
     dataset_id: str,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> list[s.HistoryEntry]:
+) -> list[b.HistoryEntry]:
     """The caller's own history on a dataset (owners: everyone's), newest first."""
     entries = service.history(who, dataset_id, limit=limit)
     return [_history_out(c, analyst=not who.is_owner) for c in entries]
@@ -283,9 +284,9 @@ def publish(
     service: Service,
     who: Owner,
     dataset_id: str,
-    body: s.BatchIn,
+    body: b.BatchIn,
     idempotency_key: IdempotencyKey = None,
-) -> s.ReleaseOut:
+) -> b.ReleaseOut:
     """Run a batch once against the global cap and publish it (owners). A retry with the same
     ``Idempotency-Key`` and body returns the release published first, charged once."""
     queries = [BatchQuery(q.sql, s.exact(q.epsilon), s.exact(q.delta)) for q in body.queries]
@@ -294,14 +295,14 @@ def publish(
 
 
 @router.get("/v1/datasets/{dataset_id}/releases", tags=["releases"])
-def list_releases(service: Service, who: Caller, dataset_id: str) -> list[s.ReleaseOut]:
+def list_releases(service: Service, who: Caller, dataset_id: str) -> list[b.ReleaseOut]:
     """Releases published on a dataset (free to read)."""
     dataset = service.visible_dataset(who, dataset_id)
     return [_release_out(r) for r in service.ledger.releases(dataset.id)]
 
 
 @router.get("/v1/releases/{release_id}", tags=["releases"])
-def get_release(service: Service, who: Caller, release_id: str) -> s.ReleaseOut:
+def get_release(service: Service, who: Caller, release_id: str) -> b.ReleaseOut:
     """One published release (free to read)."""
     return _release_out(service.visible_release(who, release_id))
 
@@ -324,18 +325,18 @@ def _analyst(service: CuratorService, who: Identity, analyst_id: str) -> Princip
 
 
 @router.get("/v1/analysts", tags=["owners"])
-def list_analysts(service: Service, _who: Owner) -> list[s.PrincipalOut]:
+def list_analysts(service: Service, _who: Owner) -> list[b.PrincipalOut]:
     """Every analyst."""
     return [_principal_out(p) for p in service.ledger.principals("analyst")]
 
 
 @router.post("/v1/analysts", tags=["owners"], status_code=201)
-def create_analyst(service: Service, who: Owner, body: s.AnalystIn) -> s.IssuedTokenOut:
+def create_analyst(service: Service, who: Owner, body: b.AnalystIn) -> b.IssuedTokenOut:
     """Create an analyst; its token is in the response and shown only once."""
     principal, issued = service.create_principal(
         body.name, "analyst", expires_in=body.expires_in, by=who.principal_id
     )
-    return s.IssuedTokenOut(
+    return b.IssuedTokenOut(
         principal=_principal_out(principal),
         token_id=issued.token_id,
         token=issued.token,
@@ -344,11 +345,11 @@ def create_analyst(service: Service, who: Owner, body: s.AnalystIn) -> s.IssuedT
 
 
 @router.post("/v1/analysts/{analyst_id}/tokens", tags=["owners"], status_code=201)
-def issue_token(service: Service, who: Owner, analyst_id: str, body: s.TokenIn) -> s.IssuedTokenOut:
+def issue_token(service: Service, who: Owner, analyst_id: str, body: b.TokenIn) -> b.IssuedTokenOut:
     """Issue another token for an analyst, or for the calling owner (shown once)."""
     principal = _analyst(service, who, analyst_id)
     issued = service.authority.issue(principal.id, expires_in=body.expires_in, by=who.principal_id)
-    return s.IssuedTokenOut(
+    return b.IssuedTokenOut(
         principal=_principal_out(principal),
         token_id=issued.token_id,
         token=issued.token,
@@ -357,11 +358,11 @@ def issue_token(service: Service, who: Owner, analyst_id: str, body: s.TokenIn) 
 
 
 @router.get("/v1/analysts/{analyst_id}/tokens", tags=["owners"])
-def list_tokens(service: Service, who: Owner, analyst_id: str) -> list[s.TokenOut]:
+def list_tokens(service: Service, who: Owner, analyst_id: str) -> list[b.TokenOut]:
     """The tokens of an analyst, or of the calling owner (ids only, never secrets)."""
     principal = _analyst(service, who, analyst_id)
     return [
-        s.TokenOut(
+        b.TokenOut(
             token_id=t.token_id,
             principal_id=t.principal_id,
             created_at=t.created_at,
@@ -374,8 +375,8 @@ def list_tokens(service: Service, who: Owner, analyst_id: str) -> list[s.TokenOu
 
 @router.put("/v1/analysts/{analyst_id}/grants/{dataset_id}", tags=["owners"])
 def set_grant(
-    service: Service, who: Owner, analyst_id: str, dataset_id: str, body: s.GrantIn
-) -> s.GrantOut:
+    service: Service, who: Owner, analyst_id: str, dataset_id: str, body: b.GrantIn
+) -> b.GrantOut:
     """Give an analyst access to a dataset with this total budget (refused when the dataset's
     cap could never pay the grant's δ)."""
     budget = body.budget()
@@ -385,7 +386,7 @@ def set_grant(
     )
     view = service.ledger.grant_view(analyst_id, dataset_id)
     assert view is not None  # just set
-    return s.GrantOut(analyst_id=analyst_id, dataset_id=dataset_id, budget=_view_out(view))
+    return b.GrantOut(analyst_id=analyst_id, dataset_id=dataset_id, budget=_view_out(view))
 
 
 def check_grant_within_cap(grant: Cost, cap: Cost, dataset_id: str) -> None:
@@ -418,11 +419,11 @@ def check_grant_within_cap(grant: Cost, cap: Cost, dataset_id: str) -> None:
 
 
 @router.get("/v1/analysts/{analyst_id}/grants", tags=["owners"])
-def list_grants(service: Service, who: Owner, analyst_id: str) -> list[s.GrantOut]:
+def list_grants(service: Service, who: Owner, analyst_id: str) -> list[b.GrantOut]:
     """An analyst's budgets on every granted dataset."""
     principal = _analyst(service, who, analyst_id)
     return [
-        s.GrantOut(
+        b.GrantOut(
             analyst_id=g.principal_id,
             dataset_id=g.dataset_id,
             budget=_view_out(
@@ -445,10 +446,10 @@ def revoke_token(service: Service, who: Caller, token_id: str) -> None:
 @router.get("/v1/audit", tags=["owners"])
 def audit(
     service: Service, _who: Owner, limit: Annotated[int, Query(ge=1, le=1000)] = 200
-) -> list[s.AuditOut]:
+) -> list[b.AuditOut]:
     """The audit log, newest first."""
     return [
-        s.AuditOut(
+        b.AuditOut(
             id=e.id,
             at=e.at,
             principal_id=e.principal_id,
@@ -463,7 +464,7 @@ def audit(
 @router.get("/v1/ledger", tags=["owners"])
 def ledger_entries(
     service: Service, _who: Owner, limit: Annotated[int, Query(ge=1, le=1000)] = 200
-) -> list[s.HistoryEntry]:
+) -> list[b.HistoryEntry]:
     """Every ledger entry (charges and replays), newest first."""
     return [_history_out(c) for c in service.ledger.history(limit=limit)]
 

@@ -23,6 +23,7 @@ from dpcurator.accounting.filter import BudgetFilter
 from dpcurator.core.measures import ApproxDP
 from dpcurator.query.fit.core import FitRequest
 from dpcurator.query.fit.release import estimate_fit, fit_on
+from dpcurator.service import bodies as b
 from dpcurator.service import schemas as s
 from dpcurator.service.curator import DatasetRuntime
 from dpcurator.service.idempotency import IdempotencyKey
@@ -47,7 +48,7 @@ router = APIRouter(prefix="", dependencies=[Depends(s.refuse_nul_parameters)])
 _KINDS = {"linear": "linear_regression", "logistic": "logistic_regression"}
 
 
-def fit_request(body: s.FitIn) -> FitRequest:
+def fit_request(body: b.FitIn) -> FitRequest:
     """The library request of an HTTP body (validated again, free, when planned)."""
     return FitRequest(
         kind=cast("Any", _KINDS[body.model]),
@@ -87,13 +88,13 @@ register_kind("fit", lambda charge: _body(charge, replayed=False, remaining=None
 
 
 @router.post(
-    "/v1/datasets/{dataset_id}/fits", tags=["fits"], response_model=s.FitOut, responses=ACCEPTED
+    "/v1/datasets/{dataset_id}/fits", tags=["fits"], response_model=b.FitOut, responses=ACCEPTED
 )
 async def run_fit(
     service: Service,
     who: Caller,
     dataset_id: str,
-    body: s.FitIn,
+    body: b.FitIn,
     *,
     idempotency_key: IdempotencyKey = None,
     prefer: Prefer = None,
@@ -132,8 +133,8 @@ async def run_fit(
 
 @router.post("/v1/datasets/{dataset_id}/fits:estimate", tags=["fits"])
 def estimate_fit_route(
-    service: Service, who: Caller, dataset_id: str, body: s.FitIn
-) -> s.FitEstimateOut:
+    service: Service, who: Caller, dataset_id: str, body: b.FitIn
+) -> b.FitEstimateOut:
     """The cost of a fit and whether it fits; nothing runs and nothing is charged."""
     request = fit_request(body)
     access = service.access(who, dataset_id)
@@ -142,7 +143,7 @@ def estimate_fit_route(
     epsilon, delta = s.exact(body.epsilon), s.exact(body.delta)
     plan = request.plan(metadata, epsilon=_exact(epsilon), delta=_exact(delta))
     cost = plan.cost if isinstance(plan.cost, ApproxDP) else plan.cost.to_approx()
-    return s.FitEstimateOut(
+    return b.FitEstimateOut(
         dataset_id=dataset_id,
         request=_text(request, body.alpha),
         cost=s.CostOut.of(cost),
