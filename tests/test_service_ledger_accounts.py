@@ -102,8 +102,8 @@ def test_cached_replays_agree_with_full_replays_across_two_workers(
         event = EVENTS[step % len(EVENTS)]
         live[workers[w].reserve(_request(event)).charge_id] = event
         if not stale[w]:  # one replay per unseen charge, and the new event, per budget
-            assert len(replays) == 2 * (unseen[w] + 1)
-        unseen[w], stale[w] = 1, False  # its own charge is read back at its next replay
+            assert len(replays) == 2 * (unseen[w] + 1), step
+        unseen[w], stale[w] = 0, False  # its own charge is cached once committed
         unseen[1 - w] += 1
         if step == 5:
             cancelled = min(live)

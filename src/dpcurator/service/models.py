@@ -125,6 +125,8 @@ class Charge(Base):
         UniqueConstraint("principal_id", "request_key", name="uq_charge_request_key"),
         Index("ix_charge_history", "dataset_id", "principal_id", "id"),
         Index("ix_charge_replay", "dataset_id", "principal_id", "fingerprint"),
+        # Covers the count a concentrated budget's cached replay checks (ledger/accounts.py).
+        Index("ix_charge_budget", "dataset_id", "id", "kind", "status", "principal_id"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)

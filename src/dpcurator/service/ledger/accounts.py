@@ -25,7 +25,10 @@ charges up to that id (:func:`replayed_history`). Charges are never deleted and 
 ever becomes ``cancelled`` from ``reserved``, so both numbers only grow along the database's
 history: a later read finding the same numbers has the same charges up to that id, and replays
 only the charges after it. Any difference (a cancellation, a late commit, an older snapshot)
-replays the whole history.
+replays the whole history. A reservation caches its budgets' filters with its own charge in
+them once it has committed (:class:`~dpcurator.service.ledger.admission.Settlement`), so with one
+worker the next reservation replays no history at all, only checks the two numbers (an
+index-only count, ``ix_charge_budget``) and charges its own event.
 """
 
 from __future__ import annotations
@@ -183,9 +186,10 @@ class OverdrawnError(BudgetExceededError):
 
 
 @dataclass(frozen=True)
-class _Replayed:
+class Replayed:
     """A budget's filter after its charges up to ``last_id``: ``charges`` of them (any status,
-    not replays), ``cancelled`` of those cancelled. Never charged on (callers get copies)."""
+    not replays), ``cancelled`` of those cancelled. A cached one is never charged on (readers
+    get copies)."""
 
     last_id: int
     charges: int
@@ -193,10 +197,9 @@ class _Replayed:
     account: ConcentratedFilter
 
 
-_ReplayKey = tuple[str, str | None, Cost]
-_REPLAYS: weakref.WeakKeyDictionary[Engine, dict[_ReplayKey, _Replayed]] = (
-    weakref.WeakKeyDictionary()
-)
+#: A cached replay's budget: (dataset id, principal id or None for the cap, budget).
+ReplayKey = tuple[str, str | None, Cost]
+_REPLAYS: weakref.WeakKeyDictionary[Engine, dict[ReplayKey, Replayed]] = weakref.WeakKeyDictionary()
 _REPLAYS_LOCK = threading.Lock()
 
 
@@ -211,17 +214,28 @@ def replayed_history(
         ParameterError: a budget the filter cannot hold.
         OverdrawnError: the charges do not fit the budget.
     """
-    key: _ReplayKey = (dataset_id, principal_id, budget)
+    return replayed_position(conn, budget, dataset_id, principal_id).account.copy()
+
+
+def replayed_position(
+    conn: Connection, budget: Cost, dataset_id: str, principal_id: str | None
+) -> Replayed:
+    """:func:`replayed_history` with the position it was read to: the last charge id read and
+    the numbers of charges and cancelled charges up to it. The returned filter is the
+    caller's own (not the cached one), and may be charged on and passed to
+    :func:`remember_replay` once the transaction that read it has committed."""
+    key: ReplayKey = (dataset_id, principal_id, budget)
     counted, after = _REPLAY_STATEMENTS[principal_id is not None]
     params = {"d": dataset_id, "p": principal_id}
     with _REPLAYS_LOCK:
         cached = _REPLAYS.get(conn.engine, {}).get(key)
+    stale = None
     if cached is not None:
         numbers = conn.execute(counted, {**params, "last": cached.last_id}).one()
         if tuple(numbers) != (cached.charges, cached.cancelled):
-            cached = None
+            stale, cached = cached, None
     if cached is None:
-        cached = _Replayed(0, 0, 0, ConcentratedFilter(budget))
+        cached = Replayed(0, 0, 0, ConcentratedFilter(budget))
     account = cached.account.copy()
     last_id, charges, cancelled_charges = cached.last_id, cached.charges, cached.cancelled
     for charge_id, status, events, epsilon, delta in conn.execute(
@@ -235,11 +249,27 @@ def replayed_history(
             account.reserve(charge_event(events, cost_of(epsilon, delta))).commit()
         except BudgetExceededError as exc:
             raise OverdrawnError(exc.requested, account.remaining()) from None
-    if last_id > cached.last_id:
-        replay = _Replayed(last_id, charges, cancelled_charges, account.copy())
-        with _REPLAYS_LOCK:
-            _REPLAYS.setdefault(conn.engine, {})[key] = replay
-    return account
+    if last_id > cached.last_id or stale is not None:
+        replay = Replayed(last_id, charges, cancelled_charges, account)
+        remember_replay(conn.engine, key, replay, stale=stale)
+        account = account.copy()
+    return Replayed(last_id, charges, cancelled_charges, account)
+
+
+def remember_replay(
+    engine: Engine, key: ReplayKey, replay: Replayed, *, stale: Replayed | None = None
+) -> None:
+    """Cache ``replay`` as the handle's replay of the budget ``key`` unless the cache already
+    holds a later one (other than ``stale``, one found out of date, which is replaced).
+    ``replay`` must describe the database as committed: its charges up to ``last_id`` are
+    ``charges`` rows (``cancelled`` of them cancelled) whose live events, in id order, are the
+    filter's. A later read that counts other numbers replays all (module docstring), so a
+    charge committed afterwards below ``last_id`` is never missed."""
+    with _REPLAYS_LOCK:
+        replays = _REPLAYS.setdefault(engine, {})
+        cached = replays.get(key)
+        if cached is None or cached is stale or cached.last_id < replay.last_id:
+            replays[key] = replay
 
 
 def concentrated_view(account: ConcentratedFilter) -> BudgetView:

@@ -12,9 +12,10 @@ writes the totals it returns; :func:`check_fits` answers an estimate without loc
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, cast
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
 from dpcurator.accounting.concentrated import ConcentratedFilter
 from dpcurator.accounting.events import PrivacyEvent
@@ -23,11 +24,14 @@ from dpcurator.errors import BudgetExceededError, DPError, ParameterError
 from dpcurator.service.errors import NotFoundError
 from dpcurator.service.ledger.accounts import (
     CAP,
+    Replayed,
+    ReplayKey,
     account_budget,
     accounts_of,
     basic_cost,
     concentrated_view,
-    replayed_history,
+    remember_replay,
+    replayed_position,
 )
 from dpcurator.service.ledger.budgets import BasicView, BudgetView, Cost, budget_view
 from dpcurator.service.ledger.statements import SQL
@@ -77,21 +81,62 @@ def _requested(event: PrivacyEvent) -> Cost:
 
 
 def _concentrated_fits(
-    conn: Connection, budget: Cost, request: Admitted, event: PrivacyEvent, what: str
+    conn: Connection,
+    budget: Cost,
+    request: Admitted,
+    event: PrivacyEvent,
+    what: str,
+    *,
+    settlement: Settlement | None = None,
 ) -> ConcentratedFilter:
     """A concentrated budget's filter after ``event``, if the filter admits it after the
-    budget's history (the cap's: every live charge on the dataset; a grant's: its analyst's).
+    budget's history (the cap's: every live charge on the dataset; a grant's: its analyst's),
+    read on ``conn`` (the handle's cached replay extended by the charges after it). With
+    ``settlement``, the filter is also kept there, to be cached once the charge commits.
 
     Raises:
         BudgetExceededError: the filter refuses it (or the history alone overdraws the budget).
     """
     principal = None if what == _CAP else request.principal_id
     try:
-        account = replayed_history(conn, budget, request.dataset_id, principal)
-        account.reserve(event).commit()
+        read = replayed_position(conn, budget, request.dataset_id, principal)
+        read.account.reserve(event).commit()
     except BudgetExceededError as exc:
         raise BudgetExceededError(_requested(event), exc.remaining, what=what) from None
-    return account
+    if settlement is not None:
+        settlement.replays.append(((request.dataset_id, principal, budget), read))
+    return read.account
+
+
+@dataclass
+class Settlement:
+    """What a reservation on concentrated budgets leaves for after its transaction commits:
+    caching each budget's filter with the new charge in it, so that the handle's next
+    reservation replays only the charges other handles made meanwhile (none with one worker),
+    and the grant's budget view (an (ε, δ) conversion of the filter's spend, computed outside
+    the ledger's lock).
+
+    Each replay was read inside the reserving transaction, under the dataset's lock, up to its
+    last charge id L; the new charge's id X > L was inserted in the same transaction, so at its
+    commit the budget's charges up to X are those read and the new one (on SQLite, one writer at
+    a time, nothing else can be there; on PostgreSQL a charge inserted concurrently below X and
+    committed later changes the count a later read checks, which then replays all: see
+    :mod:`dpcurator.service.ledger.accounts`).
+    """
+
+    replays: list[tuple[ReplayKey, Replayed]] = field(default_factory=list)
+    grant: ConcentratedFilter | None = None
+
+    def settle(
+        self, engine: Engine, charge_id: int, budget: BudgetView | None
+    ) -> BudgetView | None:
+        """Cache the replays with charge ``charge_id`` (committed) in them; the grant's view
+        (``budget``, or the concentrated grant's)."""
+        for key, read in self.replays:
+            if charge_id > read.last_id:
+                after = Replayed(charge_id, read.charges + 1, read.cancelled, read.account)
+                remember_replay(engine, key, after)
+        return budget if self.grant is None else concentrated_view(self.grant)
 
 
 _GRANT = "analyst's privacy budget"
@@ -104,12 +149,16 @@ def admit(
     cap: Sequence[str],
     grant: Sequence[str | None],
     accounts: dict[str, str | None],
+    *,
+    settlement: Settlement | None = None,
 ) -> tuple[BudgetView | None, ApproxDP | None, ApproxDP]:
     """Check the request's event against the dataset's cap and (if charged) the grant, given
     their locked (total ε, total δ, spent ε, spent δ) and which of them are concentrated
     (``accounts``, replayed on ``conn``); the grant's budget view after the charge, and the
     grant's and the dataset's (ε, δ) running totals after it (a concentrated budget keeps the
-    sum of its charges' (ε, δ) costs too, for the record).
+    sum of its charges' (ε, δ) costs too, for the record). With ``settlement``, a concentrated
+    grant's view is left to :meth:`Settlement.settle` (None here), which also caches the
+    filters once the charge is committed.
 
     Raises:
         BudgetExceededError: the event does not fit the grant, or else the cap.
@@ -125,7 +174,11 @@ def admit(
         if request.principal_id in accounts:
             assert conn is not None  # the fast paths never see a concentrated budget
             total = account_budget(accounts[request.principal_id], str(grant[0]), str(grant[1]))
-            budget = concentrated_view(_concentrated_fits(conn, total, request, event, _GRANT))
+            fitted = _concentrated_fits(conn, total, request, event, _GRANT, settlement=settlement)
+            if settlement is None:
+                budget = concentrated_view(fitted)
+            else:
+                settlement.grant = fitted
         else:
             budget = BasicView(columns.total, _basic_fits(columns, event, _GRANT))
     columns = budget_view(*cap)
@@ -133,7 +186,7 @@ def admit(
         assert conn is not None
         try:
             total = account_budget(accounts[CAP], cap[0], cap[1])
-            _concentrated_fits(conn, total, request, event, _CAP)
+            _concentrated_fits(conn, total, request, event, _CAP, settlement=settlement)
         except BudgetExceededError:
             if request.charge_grant:  # an analyst: the cap's remaining amount is not theirs
                 raise CapExceededError(_requested(event)) from None

@@ -29,7 +29,7 @@ from dpcurator.service.ledger.accounts import (
     charge_event,
     migrate_events,
 )
-from dpcurator.service.ledger.admission import admit
+from dpcurator.service.ledger.admission import Settlement, admit
 from dpcurator.service.ledger.budgets import (
     BudgetView,
     cost_of,
@@ -135,6 +135,9 @@ class LedgerCharges(LedgerDatabase):
         if url.startswith("sqlite"):
             self._raw = RawStatements(self._engine.dialect)  # the SQLite hot path only
         self._leases = LeaseKeeper(self._renew_claims, lease_seconds / 3)
+        #: Datasets found with a concentrated budget: their reservations skip the fast paths
+        #: (which would only find that again and hand over); the full path admits any budget.
+        self._concentrated_datasets: set[str] = set()
 
     def close(self) -> None:
         """Stop the lease thread, then close the database (see :meth:`LedgerDatabase.close`)."""
@@ -160,14 +163,16 @@ class LedgerCharges(LedgerDatabase):
                 first request is still computing (a live claim: see :meth:`hold_claim`).
             NotFoundError: unknown dataset, or the analyst has no grant on it.
         """
-        if request.request_key is None and request.event.approx_cost() is not None:
+        fast = request.dataset_id not in self._concentrated_datasets
+        if fast and request.request_key is None and request.event.approx_cost() is not None:
             try:
                 if self._postgres:
                     return self._reserve_in_postgres(request)
                 return self._reserve_in_sqlite(request)
-            except _Concentrated:
-                pass
+            except _Concentrated:  # skip the fast paths for this dataset from now on
+                self._concentrated_datasets.add(request.dataset_id)
         cost = request.cost
+        settlement = Settlement()
         who = {"p": request.principal_id, "d": request.dataset_id}
         with self._connection(write=True) as conn:
             if self._postgres:  # before any lock is taken (Durability in dpcurator.service.ledger)
@@ -185,10 +190,11 @@ class LedgerCharges(LedgerDatabase):
             grant = request.principal_id if request.charge_grant else None
             accounts = accounts_of(conn, request.dataset_id, grant)
             budget, grant_spent, dataset_spent = admit(
-                conn, request, locked[:4], locked[4:], accounts
+                conn, request, locked[:4], locked[4:], accounts, settlement=settlement
             )
             charge = self._charge_row(request)
             charge_id = self._write_reservation(conn, who, charge, grant_spent, dataset_spent)
+        budget = settlement.settle(self._engine, charge_id, budget)  # committed
         return Reservation(charge_id, cost, "reserved", None, False, budget)
 
     def _reserve_in_sqlite(self, request: ChargeRequest) -> Reservation:
