@@ -163,11 +163,11 @@ def test_refined_plan_is_public_and_validated() -> None:
     plan = RefinedQuantile.plan(0.5, 1.0, 0.0, 1.0, alpha=0.05)
     assert [level.bins for level in plan.levels] == [1024, 8192]
     spent = sum(level.mechanism.epsilon for level in plan.levels)
-    assert Fraction(4, 5) * (1 - Fraction(1, 2**38)) <= spent <= Fraction(4, 5)
+    assert Fraction(1, 2) * (1 - Fraction(1, 2**38)) <= spent <= Fraction(1, 2)
     # ε rounded down to a dyadic: permute-and-flip's coins take the int64 path
     assert all(level.mechanism.epsilon.denominator < 2**45 for level in plan.levels)
     assert plan.interval is not None
-    assert plan.interval.laplace.epsilon(2) == Fraction(1, 5)
+    assert plan.interval.laplace.epsilon(2) == Fraction(1, 2)
     with pytest.raises(ParameterError, match="'upper'"):
         RefinedQuantile.plan(0.5, 1.0, 1.0, 1.0)
     with pytest.raises(ParameterError, match="'lower'"):

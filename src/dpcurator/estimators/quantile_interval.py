@@ -4,14 +4,16 @@ quantile_refine`), from discrete Laplace counts around the final edge.
 Interval (noise only: it covers the empirical quantile of the clamped values the engine counted,
 not the population quantile). With the final pivot edge e_k, the counts L (values below e_k), U
 (values at or above) and disjoint shells of final-level bins (widths w, w, 2w, 4w, ... on each
-side) get discrete Laplace noise (each value is in L or U and in at most one shell: L1
-sensitivity 2r). The lower end is the farthest-in edge e_s whose shells S_m (the first m shells
-below e_k) hold enough values that at most ⌊ρ⌋ values lie below it: L - S_m <= p·(L + U - 1),
-i.e. D_m = S_m - (1-p)·L + p·U - p >= 0. Its noisy version D̃_m = D_m + N_m, where N_m is a sum of
+side; w = 1 for integer data on unit bins, so that a value held by many people gives an interval
+of that one value, not of 16) get discrete Laplace noise (each value is in L or U and in at most
+one shell: L1 sensitivity 2r). The lower end is the farthest-in edge e_s whose shells S_m (the
+first m shells below e_k, m = 0, 1, ..., M; S_0 = 0 is the chosen edge itself) hold enough
+values that at most ⌊ρ⌋ values lie below it: L - S_m <= p·(L + U - 1), i.e.
+D_m = S_m - (1-p)·L + p·U - p >= 0. Its noisy version D̃_m = D_m + N_m, where N_m is a sum of
 m + 2 independent discrete Laplace variables (weights 1, ..., 1, 1-p, p), is tested against one
 tail bound t_m of that SUM (a Chernoff bound from the discrete Laplace moment generating
-function, or the union bound over the m + 2 counts when smaller) at level α/(2M) for M shells
-per side: D̃_m - t_m >= 0 implies D_m >= 0 except with probability α/(2M). The upper end likewise
+function, or the union bound over the m + 2 counts when smaller) at level α/(2(M + 1)):
+D̃_m - t_m >= 0 implies D_m >= 0 except with probability α/(2(M + 1)). The upper end likewise
 (L + S'_m >= ρ + 2 suffices for ⌈ρ⌉ + 1 values below it). The last level's shells stop at its
 window (its outer bins hold the values clamped from outside it); with more than one level the
 shells go on over the first level's bins outside the window (widths 1, 1, 2, 4, ... of those
@@ -19,10 +21,20 @@ bins, up to the bounds), so a wide interval is still an interval and not the who
 is still in L or U and in at most one shell (the window's outer bins are in none: S_m counts a
 subset of the values between the edges, which only makes the test stricter), so the L1
 sensitivity stays 2r. Where no shell suffices, the interval extends to the public bound. Each
-side's tests share α/2 (the window's shells equally, with outer shells (1 - γ)·α/2 and the outer
-ones γ·α/2, :data:`OUTER_ALPHA_SHARE`; the number of shells is fixed by the plan), so by the union
-bound the interval holds x_(⌊ρ⌋) and x_(⌈ρ⌉), hence the linearly interpolated quantile, with
-probability >= 1 - α.
+side's tests share α/2 (the window's M + 1 tests equally, with outer shells (1 - γ)·α/2 and the
+outer ones γ·α/2, :data:`OUTER_ALPHA_SHARE`; the number of shells is fixed by the plan), so by
+the union bound the interval holds x_(⌊ρ⌋) and x_(⌈ρ⌉), hence the linearly interpolated
+quantile, with probability >= 1 - α. The selection's own error plays no part in the guarantee
+(only the noisy counts' tails do), and every threshold is a function of public inputs (ε, r, p,
+α and the plan's shells). Discrete Laplace: Canonne, Kamath & Steinke 2020; the interval is ε_ci-DP
+by the Laplace mechanism's guarantee (Dwork, McSherry, Nissim & Smith 2006) at L1 sensitivity 2r.
+
+Width: in ranks the interval's half-width is about t_m, i.e. a few times the counts' noise scale
+2r/ε_ci; with ε_ci half of the quantile's ε (:data:`~dpcurator.estimators.quantile_refine.
+DEFAULT_INTERVAL_SHARE`) this is still several times the selection's own rank error (about
+1/ε_sel ranks), so for continuous data the interval is wider than the spread of the released
+values (13× at n = 10^4, ε = 1: tests/test_quantile_interval_oracle.py and docs/sql.md); on
+integer data holding many people per value it is the released value itself.
 """
 
 from __future__ import annotations
@@ -80,18 +92,21 @@ class IntervalPlan:
     shells: int
     alpha: float
     outer: int = 0
+    first_width: int = SHELL_WIDTH
+    growth: int = 2
 
     def thresholds(self, p: Fraction, alpha: float | None = None) -> list[float]:
-        """t_m for m = 1..shells + outer: the summed noise's tail bounds, at α/(2·shells) for
-        the window's shells, or with outer shells at (1 - γ)·α/(2·shells) for those and
-        γ·α/(2·outer) for the outer ones (γ = :data:`OUTER_ALPHA_SHARE`): α/2 per side in all."""
+        """t_m for m = 0..shells + outer: the summed noise's tail bounds, at α/(2·(shells + 1))
+        for the chosen edge itself (m = 0) and the window's shells, or with outer shells at
+        (1 - γ)·α/(2·(shells + 1)) for those and γ·α/(2·outer) for the outer ones
+        (γ = :data:`OUTER_ALPHA_SHARE`): α/2 per side in all."""
         a = self.alpha if alpha is None else alpha
-        inner = a / (2 * self.shells) * (1 - OUTER_ALPHA_SHARE if self.outer else 1)
+        inner = a / (2 * (self.shells + 1)) * (1 - OUTER_ALPHA_SHARE if self.outer else 1)
         outer = a / (2 * self.outer) * OUTER_ALPHA_SHARE if self.outer else 0.0
         scale = self.laplace.scale
         return [
             summed_noise_threshold(scale, m, p, inner if m <= self.shells else outer)
-            for m in range(1, self.shells + self.outer + 1)
+            for m in range(self.shells + self.outer + 1)
         ]
 
     def bounds(
@@ -114,8 +129,15 @@ class IntervalPlan:
         edges = bin_edges(bins)
         ints = [int(c) for c in counts]  # Python ints: no int64 wrap-around in the sums
         # (far edge, exact count) of each shell going down, then going up
-        below = [(edges[a], sum(ints[a:b])) for a, b in _shells(k, -1, 1, self.shells)]
-        above = [(edges[b], sum(ints[a:b])) for a, b in _shells(k, 1, bins.bins - 1, self.shells)]
+        width, growth = self.first_width, self.growth
+        below = [
+            (edges[a], sum(ints[a:b]))
+            for a, b in _shells(k, -1, 1, self.shells, width, growth=growth)
+        ]
+        above = [
+            (edges[b], sum(ints[a:b]))
+            for a, b in _shells(k, 1, bins.bins - 1, self.shells, width, growth=growth)
+        ]
         if first is not None and self.outer:
             outer_below, outer_above = _outer_shells(bins, *first, self.outer)
             below, above = below + outer_below, above + outer_above
@@ -126,15 +148,17 @@ class IntervalPlan:
         share = float(p)
         n_below, n_above, shells = noisy[0], noisy[1], noisy[2:]
         low, high = limits
+        edge_k = float(edges[k])
+        # m = 0: the chosen edge itself (no shell), then its shells going out
         total = 0.0
-        for j, (edge, _) in enumerate(below):
-            total += shells[j]
+        for j, edge in enumerate([edge_k] + [e for e, _ in below]):
+            total += shells[j - 1] if j else 0
             if total - thresholds[j] >= (1 - share) * n_below - share * n_above + share:
                 low = float(edge)
                 break
         total = 0.0
-        for j, (edge, _) in enumerate(above):
-            total += shells[len(below) + j]
+        for j, edge in enumerate([edge_k] + [e for e, _ in above]):
+            total += shells[len(below) + j - 1] if j else 0
             if total - thresholds[j] >= share * n_above - (1 - share) * n_below - share + 2:
                 high = float(edge)
                 break
@@ -163,15 +187,16 @@ def _outer_shells(
 
 
 def _shells(
-    k: int, step: int, limit: int, count: int, first_width: int = SHELL_WIDTH
+    k: int, step: int, limit: int, count: int, first_width: int = SHELL_WIDTH, *, growth: int = 2
 ) -> list[tuple[int, int]]:
     """Up to ``count`` disjoint bin ranges [start, stop) from edge k in the direction ``step``,
-    of widths w, w, 2w, 4w, ... (w = ``first_width``), never past bin ``limit`` (the
-    neighbourhood's outer bins hold clamped values from outside it)."""
+    reaching w, w·g, w·g², ... bins from k (w = ``first_width``, g = ``growth``: widths w, w,
+    2w, 4w, ... for g = 2), never past bin ``limit`` (the neighbourhood's outer bins hold
+    clamped values from outside it)."""
     shells: list[tuple[int, int]] = []
-    near, width = k, first_width
+    near, reach = k, first_width
     for _ in range(count):
-        far = near + step * width
+        far = k + step * reach
         if step < 0:
             far = max(far, limit)
             if far >= near:
@@ -182,5 +207,5 @@ def _shells(
             if far <= near:
                 break
             shells.append((near, far))
-        near, width = far, (width if not shells[1:] else 2 * width)
+        near, reach = far, reach * growth
     return shells

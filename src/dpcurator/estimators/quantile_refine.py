@@ -92,8 +92,19 @@ ONE_LEVEL: tuple[tuple[Fraction, int, int], ...] = ((Fraction(1), 0, 1024),)
 #: resolution decides the lognormal cells and two levels win).
 SMALL_EPSILON = Fraction(1, 2)
 
-#: Share of a quantile's ε spent on its interval when one is asked for.
-DEFAULT_INTERVAL_SHARE = Fraction(1, 5)
+#: Growth of the interval's shells on unit bins (integers): they reach 1, 2, 4, ... values from
+#: the choice (measured: 4 made fewer tests, shorter of the bounds at small n·ε, but overshot
+#: by up to 3 values where the quantile's own value barely held it; tests/test_quantile_interval_
+#: oracle.py).
+UNIT_GROWTH = 2
+
+#: Share of a quantile's ε spent on its interval when one is asked for. Half: the interval's
+#: half-width in ranks is several times its counts' noise scale 2r/ε_ci (Chernoff and union
+#: bounds over its tests), the selection's rank error about 1/ε_sel, so at a fifth (before issue
+#: 28) the interval was ~15 times wider in ranks than the value's own error (Adult's median age
+#: at ε = 1: exact value, interval [19, 50]); halving the selection's ε costs the value a few
+#: ranks and narrows the interval about 2.5 times (tests/test_quantile_interval_oracle.py).
+DEFAULT_INTERVAL_SHARE = Fraction(1, 2)
 
 #: A refined level's bins must be wider than this fraction of the bounds' magnitude (float
 #: edges stay distinct); otherwise :func:`choose_levels` keeps one level.
@@ -204,9 +215,13 @@ class RefinedQuantile:
         if alpha is not None:
             a = float(check_probability("quantile", "alpha", alpha, open_low=True, open_high=True))
             laplace = Laplace.for_epsilon(eps * interval_share, 2 * rows_per_person)
-            shells = max(1, (levels[-1][2] // SHELL_WIDTH).bit_length())
+            # integers: shells reaching 1, g, g², ... values from the choice (g = UNIT_GROWTH)
+            width, growth = (1, UNIT_GROWTH) if unit else (SHELL_WIDTH, 2)
+            shells, reach = 1, width
+            while reach < levels[-1][2]:
+                shells, reach = shells + 1, reach * growth
             outer = levels[0][2].bit_length() if len(levels) > 1 else 0
-            interval = IntervalPlan(laplace, shells, a, outer)
+            interval = IntervalPlan(laplace, shells, a, outer, width, growth)
         factor = 1 if unit else 2  # centre scores (quantiles.py) or edge scores (above)
         num, den = level.numerator, level.denominator
         sensitivity = factor * rows_per_person * max(num, den - num)
