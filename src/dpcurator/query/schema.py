@@ -87,6 +87,9 @@ class ColumnMeta:
             partition selection; bool columns have the implicit keys ``(False, True)``).
         nullable: whether the column may hold NULL/NaN.
         fill: the public value that replaces NULL/NaN in aggregates (must lie within the bounds).
+        point_masses: public values of a bounded numeric column that many rows hold exactly
+            (e.g. ``[0]`` for an income that is mostly 0): synthetic data gives each its own bin
+            and decodes that bin to exactly the value (:mod:`dpcurator.synth.domain`).
     """
 
     name: str
@@ -96,6 +99,7 @@ class ColumnMeta:
     keys: tuple[ScalarValue, ...] | None = None
     nullable: bool = False
     fill: ScalarValue = None
+    point_masses: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         owner = f"column {self.name!r}"
@@ -114,6 +118,25 @@ class ColumnMeta:
                 raise fail(owner, "upper", f"> lower ({self.lower})", self.upper)
         self._check_keys(owner)
         self._check_fill(owner)
+        self._check_point_masses(owner)
+
+    def _check_point_masses(self, owner: str) -> None:
+        if self.point_masses is None:
+            return
+        if not self.is_numeric or self.lower is None or self.upper is None:
+            raise fail(
+                owner,
+                "point_masses",
+                "declared only for a numeric column with public 'lower'/'upper' bounds",
+                list(self.point_masses),
+            )
+        if len(set(self.point_masses)) != len(self.point_masses):
+            raise fail(owner, "point_masses", "a list of distinct values", list(self.point_masses))
+        for value in self.point_masses:
+            if not _matches_type(value, self.type) or isinstance(value, bool):
+                raise fail(owner, "point_masses", f"values of type {self.type}", value)
+            if not self.lower <= value <= self.upper:
+                raise fail(owner, "point_masses", f"within [{self.lower}, {self.upper}]", value)
 
     def _check_keys(self, owner: str) -> None:
         if self.keys is None:
@@ -296,7 +319,10 @@ class Metadata:
         fill = target.fill
         if fill is not None and not (lower <= cast(float, fill) <= upper):
             fill = min(max(cast(float, fill), lower), upper)
-        updated = replace(target, lower=lower, upper=upper, fill=fill)
+        masses = target.point_masses
+        if masses is not None:
+            masses = tuple(m for m in masses if lower <= m <= upper) or None
+        updated = replace(target, lower=lower, upper=upper, fill=fill, point_masses=masses)
         return replace(self, columns=tuple(updated if c is target else c for c in self.columns))
 
     def with_public_tables(self, tables: Mapping[str, object]) -> Metadata:
@@ -354,6 +380,8 @@ class Metadata:
                 entry["nullable"] = True
             if c.fill is not None:
                 entry["fill"] = c.fill
+            if c.point_masses is not None:
+                entry["point_masses"] = list(c.point_masses)
             columns[c.name] = entry
         out: dict[str, object] = {
             "table": self.table,
@@ -385,7 +413,9 @@ _NATIVE_TABLE_KEYS = frozenset(
         "public_tables",
     }
 )
-_NATIVE_COLUMN_KEYS = frozenset({"type", "lower", "upper", "keys", "nullable", "fill"})
+_NATIVE_COLUMN_KEYS = frozenset(
+    {"type", "lower", "upper", "keys", "nullable", "fill", "point_masses"}
+)
 
 
 def _column_type(owner: str, value: object) -> ColumnType:
@@ -414,6 +444,9 @@ def _from_native(data: Mapping[str, object], base: Path | None) -> Metadata:
         keys = spec.get("keys")
         if keys is not None and not isinstance(keys, list | tuple):
             raise fail(owner, "keys", "a list", keys)
+        masses = spec.get("point_masses")
+        if masses is not None and not isinstance(masses, list | tuple):
+            raise fail(owner, "point_masses", "a list of values, e.g. [0]", masses)
         columns.append(
             ColumnMeta(
                 name=str(name),
@@ -423,6 +456,7 @@ def _from_native(data: Mapping[str, object], base: Path | None) -> Metadata:
                 keys=None if keys is None else tuple(keys),
                 nullable=bool(spec.get("nullable", False)),
                 fill=spec.get("fill"),
+                point_masses=None if masses is None else tuple(masses),
             )
         )
     person = data.get("person_column")
