@@ -43,6 +43,9 @@ class ColumnMeta:
             partition selection; bool columns have the implicit keys ``(False, True)``).
         nullable: whether the column may hold NULL/NaN.
         fill: the public value that replaces NULL/NaN in aggregates (must lie within the bounds).
+        point_masses: public values of a bounded numeric column that many rows hold exactly
+            (e.g. ``[0]`` for an income that is mostly 0): synthetic data gives each its own bin
+            and decodes that bin to exactly the value (:mod:`dpcurator.synth.domain`).
     """
 
     name: str
@@ -52,6 +55,7 @@ class ColumnMeta:
     keys: tuple[ScalarValue, ...] | None = None
     nullable: bool = False
     fill: ScalarValue = None
+    point_masses: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         owner = f"column {self.name!r}"
@@ -70,6 +74,25 @@ class ColumnMeta:
                 raise fail(owner, "upper", f"> lower ({self.lower})", self.upper)
         self._check_keys(owner)
         self._check_fill(owner)
+        self._check_point_masses(owner)
+
+    def _check_point_masses(self, owner: str) -> None:
+        if self.point_masses is None:
+            return
+        if not self.is_numeric or self.lower is None or self.upper is None:
+            raise fail(
+                owner,
+                "point_masses",
+                "declared only for a numeric column with public 'lower'/'upper' bounds",
+                list(self.point_masses),
+            )
+        if len(set(self.point_masses)) != len(self.point_masses):
+            raise fail(owner, "point_masses", "a list of distinct values", list(self.point_masses))
+        for value in self.point_masses:
+            if not _matches_type(value, self.type) or isinstance(value, bool):
+                raise fail(owner, "point_masses", f"values of type {self.type}", value)
+            if not self.lower <= value <= self.upper:
+                raise fail(owner, "point_masses", f"within [{self.lower}, {self.upper}]", value)
 
     def _check_keys(self, owner: str) -> None:
         if self.keys is None:

@@ -199,7 +199,10 @@ class Metadata:
         fill = target.fill
         if fill is not None and not (lower <= cast(float, fill) <= upper):
             fill = min(max(cast(float, fill), lower), upper)
-        updated = replace(target, lower=lower, upper=upper, fill=fill)
+        masses = target.point_masses
+        if masses is not None:
+            masses = tuple(m for m in masses if lower <= m <= upper) or None
+        updated = replace(target, lower=lower, upper=upper, fill=fill, point_masses=masses)
         return replace(self, columns=tuple(updated if c is target else c for c in self.columns))
 
     def with_public_tables(self, tables: Mapping[str, object]) -> Metadata:
@@ -257,6 +260,8 @@ class Metadata:
                 entry["nullable"] = True
             if c.fill is not None:
                 entry["fill"] = c.fill
+            if c.point_masses is not None:
+                entry["point_masses"] = list(c.point_masses)
             columns[c.name] = entry
         out: dict[str, object] = {
             "table": self.table,
@@ -288,7 +293,9 @@ _NATIVE_TABLE_KEYS = frozenset(
         "public_tables",
     }
 )
-_NATIVE_COLUMN_KEYS = frozenset({"type", "lower", "upper", "keys", "nullable", "fill"})
+_NATIVE_COLUMN_KEYS = frozenset(
+    {"type", "lower", "upper", "keys", "nullable", "fill", "point_masses"}
+)
 
 
 def _from_native(data: Mapping[str, object], base: Path | None) -> Metadata:
@@ -311,6 +318,9 @@ def _from_native(data: Mapping[str, object], base: Path | None) -> Metadata:
         keys = spec.get("keys")
         if keys is not None and not isinstance(keys, list | tuple):
             raise fail(owner, "keys", "a list", keys)
+        masses = spec.get("point_masses")
+        if masses is not None and not isinstance(masses, list | tuple):
+            raise fail(owner, "point_masses", "a list of values, e.g. [0]", masses)
         columns.append(
             ColumnMeta(
                 name=str(name),
@@ -320,6 +330,7 @@ def _from_native(data: Mapping[str, object], base: Path | None) -> Metadata:
                 keys=None if keys is None else tuple(keys),
                 nullable=bool(spec.get("nullable", False)),
                 fill=spec.get("fill"),
+                point_masses=None if masses is None else tuple(masses),
             )
         )
     person = data.get("person_column")

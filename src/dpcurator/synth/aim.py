@@ -298,4 +298,4 @@ def _final(
     records = _mbi.sample(model, domain, count, rng)
     records.update({name: independent_column(v, count, rng) for name, v in alone.items()})
     report(progress, "AIM: records sampled", 1.0)
-    return synthetic(records, domain, "aim", event, steps)
+    return synthetic(records, domain, "aim", event, steps, rng=rng)

@@ -193,6 +193,9 @@ def synthetic(
     method: str,
     event: PrivacyEvent,
     steps: list[Step],
+    *,
+    rng: Rng | None = None,
 ) -> SyntheticData:
-    """The result object of a synthesizer."""
-    return SyntheticData(domain.decode(codes), codes, domain, method, event, tuple(steps))
+    """The result object of a synthesizer; ``rng`` draws the values within bins (decoding is
+    post-processing of the released codes)."""
+    return SyntheticData(domain.decode(codes, rng), codes, domain, method, event, tuple(steps))

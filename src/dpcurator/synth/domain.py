@@ -16,10 +16,18 @@ on MST):
 * any other column (a string without keys, a number without bounds) is refused by name before
   any charge, with the fix.
 
-Decoding (synthetic data back to the input's schema), the documented rule: a key code is its
-key; a bin is its midpoint ``(low + high) / 2`` over the values it holds, clamped bins using the
-public bounds (an int column: the integer ``floor`` of that midpoint, so one-integer bins decode
-exactly).
+A numeric column may declare public ``point_masses`` (metadata, e.g. ``[0]`` for capital-gain,
+0 in 92 % of Adult's rows): each declared value v gets a bin of its own, ``[v, v + 1)`` for int
+columns and ``[v, nextafter(v))`` for float ones, cut out of the bin that held it (the bins around
+it keep their other values; an empty remainder is dropped). The cuts depend only on the metadata.
+
+Decoding (synthetic data back to the input's schema), the documented public rule: a key code is
+its key; a point-mass bin is exactly its declared value; any other bin is a value drawn uniformly
+over the bin, ``[low, high)`` (the last bin ``[low, upper]``), for an int column uniformly over
+the integers the bin holds (so a one-integer bin decodes exactly). Bin midpoints would put every
+synthetic row of a bin on one value (e.g. capital-gain 0 became 1562, a wide bin's midpoint).
+The draws come from the release's seeded :class:`~dpcurator.random.Rng`, after sampling: decoding
+is post-processing of the released codes, it reads no data and costs nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from dpcurator.query.columns import ColumnMeta
 from dpcurator.query.plan.histogram import histogram_cuts
 from dpcurator.query.plan.limits import MAX_PUBLIC_GROUPS
 from dpcurator.query.schema import Metadata
+from dpcurator.random import Rng, default_rng
 
 #: Default number of bins of a bounded numeric column (AIM's benchmark data uses 32).
 DEFAULT_MAX_BINS = 32
@@ -58,6 +67,8 @@ class ColumnDomain:
         edges: the bin edges ``(lower, c1, ..., upper)`` of a binned column, else ().
         integer: whether the binned column is int (integer cuts, integer decoding).
         fill_code: the bin of NULL in a binned column.
+        top: the largest value of the last bin (the public upper bound) of a binned column.
+        masses: per bin, its declared point mass (decoded exactly), or None; () without any.
     """
 
     name: str
@@ -66,6 +77,8 @@ class ColumnDomain:
     edges: tuple[float, ...] = ()
     integer: bool = False
     fill_code: int = 0
+    top: float = math.nan
+    masses: tuple[float | None, ...] = ()
 
     @property
     def size(self) -> int:
@@ -89,19 +102,42 @@ class ColumnDomain:
         """The engine group value of each code, in code order."""
         return self.keys if self.keys is not None else tuple(range(self.size))
 
-    def decode(self, codes: npt.NDArray[np.integer]) -> pd.Series:
-        """Values of the input's type for ``codes`` (see the module docstring's rule)."""
+    def decode(self, codes: npt.NDArray[np.integer], rng: Rng | None = None) -> pd.Series:
+        """Values of the input's type for ``codes`` (see the module docstring's rule); ``rng``
+        draws the values within bins."""
+        codes = np.asarray(codes, dtype=np.int64)
         if self.keys is not None:
-            values = np.asarray(self.keys, dtype=object)[np.asarray(codes, dtype=np.int64)]
+            values = np.asarray(self.keys, dtype=object)[codes]
             return pd.Series(values, name=self.name, dtype=_numpy_dtype(self.type))
-        low = np.asarray(self.edges[:-1], dtype=np.float64)
-        high = np.asarray(self.edges[1:], dtype=np.float64)
-        if self.integer:  # bin i holds the integers edges[i] .. edges[i+1] - 1 (last: upper)
-            last = np.append(high[:-1] - 1, high[-1])
-            middle = np.floor((low + last) / 2).astype(np.int64)
+        low, high, exact = self._ranges()
+        u = _uniform(codes.size, rng) if codes.size and np.any(low[codes] < high[codes]) else 0.0
+        lo, hi = low[codes], high[codes]
+        if self.type == "int":
+            values = (lo + np.floor(u * (hi - lo + 1))).astype(np.int64)
+            values = np.minimum(values, hi.astype(np.int64))
         else:
-            middle = (low + high) / 2
-        return pd.Series(middle[np.asarray(codes, dtype=np.int64)], name=self.name)
+            values = np.where(exact[codes], lo, np.minimum(lo + u * (hi - lo), hi))
+        return pd.Series(values, name=self.name)
+
+    def _ranges(self) -> tuple[npt.NDArray[np.float64], ...]:
+        """Per bin: the smallest and largest value decoding may give (integers of the bin for
+        an int column) and whether the bin is a declared point mass."""
+        low = np.asarray(self.edges[:-1], dtype=np.float64)
+        high = np.asarray(self.edges[1:], dtype=np.float64).copy()
+        top = self.top if not math.isnan(self.top) else high[-1]
+        exact = np.asarray([m is not None for m in self.masses] or [False] * low.size)
+        if self.type == "int":  # bin i holds the integers low .. high - 1 (last: top)
+            low, high = np.ceil(low), np.ceil(high) - 1
+            high[-1] = math.floor(top)
+            high = np.maximum(high, low)  # a bin with no integer (clamping only): its low
+        else:
+            high = np.nextafter(high, -np.inf)  # bins are [low, high)
+            high[-1] = max(top, low[-1])
+        masses = np.asarray([np.nan if m is None else m for m in self.masses] or [np.nan])
+        if exact.any():
+            low = np.where(exact, masses, low)
+            high = np.where(exact, masses, high)
+        return low, high, exact
 
     def encode(self, values: pd.Series) -> npt.NDArray[np.int64]:
         """The code of each value, -1 for a value in no cell: the engine's rule, except that a
@@ -113,6 +149,12 @@ class ColumnDomain:
         numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
         codes = np.searchsorted(np.asarray(self.edges[1:-1]), numbers, side="right")
         return np.where(np.isnan(numbers), self.fill_code, codes).astype(np.int64)
+
+
+def _uniform(size: int, rng: Rng | None) -> npt.NDArray[np.float64]:
+    """``size`` uniform draws in [0, 1) with 53 random bits each."""
+    bits = (rng if rng is not None else default_rng()).uint64(size) >> np.uint64(11)
+    return np.asarray(bits.astype(np.float64) * 2.0**-53, dtype=np.float64)
 
 
 def _numpy_dtype(column_type: str) -> np.dtype[np.generic]:
@@ -134,11 +176,16 @@ def column_domain(column: ColumnMeta, max_bins: int = DEFAULT_MAX_BINS) -> Colum
         else:
             histogram = ir.ExactAggregate("x", "histogram", lower=lower, upper=upper, bins=max_bins)
             edges = histogram_cuts(histogram, integer=integer)
+        masses: tuple[float | None, ...] = ()
+        if column.point_masses:
+            edges, masses = _with_point_masses(edges, column.point_masses, integer, upper)
         fill_code = 0
         if column.fill is not None:
             cuts = np.asarray(edges[1:-1])
             fill_code = int(np.searchsorted(cuts, float(column.fill), side="right"))
-        return ColumnDomain(column.name, column.type, None, edges, integer, fill_code)
+        return ColumnDomain(
+            column.name, column.type, None, edges, integer, fill_code, upper, masses
+        )
     raise UnsupportedQueryError(
         f"The column {column.name!r} ({column.type}) has no public domain: a synthetic-data or "
         "contingency-table release needs public keys or public bounds for every column, never "
@@ -146,6 +193,32 @@ def column_domain(column: ColumnMeta, max_bins: int = DEFAULT_MAX_BINS) -> Colum
         + (" or 'lower'/'upper' bounds" if column.is_numeric else "")
         + ", or leave the column out of the release."
     )
+
+
+def _with_point_masses(
+    edges: tuple[float, ...], points: Sequence[float], integer: bool, upper: float
+) -> tuple[tuple[float, ...], tuple[float | None, ...]]:
+    """``edges`` with a bin of its own for each declared value (the module docstring's rule)
+    and, per bin, its point mass or None. Uses only the metadata."""
+    lower, last = edges[0], edges[-1]
+    cuts = set(edges[1:-1])
+    after: dict[float, float] = {}
+    for value in map(float, points):
+        following = value + 1 if integer else float(np.nextafter(value, np.inf))
+        after[value] = following
+        if value > lower:
+            cuts.add(value)
+        if following <= upper and following < last:
+            cuts.add(following)
+    ordered = sorted(cuts)
+    new_edges = (lower, *ordered, last)
+    masses: list[float | None] = []
+    for i in range(len(new_edges) - 1):
+        low, high = new_edges[i], new_edges[i + 1]
+        is_last = i == len(new_edges) - 2
+        alone = low in after and (high == after[low] or (is_last and low == upper))
+        masses.append(low if alone else None)
+    return new_edges, tuple(masses)
 
 
 @dataclass(frozen=True)
@@ -222,9 +295,13 @@ class SynthDomain:
         """Every cell's group values, in row-major (C) order of the codes."""
         return tuple(itertools.product(*(self.column(n).group_values() for n in clique)))
 
-    def decode(self, codes: Mapping[str, npt.NDArray[np.int64]]) -> pd.DataFrame:
-        """A frame with the input's columns and types from per-column codes."""
-        return pd.DataFrame({c.name: c.decode(codes[c.name]) for c in self.columns})
+    def decode(
+        self, codes: Mapping[str, npt.NDArray[np.int64]], rng: Rng | None = None
+    ) -> pd.DataFrame:
+        """A frame with the input's columns and types from per-column codes (``rng``: the
+        draws within bins, post-processing)."""
+        source = rng if rng is not None else default_rng()
+        return pd.DataFrame({c.name: c.decode(codes[c.name], source) for c in self.columns})
 
     def encode(self, frame: pd.DataFrame) -> dict[str, npt.NDArray[np.int64]]:
         """Per-column codes of a frame (-1: in no cell), with the engine's rule."""

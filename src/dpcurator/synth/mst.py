@@ -175,7 +175,7 @@ def mst(
     records = _mbi.sample(model, small, sample_rows(rows, float(model.total)), source)
     records = compression.decode(records, source)
     report(progress, "MST: records sampled", 1.0)
-    return synthetic(records, domain, "mst", event, steps)
+    return synthetic(records, domain, "mst", event, steps, rng=source)
 
 
 def _spanning_tree(
@@ -237,4 +237,4 @@ def independent(
     total = max(round(float(np.median([max(int(v.sum()), 1) for v in noisy.values()]))), 1)
     codes = {c[0]: independent_column(v.astype(float), total, source) for c, v in noisy.items()}
     steps = [Step("measure", c, gaussian.rho(l2)) for c in ones]
-    return synthetic(codes, domain, "independent", event, steps)
+    return synthetic(codes, domain, "independent", event, steps, rng=source)

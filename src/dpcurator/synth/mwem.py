@@ -128,7 +128,7 @@ def mwem(
         report(progress, f"MWEM round {done} of {rounds}", 0.95 * done / rounds)
     del exact
     records = records_from_table(table, domain, sample_rows(rows, total), source)
-    return synthetic(records, domain, "mwem", event, steps)
+    return synthetic(records, domain, "mwem", event, steps, rng=source)
 
 
 def _project(table: np.ndarray, names: tuple[str, ...], clique: tuple[str, ...]) -> np.ndarray:

@@ -7,6 +7,8 @@ summary say so). It holds:
 * workload error: the mean total variation distance (TVD, half the L1 distance of the
   normalised tables) over all 1-, 2- and 3-way marginals of at most ``max_cells`` cells, real
   versus synthetic, on the release's public domain codes;
+* the worst pairs: the ``top`` (default 5) 2-way marginals with the largest TVD, largest first,
+  each with its TVD (real data, so owner-only like every figure here);
 * the correlation matrices (Pearson, on the codes) of the real and synthetic tables;
 * ML efficacy (Jordon et al. 2022): a scikit-learn random forest trained on the synthetic records
   and on the real training records, both tested on a held-out real sample, for a ``target``
@@ -27,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dpcurator._validation import fail
+from dpcurator._validation import check_int, fail
 from dpcurator.random import SeededRng
 from dpcurator.synth.common import SyntheticData, shuffle
 from dpcurator.synth.marginals import tabulate
@@ -38,19 +40,36 @@ NOTICE = (
 )
 
 
-def mean_tvd(
+def marginal_tvds(
     real: dict[str, np.ndarray], synthetic: SyntheticData, way: int, max_cells: int = 10_000
-) -> float | None:
-    """Mean TVD over every ``way``-way marginal of at most ``max_cells`` cells (None: none)."""
+) -> dict[tuple[str, ...], float]:
+    """The TVD of every ``way``-way marginal of at most ``max_cells`` cells, real vs synthetic."""
     domain = synthetic.domain
-    errors = []
+    errors = {}
     for clique in itertools.combinations(domain.names, way):
         if domain.cells(clique) > max_cells:
             continue
         x = tabulate(real, domain, clique).astype(np.float64)
         y = tabulate(synthetic.codes, domain, clique).astype(np.float64)
-        errors.append(0.5 * float(np.abs(x / max(x.sum(), 1) - y / max(y.sum(), 1)).sum()))
-    return float(np.mean(errors)) if errors else None
+        errors[clique] = 0.5 * float(np.abs(x / max(x.sum(), 1) - y / max(y.sum(), 1)).sum())
+    return errors
+
+
+def mean_tvd(
+    real: dict[str, np.ndarray], synthetic: SyntheticData, way: int, max_cells: int = 10_000
+) -> float | None:
+    """Mean TVD over every ``way``-way marginal of at most ``max_cells`` cells (None: none)."""
+    errors = marginal_tvds(real, synthetic, way, max_cells)
+    return float(np.mean(list(errors.values()))) if errors else None
+
+
+def worst_pairs(
+    real: dict[str, np.ndarray], synthetic: SyntheticData, top: int = 5, max_cells: int = 10_000
+) -> list[dict[str, Any]]:
+    """The ``top`` 2-way marginals with the largest TVD, largest first (ties: column order)."""
+    errors = marginal_tvds(real, synthetic, 2, max_cells)
+    ranked = sorted(errors.items(), key=lambda item: -item[1])[:top]
+    return [{"pair": list(pair), "tvd": round(tvd, 4)} for pair, tvd in ranked]
 
 
 def _ml_efficacy(
@@ -76,8 +95,11 @@ def utility_summary(
     holdout: float = 0.2,
     max_cells: int = 10_000,
     seed: int = 0,
+    top: int = 5,
 ) -> dict[str, Any]:
-    """The JSON-able summary (see the module docstring). ``seed`` splits the real rows."""
+    """The JSON-able summary (see the module docstring). ``seed`` splits the real rows;
+    ``top``: how many worst 2-way pairs to list."""
+    check_int("utility_summary", "top", top, minimum=1)
     if target is not None and target not in synthetic.domain.names:
         raise fail("utility_summary", "target", f"one of {list(synthetic.domain.names)}", target)
     domain = synthetic.domain
@@ -91,6 +113,7 @@ def utility_summary(
         "method": synthetic.method,
         "rows": {"real": int(inside.sum()), "synthetic": len(synth_frame)},
         "mean_tvd": {f"{k}-way": mean_tvd(real_codes, synthetic, k, max_cells) for k in (1, 2, 3)},
+        "worst_pairs": worst_pairs(real_codes, synthetic, top, max_cells),
         "correlation": {
             "columns": list(domain.names),
             "real": real_frame.corr().fillna(0).round(4).values.tolist(),
@@ -142,11 +165,17 @@ def utility_html(summary: dict[str, Any]) -> str:
     details = html.escape(
         json.dumps({k: v for k, v in summary.items() if k != "correlation"}, indent=2)
     )
+    rows = "".join(
+        f"<tr><td>{html.escape(' × '.join(w['pair']))}</td><td>{w['tvd']:.4f}</td></tr>"
+        for w in summary.get("worst_pairs", [])
+    )
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>Utility report</title></head>"
         f"<body><h1>Utility report ({html.escape(summary['method'])})</h1>"
         f"<p><strong>{html.escape(NOTICE)}</strong></p>"
         f"<h2>Workload error</h2><img alt='mean TVD' src='data:image/png;base64,{workload}'>"
+        "<h2>Largest 2-way errors</h2><table><tr><th>pair</th><th>TVD</th></tr>"
+        f"{rows}</table>"
         f"<h2>Correlations</h2><img alt='correlations' src='data:image/png;base64,{correlation}'>"
         f"<h2>Summary</h2><pre>{details}</pre></body></html>"
     )
