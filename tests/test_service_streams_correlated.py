@@ -165,6 +165,7 @@ def test_kary_streams_are_charged_epsilon_and_release_with_ci(
     assert total.status_code == 201, total.text
     assert count.json()["cost"]["epsilon_exact"] == "1"
     assert total.json()["params"]["branching"] == 4
+    assert count.json()["params"]["branching"] == 11  # the best k for 1000, stored
     assert kit.service.ledger.charged_total(basic) == ApproxDP(Fraction(3, 2), 0)
     replay = SeededRng(SEED)
     counter = KaryContinualSum.counter(1, 1000)

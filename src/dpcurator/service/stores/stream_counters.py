@@ -36,6 +36,7 @@ from dpcurator.accounting.events import PrivacyEvent, PureEvent, ZCDPEvent
 from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.errors import InternalInvariantError, ParameterError
 from dpcurator.streams import CorrelatedContinualSum, KaryContinualSum
+from dpcurator.streams.kary import best_branching
 
 CORRELATED = ("correlated_count", "correlated_sum")
 KARY = ("kary_count", "kary_sum")
@@ -58,7 +59,8 @@ def params(
     max_events_per_person: int | None,
     branching: int | None,
 ) -> dict[str, Any]:
-    """The stored parameters of a new stream of ``kind`` (exact fractions as text); raises
+    """The stored parameters of a new stream of ``kind`` (exact fractions as text; a k-ary
+    stream's ``branching`` is the chosen one, by default the best for the horizon); raises
     ParameterError naming the parameter when a kind does not take it (free: before the charge)."""
     correlated = kind in CORRELATED
     measure, given, other = ("rho", rho, epsilon) if correlated else ("epsilon", epsilon, rho)
@@ -81,8 +83,8 @@ def params(
         raise ParameterError(f"resolution applies to sum streams; a {kind} stream counts events.")
     if max_events_per_person is not None:
         out["max_events_per_person"] = max_events_per_person
-    if branching is not None:
-        out["branching"] = branching
+    if horizon is not None and not correlated:  # stored: the tree stays if the default changes
+        out["branching"] = best_branching(horizon) if branching is None else branching
     return out
 
 
