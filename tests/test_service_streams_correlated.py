@@ -20,6 +20,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from dpcurator.cli.main import main
 from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.random import SeededRng
 from dpcurator.service.ledger.accounts import charge_cost
@@ -289,3 +290,34 @@ def test_only_the_creator_posts_events(kit: Kit, names: tuple[str, str]) -> None
             == 404
         )
         assert kit.owner.get(f"/v1/streams/{stream_id}").json()["latest"] is None
+
+
+def test_the_cli_creates_posts_and_shows_the_new_kinds(
+    kit: Kit, names: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``dpcurator stream``: a correlated stream on the ρ cap and a k-ary one on the ε cap,
+    created, fed and shown; a ρ stream on the basic cap is one error line, charged nothing."""
+    basic, rho = names
+    connection = ["--url", kit.server.url, "--token", kit.tokens[0]]
+    made = {}
+    for dataset, cost in ((rho, ["--rho", "0.5"]), (basic, ["--epsilon", "1"])):
+        kind = "correlated_count" if dataset == rho else "kary_count"
+        create = ["stream", "create", *connection, "--dataset", dataset, "--kind", kind]
+        assert main([*create, *cost, "--horizon", "100", "--format", "json"]) == 0
+        made[kind] = json.loads(capsys.readouterr().out)
+        stream_id = made[kind]["id"]
+        assert main(["stream", "post", *connection, stream_id, *["1"] * 30]) == 0
+        shown = capsys.readouterr().out
+        assert f"id: {stream_id}" in shown
+        assert "time: 30" in shown
+        assert main(["stream", "show", *connection, stream_id, "--format", "json"]) == 0
+        latest = json.loads(capsys.readouterr().out)["latest"]
+        assert latest["ci_low"] <= 30 <= latest["ci_high"]  # seeded run, alpha 0.05
+    assert made["correlated_count"]["cost"]["rho_exact"] == "1/2"
+    assert made["kary_count"]["cost"]["epsilon_exact"] == "1"
+    refused = ["stream", "create", *connection, "--dataset", basic]
+    assert main([*refused, "--kind", "correlated_count", "--rho", "0.5"]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("error: ")
+    assert "basic composition" in error
+    assert kit.service.ledger.charged_total(basic) == ApproxDP(1, 0)
