@@ -229,6 +229,17 @@ def test_a_rho_stream_on_a_basic_budget_and_bad_parameters_are_refused_free(
         (rho, {"kind": "correlated_count", "rho": 1, "branching": 2}, "branching"),
         (basic, {"kind": "kary_sum", "epsilon": 1, "horizon": 9, "resolution": 0.3}, "power"),
         (basic, {"kind": "sum", "rho": 1, "horizon": 9}, "give epsilon"),
+        (
+            rho,
+            {
+                "kind": "correlated_sum",
+                "rho": 1,
+                "lower": -1e15,
+                "upper": 1e15,
+                "resolution": 2**-30,
+            },
+            "resolution of at least 0.125",
+        ),
     ]
     for dataset, body, words in cases:
         response = _create(kit.owner, dataset, body)

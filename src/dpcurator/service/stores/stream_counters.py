@@ -29,6 +29,7 @@ running totals (these streams are not pan-private).
 from __future__ import annotations
 
 import json
+import math
 from fractions import Fraction
 from typing import Any
 
@@ -46,6 +47,8 @@ Counter = CorrelatedContinualSum | KaryContinualSum
 #: The state fields holding exact integers (stored as decimal strings), and lists of them.
 _INTEGERS = ("time", "total")
 _INTEGER_LISTS = ("encoder", "anchor", "acc_block")
+#: Grid units of a value must stay below this (exact in float64).
+_MAX_UNITS = 2**53
 
 
 def params(
@@ -118,6 +121,20 @@ def build(kind: str, stored: dict[str, Any]) -> Counter:
         stored.get("resolution"),
         branching=branching,
         max_events_per_person=per_person,
+    )
+
+
+def check_grid(kind: str, counter: Counter) -> None:
+    """Refuse (free, before the charge) a sum whose bounds need more than 2^53 steps of its
+    resolution: the events are read as float64 grid units, exact only below 2^53."""
+    grid = counter.grid
+    if max(abs(grid.lo_units), abs(grid.hi_units)) < _MAX_UNITS:
+        return
+    coarsest = max(abs(grid.lower), abs(grid.upper)) / _MAX_UNITS
+    least = 2.0 ** math.ceil(math.log2(coarsest))
+    raise ParameterError(
+        f"A {kind} stream with lower={grid.lower:g} and upper={grid.upper:g} needs a resolution "
+        f"of at least {least:g} (a power of two); got {float(grid.resolution):g}."
     )
 
 

@@ -176,6 +176,7 @@ def new_state(spec: StreamSpec) -> tuple[bytes, PrivacyEvent]:
     if spec.kind in counters.KINDS:
         stored = spec.params()
         counter = counters.build(spec.kind, stored)
+        counters.check_grid(spec.kind, counter)
         if spec.universe is not None or spec.modulus is not None or spec.sample_size is not None:
             raise ParameterError(
                 "universe, modulus and sample_size apply to density and incidence streams only."
