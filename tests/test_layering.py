@@ -79,6 +79,7 @@ DEFERRED_IMPORTS_MODULES = (
     "dpcurator.cli.client_commands",
     "dpcurator.cli.fit",
     "dpcurator.cli.synth",
+    "dpcurator.cli.streams",
     "dpcurator.cli.metadata_check",
     "dpcurator.service.client",
 )

@@ -14,6 +14,7 @@ from typing import Any
 from dpcurator.cli import client_commands as cli_client_commands
 from dpcurator.cli import fit as cli_fit
 from dpcurator.cli import metadata_check as metadata_check_cli
+from dpcurator.cli import streams as cli_streams
 from dpcurator.cli import synth as cli_synth
 from dpcurator.cli.args import CliError, delta, positive, positive_int
 from dpcurator.errors import DPError
@@ -36,6 +37,7 @@ A trusted curator for differentially private statistics.
   dpcurator admin --ledger URL create-owner NAME    (and other ledger commands)
   dpcurator fit --token T --dataset D --epsilon 1 --delta 1e-6 --model linear y x1 x2
   dpcurator synthetic publish --token OWNER --dataset D --kind mst --epsilon 1 --delta 1e-9
+  dpcurator stream create --token OWNER --dataset D --kind kary_count --epsilon 1 --horizon 1000
   dpcurator check-metadata --data F.csv --metadata M.yaml   (owner only, NOT DP)
 
 Commands that print results take --format table|csv|json; --url and --token default to
@@ -55,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     metadata_check_cli.add_parser(commands)
     cli_fit.add_parser(commands)
     cli_synth.add_parser(commands)
+    cli_streams.add_parser(commands)
     return parser
 
 
@@ -270,6 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.update(dict.fromkeys(cli_client_commands.COMMANDS, cli_client_commands.run))
     commands["fit"] = cli_fit.run
     commands["synthetic"] = cli_synth.run
+    commands["stream"] = cli_streams.run
     try:
         return commands[args.command](args)
     except (DPError, CliError, OSError) as exc:  # OSError: a file given is missing/unreadable

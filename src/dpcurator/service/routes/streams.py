@@ -64,10 +64,22 @@ class StreamIn(_Strict):
     """A new stream: ``count``/``sum`` (horizon, bounds), ``density`` (universe, outputs) or
     ``incidence`` (universe, outputs, modulus); a pan-private stream tracks its universe, or a
     public random ``sample_size`` of it (at most ``MAX_STREAM_TRACKED`` users either way, and a
-    state of at most ``MAX_STREAM_STATE_BYTES``)."""
+    state of at most ``MAX_STREAM_STATE_BYTES``). ``correlated_count``/``correlated_sum`` take
+    ``rho`` instead of ``epsilon`` (ρ-zCDP; ``horizon`` may be omitted: unknown), and
+    ``kary_count``/``kary_sum`` an optional ``branching``; their sums take an optional
+    power-of-two ``resolution``."""
 
-    kind: Annotated[str, Field(pattern=r"^(count|sum|density|incidence)$")]
-    epsilon: s.Epsilon
+    kind: Annotated[
+        str,
+        Field(
+            pattern=r"^(count|sum|density|incidence|correlated_count|correlated_sum"
+            r"|kary_count|kary_sum)$"
+        ),
+    ]
+    epsilon: s.Epsilon | None = None
+    rho: s.Rho | None = None
+    resolution: Annotated[float, Field(gt=0, le=2**40, allow_inf_nan=False)] | None = None
+    branching: Annotated[int, Field(ge=2, le=64)] | None = None
     horizon: Annotated[int, Field(ge=1, le=10**12)] | None = None
     lower: Finite = 0.0
     upper: Finite = 1.0
@@ -200,11 +212,14 @@ def create_stream(
     body: StreamIn,
     idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
-    """Create a stream; its whole ε is charged to the dataset's cap now (owners). A retry with
-    the same ``Idempotency-Key`` and body returns the stream created first, charged once."""
+    """Create a stream; its whole ε (or ρ) is charged to the dataset's cap now (owners). A retry
+    with the same ``Idempotency-Key`` and body returns the stream created first, charged once."""
     spec = StreamSpec(
         kind=body.kind,
-        epsilon=s.exact(body.epsilon),
+        epsilon=None if body.epsilon is None else s.exact(body.epsilon),
+        rho=None if body.rho is None else s.exact(body.rho),
+        resolution=body.resolution,
+        branching=body.branching,
         horizon=body.horizon,
         lower=body.lower,
         upper=body.upper,

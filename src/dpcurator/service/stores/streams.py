@@ -21,6 +21,11 @@ Kinds (public parameters fixed at creation by an owner):
   counter): the fraction of the universe that appeared at least k times (k chosen per estimate,
   1 <= k < ``modulus``; counts wrap mod the public modulus). Persisted, charged and limited to
   ``outputs`` estimates like a density stream; only its ε-DP counters touch disk.
+* ``correlated_count`` / ``correlated_sum`` (ρ-zCDP, correlated discrete Gaussian noise) and
+  ``kary_count`` / ``kary_sum`` (ε-DP, the k-ary tree with consistent estimates): running totals
+  like ``count`` / ``sum``, their parameters, charge and state in
+  :mod:`dpcurator.service.stores.stream_counters`. A correlated stream is charged its ρ as a
+  zCDP event, which only a budget with concentrated accounting admits.
 
 Bounded work (issue 24, item 4): a pan-private stream tracks its whole universe, or with the
 public ``sample_size`` a uniformly random sample of it chosen at creation, and at most
@@ -59,7 +64,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session as OrmSession
 
-from dpcurator.core.measures import ApproxDP
+from dpcurator.accounting.events import PrivacyEvent, PureEvent
+from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.errors import ENGINE_FAILURE_MESSAGE, BackendError, ParameterError
 from dpcurator.query.plan.limits import MAX_STREAM_STATE_BYTES, MAX_STREAM_TRACKED
 from dpcurator.service.auth import Identity, random_id
@@ -73,11 +79,13 @@ from dpcurator.service.idempotency import (
     stored_result,
 )
 from dpcurator.service.ledger import Ledger
+from dpcurator.service.ledger.accounts import basic_cost
 from dpcurator.service.ledger.charges import ChargeRequest
 from dpcurator.service.models import Stream
+from dpcurator.service.stores import stream_counters as counters
 from dpcurator.streams import ContinualSum, PanPrivateDensity, PanPrivateIncidence
 
-KINDS = ("count", "sum", "density", "incidence")
+KINDS = ("count", "sum", "density", "incidence", *counters.KINDS)
 _PAN_PRIVATE = ("density", "incidence")
 _ALPHA = 0.05
 
@@ -87,7 +95,7 @@ class StreamSpec:
     """The public parameters of a new stream (see the module docstring)."""
 
     kind: str
-    epsilon: Fraction
+    epsilon: Fraction | None
     horizon: int | None = None
     lower: float = 0.0
     upper: float = 1.0
@@ -97,9 +105,23 @@ class StreamSpec:
     max_events_per_person: int | None = None
     modulus: int | None = None
     sample_size: int | None = None
+    rho: Fraction | None = None
+    resolution: float | None = None
+    branching: int | None = None
 
     def params(self) -> dict[str, Any]:
         """The parameters as stored (exact fractions as text)."""
+        if self.kind in counters.KINDS:
+            return counters.params(
+                self.kind,
+                epsilon=self.epsilon,
+                rho=self.rho,
+                horizon=self.horizon,
+                bounds=(self.lower, self.upper),
+                resolution=self.resolution,
+                max_events_per_person=self.max_events_per_person,
+                branching=self.branching,
+            )
         if self.kind in _PAN_PRIVATE:
             params: dict[str, Any] = {
                 "epsilon": str(self.epsilon),
@@ -119,8 +141,11 @@ class StreamSpec:
             params.update(lower=self.lower, upper=self.upper)
         return params
 
-    def cost(self) -> ApproxDP:
-        """The whole stream's ε, charged at creation."""
+    def cost(self) -> ApproxDP | ZCDP:
+        """The whole stream's ε (or ρ), charged at creation."""
+        if self.kind in counters.KINDS:
+            return counters.cost(self.kind, self.params())
+        assert self.epsilon is not None  # the route requires it of these kinds
         if self.kind in _PAN_PRIVATE:
             assert self.output_epsilon is not None  # checked by new_state
             return ApproxDP(self.epsilon + self.outputs * self.output_epsilon, 0)
@@ -143,10 +168,33 @@ def _tree(kind: str, params: dict[str, Any]) -> ContinualSum:
     )
 
 
-def new_state(spec: StreamSpec) -> bytes:
-    """The initial persisted state; every parameter is checked here, before any charge."""
+def new_state(spec: StreamSpec) -> tuple[bytes, PrivacyEvent]:
+    """The initial persisted state and the event charged at creation; every parameter is
+    checked here, before any charge."""
     if spec.kind not in KINDS:
         raise ParameterError(f"kind must be one of {KINDS}; got {spec.kind!r}.")
+    if spec.kind in counters.KINDS:
+        stored = spec.params()
+        counter = counters.build(spec.kind, stored)
+        counters.check_grid(spec.kind, counter)
+        if spec.universe is not None or spec.modulus is not None or spec.sample_size is not None:
+            raise ParameterError(
+                "universe, modulus and sample_size apply to density and incidence streams only."
+            )
+        return counters.encode(counter), counters.event(spec.kind, stored, counter)
+    if spec.epsilon is None or spec.rho is not None:
+        raise ParameterError(f"A {spec.kind} stream is charged in epsilon: give epsilon, not rho.")
+    if spec.resolution is not None or spec.branching is not None:
+        raise ParameterError(
+            "resolution and branching apply to correlated_sum, kary_count and kary_sum streams."
+        )
+    cost = spec.cost()
+    assert isinstance(cost, ApproxDP)  # these kinds cost an ε
+    return _old_state(spec), PureEvent(cost.epsilon)
+
+
+def _old_state(spec: StreamSpec) -> bytes:
+    """The initial state of a count, sum, density or incidence stream."""
     if (spec.modulus is not None) != (spec.kind == "incidence"):
         raise ParameterError("An incidence stream, and only it, needs a modulus.")
     if spec.kind in _PAN_PRIVATE:
@@ -262,7 +310,7 @@ class StreamStore:
         a retry with the same ``request_key`` returns the stream created first
         (:mod:`dpcurator.service.idempotency`)."""
         identity.require_owner()
-        state = new_state(spec)
+        state, event = new_state(spec)
         stream_id = f"str_{random_id(9)}"
         text = json.dumps({"stream": stream_id, "kind": spec.kind, **spec.params()})
         reservation = self.ledger.reserve(
@@ -272,8 +320,8 @@ class StreamStore:
                 kind="stream",
                 query_text=text,
                 fingerprint=request_fingerprint("streams", kind=spec.kind, **spec.params()),
-                cost=spec.cost(),
-                events=[{"epsilon": str(spec.cost().epsilon), "delta": "0"}],
+                cost=basic_cost(event),
+                events=[event.to_dict()],
                 request_key=request_key,
                 charge_grant=False,
             )
@@ -409,9 +457,15 @@ def _apply(
         state.observe(values)
         stream.state = state.to_bytes()
         return []
-    tree = _decode_tree(stream.kind, stream.params, stream.state)
-    released = tree.update(values, persons=persons)
-    stream.state = _encode_tree(tree)
+    tree: ContinualSum | counters.Counter
+    if stream.kind in counters.KINDS:
+        tree = counters.restore(stream.kind, stream.params, stream.state)
+        released = tree.update(values, persons=persons)
+        stream.state = counters.encode(tree)
+    else:
+        tree = _decode_tree(stream.kind, stream.params, stream.state)
+        released = tree.update(values, persons=persons)
+        stream.state = _encode_tree(tree)
     if released.size:
         half = tree.ci_halfwidth(alpha=_ALPHA)
         value = float(released[-1])
