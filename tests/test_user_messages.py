@@ -111,7 +111,7 @@ def test_a_metadata_typo_is_named_with_the_field_meant(tmp_path: Path) -> None:
         dpc.Metadata.from_yaml(path)
     assert str(refused.value) == (
         "Column 'age' has an unknown field 'lowr' (did you mean 'lower'?). "
-        "Its fields are: fill, keys, lower, nullable, type, upper."
+        "Its fields are: fill, keys, lower, nullable, point_masses, type, upper."
     )
     with pytest.raises(ParameterError, match=r"field 'max_row_per_person' \(did you mean "):
         dpc.Metadata.from_dict(META | {"max_row_per_person": 2})

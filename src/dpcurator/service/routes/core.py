@@ -380,6 +380,7 @@ def set_grant(
     """Give an analyst access to a dataset with this total budget (refused when the dataset's
     cap could never pay the grant's δ)."""
     budget = body.budget()
+    _analyst(service, who, analyst_id)  # first: another owner's id reads as an unknown one
     check_grant_within_cap(budget, service.ledger.cap_view(dataset_id).total, dataset_id)
     service.ledger.set_grant(
         analyst_id, dataset_id, budget, by=who.principal_id, accounting=body.accounting
