@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -20,12 +20,14 @@ from dpcurator import demo_path
 from dpcurator.accounting import Budget
 from dpcurator.errors import BudgetExceededError, ParameterError
 from dpcurator.interactive import PrivateMultiplicativeWeights
-from dpcurator.interactive.pmw import PmwAnswer
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
 from dpcurator.random import SeededRng
 from tests.service_kit import people_kit
 from tests.test_interactive_pmw import COLUMNS, _truth, _workload
+
+if TYPE_CHECKING:
+    from dpcurator.interactive.pmw import PmwAnswer
 
 ALPHA = 0.2  # the intervals' declared miscoverage
 TEST_LEVEL = 1e-3  # the binomial test's false-alarm rate
