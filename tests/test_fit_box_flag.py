@@ -78,3 +78,11 @@ def test_clamp_flags_exactly_the_changed_coordinates() -> None:
     assert low.tolist() == [0.0, -1.0]
     assert value.tolist() == [0.5, 0.2]
     assert logistic_module.clamp_to_box(None, value, low, high)[3] is None
+
+
+def test_a_fit_without_a_box_has_no_flag() -> None:
+    # REGRESS has no coefficient box: no flag column, no warning (this once raised)
+    s = _session(0)
+    table = s.sql("SELECT REGRESS(income, age, hours) FROM people", epsilon=1.0, delta=1e-6)
+    assert "at_box_bound" not in table.to_pandas().columns
+    assert not table.warnings

@@ -64,7 +64,10 @@ def fit_table(plan: FitPlan, fit: Estimate) -> Release:
 
 
 def _box_warning(terms: tuple[str, ...], bound: tuple[bool, ...]) -> tuple[str, ...]:
-    """The warning naming the terms whose value or interval the public box clamped."""
+    """The warning naming the terms whose value or interval the public box clamped (none when
+    no box applies: ``bound`` is then empty)."""
+    if not bound:
+        return ()
     names = [term for term, hit in zip(terms, bound, strict=True) if hit]
     if not names:
         return ()
