@@ -49,16 +49,18 @@ def test_the_nan_note_depends_on_the_metadata_not_the_data() -> None:
     dirty["age"] = dirty["age"].astype(float)
     dirty.loc[:9, "age"] = np.nan
     query = "SELECT AVG(age) AS a, AVG(hours) AS h, COUNT(*) AS n FROM people"
-    notes = [_session(f).sql(query, epsilon=1.0).warnings for f in (clean, dirty)]
+    releases = [_session(f).sql(query, epsilon=1.0) for f in (clean, dirty)]
+    notes = [r.notes for r in releases]
+    assert releases[0].to_dict()["notes"] == list(notes[0])
     assert notes[0] == notes[1]
     (note,) = notes[0]
     assert "age is NULL or NaN" in note  # age: non-nullable, no fill
     assert "hours" not in note  # hours is declared nullable
-    assert not _session(clean).sql("SELECT COUNT(*) AS n FROM people", epsilon=1.0).warnings
+    assert not _session(clean).sql("SELECT COUNT(*) AS n FROM people", epsilon=1.0).notes
     filled: dict[str, Any] = dpc.Metadata.from_yaml(YAML).to_dict()
     filled["columns"]["age"]["fill"] = 40
     with_fill = _session(clean, dpc.Metadata.from_dict(filled)).sql(query, epsilon=1.0)
-    assert not with_fill.warnings
+    assert not with_fill.notes
 
 
 @pytest.fixture(scope="module")

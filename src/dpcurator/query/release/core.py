@@ -69,7 +69,7 @@ from dpcurator.query.release.estimate import (
     mechanism_uses,
     output_columns,
 )
-from dpcurator.query.release.notes import release_warnings
+from dpcurator.query.release.notes import exactness_warning, missing_value_notes
 from dpcurator.query.release.ratio_interval import MomentNoise, moment_intervals
 from dpcurator.query.schema import Metadata
 from dpcurator.random import Rng
@@ -104,8 +104,10 @@ class Release:
             added or removed) or ``replace_one`` (one person replaced; the table size is public).
         clipping: the opt-in clipping report, per clamped expression and released group (empty
             unless asked for; :mod:`dpcurator.query.release.clipping`).
-        warnings: public notes on the release (a public box that bound, noise below the
-            values' resolution, how NaN is treated); printed under the table.
+        warnings: public warnings on the release (a public box that bound, noise below the
+            values' resolution); printed under the table.
+        notes: public notes on how the release treats the data, from the metadata only (how a
+            NULL or NaN of a non-nullable column without a fill counts); in ``to_dict``.
         at_bound: per row, whether a public box clamped its value or interval (fits; empty
             when no box applies); ``to_pandas`` shows it as ``at_box_bound``.
     """
@@ -122,6 +124,7 @@ class Release:
     neighbouring: str = "add_remove"
     clipping: tuple[ClippingReport, ...] = ()
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
     at_bound: tuple[bool, ...] = ()
 
     @property
@@ -220,6 +223,7 @@ class Release:
                 for i, (key, estimates) in enumerate(self.rows)
             ],
             "warnings": list(self.warnings),
+            "notes": list(self.notes),
             "cost": cost_dict(self.cost),
             "mechanisms": [m.to_dict() for m in self.mechanisms],
             "columns": [c.to_dict() for c in self.columns],
@@ -367,7 +371,8 @@ def release_plan(
         plan.noise,
         plan.neighbouring,
         clipping_reports(plan.clipping, plan.outputs, keys, clipped, alpha),
-        warnings=release_warnings(plan, metadata),
+        warnings=exactness_warning(plan),
+        notes=() if metadata is None else missing_value_notes(plan, metadata),
     )
 
 

@@ -84,10 +84,4 @@ def missing_value_notes(plan: Plan, metadata: Metadata) -> tuple[str, ...]:
     )
 
 
-def release_warnings(plan: Plan, metadata: Metadata | None) -> tuple[str, ...]:
-    """Every public warning of a release of ``plan`` (module docstring)."""
-    notes = () if metadata is None else missing_value_notes(plan, metadata)
-    return (*exactness_warning(plan), *notes)
-
-
-__all__ = ["EXACT_SCALE", "exactness_warning", "missing_value_notes", "release_warnings"]
+__all__ = ["EXACT_SCALE", "exactness_warning", "missing_value_notes"]
