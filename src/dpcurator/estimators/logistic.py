@@ -243,15 +243,16 @@ def logistic_regression(
         )
         value = scaling.original(theta)
         low, high = np.quantile(scaling.original(draws), [level / 2, 1 - level / 2], axis=0)
-        if box is not None:
-            value, low, high = (np.clip(v, box.lower, box.upper) for v in (value, low, high))
         low, high = np.minimum(low, value), np.maximum(high, value)
+        value, low, high, bound = clamp_to_box(box, value, low, high)
         cost: Cost = ApproxDP(eps, delta) if delta > 0 else PureDP(eps)
         name = (
             "DP logistic regression (objective perturbation, Chaudhuri et al. 2011, with "
             "approximate minima perturbation, Iyengar et al. 2019)"
         )
-        release = Estimate(value, low, high, Covers.NOISE_AND_SAMPLING, level, cost, name)
+        release = Estimate(
+            value, low, high, Covers.NOISE_AND_SAMPLING, level, cost, name, at_bound=bound
+        )
     else:
         if delta != 0:
             raise fail(owner, "delta", "0 with sample-and-aggregate (ε-DP)", delta)
@@ -316,10 +317,29 @@ def _sample_and_aggregate(
     noise = noisy(mean_mech, mean_mech.scale, np.zeros(reps * (d + 1)), source)
     draws = sampled * half * np.sqrt(variance / k) + noise.reshape(reps, d + 1)
     q_low, q_high = np.quantile(draws, [level / 4, 1 - level / 4], axis=0)
+    value, low, high, bound = clamp_to_box(box, value, value - q_high, value - q_low)
     return Estimate(
-        value, value - q_high, value - q_low, Covers.NOISE_AND_SAMPLING, level, PureDP(eps),
+        value, low, high, Covers.NOISE_AND_SAMPLING, level, PureDP(eps),
         "DP logistic regression (sample-and-aggregate of bias-corrected MLEs, Smith 2008)",
+        at_bound=bound,
     )  # fmt: skip
 
 
-__all__ = ["logistic_regression", "ridge_logistic"]
+def clamp_to_box(
+    box: Box | None, value: FloatArray, low: FloatArray, high: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray, npt.NDArray[np.bool_] | None]:
+    """(value, low, high) clamped to the public box, and per coordinate whether the clamp
+    changed any of them (None without a box). Post-processing of the noisy release: the flag
+    depends on the noisy values and the public box only. Clamping the interval's ends equals
+    clamping every bootstrap draw before its quantiles (the clamp is monotone), so an interval
+    that covered a parameter inside the box still covers it."""
+    if box is None:
+        return value, low, high, None
+    clamped = [np.clip(v, box.lower, box.upper) for v in (value, low, high)]
+    bound = np.zeros(np.shape(value), np.bool_)
+    for before, after in zip((value, low, high), clamped, strict=True):
+        bound |= np.asarray(before) != after
+    return clamped[0], clamped[1], clamped[2], bound
+
+
+__all__ = ["clamp_to_box", "logistic_regression", "ridge_logistic"]

@@ -67,6 +67,9 @@ class Estimate:
     cost: Cost
     method: str
     clipping: ClippingBias | None = None
+    #: Per coordinate, whether a public box clamped the released value or an interval end
+    #: (post-processing of the noisy release; None when no box applies).
+    at_bound: npt.NDArray[np.bool_] | None = None
 
     @property
     def replied(self) -> bool:

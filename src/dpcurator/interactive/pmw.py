@@ -61,6 +61,17 @@ Balancing ``T`` against the sparse-vector noise (order ``c·ln(k)/ε`` under
 basic composition) gives error ``O((n² ln|X| ln(k) / ε)^(1/3))`` per query for k queries; HR10's
 ``O(sqrt(n)·ln(k)·ln|X|^(1/4)/sqrt(ε))`` needs advanced composition (δ > 0), not offered here.
 Independent Laplace answers at the same total ε have error of order ``k/ε``.
+
+**Per-answer intervals** (:meth:`~PrivateMultiplicativeWeights.ask`,
+:meth:`~PrivateMultiplicativeWeights.interval`): each answer comes with a (1 - α) interval for
+its exact answer and its ``source``:
+``update`` (a noisy measurement: ``y ± t_upd(α/2)``, the exact discrete Laplace tail) or
+``synthetic`` (below the sparse-vector threshold: the answer is within ``T + t_thr(α/4) +
+t_q(α/4) + grid`` of the truth, since the test passed only if ``|<w, x> - a| + ν < T + ρ``).
+Whichever way an answer goes, it misses only if one of three independent noises exceeds its
+tail, so P[miss] <= α/2 + α/4 + α/4 = α for every answer (union bound; not simultaneous over
+answers: :meth:`~PrivateMultiplicativeWeights.error_bound` is the simultaneous bound). The
+interval is a function of the public parameters and the public ``source``: post-processing.
 """
 
 from __future__ import annotations
@@ -69,6 +80,7 @@ import io
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import cast
 
@@ -90,6 +102,24 @@ from dpcurator.synth.domain import DEFAULT_MAX_BINS, SynthDomain
 from dpcurator.synth.measure import exact_marginals
 
 _OWNER = "PrivateMultiplicativeWeights"
+
+#: Where an answer came from: a noisy measurement (an update round) or the synthetic distribution.
+SOURCES = ("update", "synthetic")
+
+
+@dataclass(frozen=True)
+class PmwAnswer:
+    """One PMW answer with its (1 - α) interval for the exact answer (module docstring).
+
+    ``source`` is ``update`` (a noisy measurement; the interval is its Laplace CI) or
+    ``synthetic`` (the synthetic distribution's answer; the interval is the sparse vector's
+    accuracy guarantee: threshold plus noise tails, union bound)."""
+
+    value: float
+    ci_low: float
+    ci_high: float
+    alpha: float
+    source: str
 
 
 class PrivateMultiplicativeWeights:
@@ -304,6 +334,45 @@ class PrivateMultiplicativeWeights:
     def answer_linear(self, weights: npt.ArrayLike) -> float:
         """Answer the linear query ``sum(weights * histogram)`` (weights in [0, 1] per cell)."""
         return self._answer(linear_query(self.domain, weights))
+
+    def ask(
+        self,
+        where: Mapping[str, object] | None = None,
+        *,
+        weights: npt.ArrayLike | None = None,
+        alpha: object = 0.05,
+    ) -> PmwAnswer:
+        """Answer a counting query (``where``, as :meth:`count`) or a linear one (``weights``,
+        as :meth:`answer_linear`) with its (1 - ``alpha``) interval and source."""
+        level = check_probability(f"{_OWNER}.ask", "alpha", alpha, open_low=True, open_high=True)
+        if weights is not None and where is not None:
+            raise fail(f"{_OWNER}.ask", "where", "None when weights are given", where)
+        query = (
+            counting_query(self.domain, where or {})
+            if weights is None
+            else linear_query(self.domain, weights)
+        )
+        before = self.updates_used
+        value = self._answer(query)
+        return self.interval(value, SOURCES[self.updates_used == before], level)
+
+    def interval(self, value: float, source: str, alpha: object = 0.05) -> PmwAnswer:
+        """The (1 - ``alpha``) interval of an answer ``value`` from ``source`` (``update`` or
+        ``synthetic``): public parameters only (module docstring, "Per-answer intervals")."""
+        owner = f"{_OWNER}.interval"
+        level = to_fraction(check_probability(owner, "alpha", alpha, open_low=True, open_high=True))
+        if source not in SOURCES:
+            raise fail(owner, "source", f"one of {', '.join(SOURCES)}", source)
+        if source == "update":
+            rounding = float(self._update.scale) * 2.0**-30  # half the update's grid step at most
+            half = self._update.ci_halfwidth_floats(level / 2) + rounding
+        else:
+            svt = self._svt
+            step = math.ldexp(1.0, svt.grid)
+            threshold_tail = Laplace(svt.threshold_scale).ci_halfwidth(level / 4) * step
+            query_tail = Laplace(svt.query_scale).ci_halfwidth(level / 4) * step
+            half = self.threshold + threshold_tail + query_tail + step
+        return PmwAnswer(value, value - half, value + half, float(level), source)
 
     def synthetic_answer(self, weights: npt.ArrayLike) -> float:
         """The linear query's answer on the public synthetic distribution only (post-processing:

@@ -337,6 +337,7 @@ class Session:
                 alpha=level,
                 rng=self._rng,
                 compute=self._backend.compute,  # refined quantiles' later levels, uncached
+                metadata=self._metadata,
             )
         )
 

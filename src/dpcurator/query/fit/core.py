@@ -203,8 +203,9 @@ def plan_fit(
     bound the estimated parameters (logistic coefficients, MLE parameters, the user function's
     output, the L1 regression's coefficients); they are public, like the columns' bounds in
     the metadata. ``method``: ``"l1"`` makes a linear regression ``ptr_regression``; (logistic
-    regression): ``objective_perturbation`` (the default; ``lower``/``upper`` optional,
-    they clamp the release) or ``sample_and_aggregate``; ``blocks`` fixes the number of blocks
+    regression): ``objective_perturbation`` (the default; ``lower``/``upper`` clamp the
+    release, default |θ| <= :data:`DEFAULT_COEFFICIENT_BOUND` in standardised units)
+    or ``sample_and_aggregate``; ``blocks`` fixes the number of blocks
     of a sample-and-aggregate fit (default: chosen from a noisy count of persons) and
     ``max_rows`` caps the rows it fetches from the engine (default
     :data:`~dpcurator.query.fit.rows.DEFAULT_MAX_ROWS`; :mod:`dpcurator.query.fit.rows`).
@@ -310,7 +311,9 @@ def _plan_perturbed(
         raise fail(OWNER, "x", "at least one feature column", list(features))
     metas = (*numeric_columns(metadata, features), label_column(metadata, y))
     size, rows = len(features) + 1, metadata.unit.rows_changed
-    box = None if bounds[0] is None and bounds[1] is None else parameter_box(*bounds, size)
+    if bounds[0] is None and bounds[1] is None:  # the default public box, as FitRequest's
+        bounds = standardised_box(metas[:-1], DEFAULT_COEFFICIENT_BOUND)
+    box = parameter_box(*bounds, size)
     _calibrated(lambda: Perturbation.of(
         epsilon, delta, size, rows_per_person=rows, jacobian_share=OP_SHARES[0],
         hessian_share=OP_SHARES[1]))  # fmt: skip

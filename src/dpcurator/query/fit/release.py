@@ -49,6 +49,7 @@ def fit_table(plan: FitPlan, fit: Estimate) -> Release:
         for term, value, low, high in zip(plan.terms, fit.value, lows, highs, strict=True):
             interval = (None, None) if low is None or high is None else (float(low), float(high))
             rows.append(((term,), (Value(float(value), *interval),)))
+    bound = () if fit.at_bound is None or not rows else tuple(bool(b) for b in fit.at_bound)
     return Release(
         (TERM,),
         (COEFFICIENT,),
@@ -57,6 +58,23 @@ def fit_table(plan: FitPlan, fit: Estimate) -> Release:
         (_mechanism(plan, fit.method),),
         fit.alpha,
         (_column(fit),),
+        warnings=_box_warning(plan.terms, bound),
+        at_bound=bound,
+    )
+
+
+def _box_warning(terms: tuple[str, ...], bound: tuple[bool, ...]) -> tuple[str, ...]:
+    """The warning naming the terms whose value or interval the public box clamped (none when
+    no box applies: ``bound`` is then empty)."""
+    if not bound:
+        return ()
+    names = [term for term, hit in zip(terms, bound, strict=True) if hit]
+    if not names:
+        return ()
+    return (
+        f"the public coefficient box clamped the value or interval of {', '.join(names)} "
+        "(at_box_bound): the estimate may lie outside the box, so these numbers show the box's "
+        "edge, not the data; widen the box (coef_bound, or lower/upper) or spend more ε",
     )
 
 
@@ -95,7 +113,8 @@ class FitCostEstimate(CostEstimate):
 
 def fit_dict(plan: FitPlan, fit: Estimate) -> dict[str, Any]:
     """The JSON form of a fit: its table's (:meth:`Release.to_dict`) plus ``model``, ``terms``,
-    ``replied`` (False for NR), ``method`` and ``covers`` (``noise`` or ``noise+sampling``)."""
+    ``replied`` (False for NR), ``method``, ``covers`` (``noise`` or ``noise+sampling``) and
+    ``at_box_bound`` (per term, whether the public box clamped it; None without a box)."""
     return {
         **fit_table(plan, fit).to_dict(),
         "model": plan.kind,
@@ -103,6 +122,9 @@ def fit_dict(plan: FitPlan, fit: Estimate) -> dict[str, Any]:
         "replied": fit.replied,
         "method": fit.method,
         "covers": _column(fit).covers,
+        "at_box_bound": None
+        if fit.at_bound is None or fit.value is None
+        else {term: bool(hit) for term, hit in zip(plan.terms, fit.at_bound, strict=True)},
     }
 
 

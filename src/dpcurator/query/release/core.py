@@ -39,6 +39,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from html import escape
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -68,7 +69,9 @@ from dpcurator.query.release.estimate import (
     mechanism_uses,
     output_columns,
 )
+from dpcurator.query.release.notes import exactness_warning, missing_value_notes
 from dpcurator.query.release.ratio_interval import MomentNoise, moment_intervals
+from dpcurator.query.schema import Metadata
 from dpcurator.random import Rng
 
 if TYPE_CHECKING:
@@ -101,6 +104,12 @@ class Release:
             added or removed) or ``replace_one`` (one person replaced; the table size is public).
         clipping: the opt-in clipping report, per clamped expression and released group (empty
             unless asked for; :mod:`dpcurator.query.release.clipping`).
+        warnings: public warnings on the release (a public box that bound, noise below the
+            values' resolution); printed under the table.
+        notes: public notes on how the release treats the data, from the metadata only (how a
+            NULL or NaN of a non-nullable column without a fill counts); in ``to_dict``.
+        at_bound: per row, whether a public box clamped its value or interval (fits; empty
+            when no box applies); ``to_pandas`` shows it as ``at_box_bound``.
     """
 
     group_columns: tuple[str, ...]
@@ -114,6 +123,9 @@ class Release:
     noise: str = ""
     neighbouring: str = "add_remove"
     clipping: tuple[ClippingReport, ...] = ()
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    at_bound: tuple[bool, ...] = ()
 
     @property
     def ci_level(self) -> float:
@@ -148,6 +160,8 @@ class Release:
         extra = clipping_columns(self.clipping)
         for name in dict.fromkeys(c for cells in extra.values() for c in cells):
             frame[name] = [extra.get(key, {}).get(name) for key, _ in self.rows]
+        if self.at_bound:
+            frame["at_box_bound"] = list(self.at_bound)
         frame.attrs.update(release_view.frame_attrs(self))
         return frame
 
@@ -156,7 +170,8 @@ class Release:
         number of rows, the cost and the CI level (``max_lines``: cut the table there), then
         the clipping report if there is one."""
         lines = clipping_lines(self.clipping, self.group_columns)
-        return "\n".join([release_view.summary(self, max_lines), *lines])
+        notes = [f"warning: {text}" for text in self.warnings]
+        return "\n".join([release_view.summary(self, max_lines), *lines, *notes])
 
     def __str__(self) -> str:
         return self.summary()
@@ -167,7 +182,8 @@ class Release:
     def _repr_html_(self) -> str:
         """Jupyter's rendering: an HTML table of values with CIs, the cost and the CI level,
         then the clipping report's table if there is one."""
-        return release_view.html_table(self)
+        notes = "".join(f"<p><b>warning:</b> {escape(text)}</p>" for text in self.warnings)
+        return release_view.html_table(self) + notes
 
     def plot(self, statistic: str | None = None, *, ax: Axes | None = None) -> Axes:
         """Bars of the values with their CIs as error bars (matplotlib, imported here).
@@ -202,9 +218,12 @@ class Release:
                         c: {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high}
                         for c, e in zip(self.value_columns, estimates, strict=True)
                     },
+                    **({"at_box_bound": self.at_bound[i]} if self.at_bound else {}),
                 }
-                for key, estimates in self.rows
+                for i, (key, estimates) in enumerate(self.rows)
             ],
+            "warnings": list(self.warnings),
+            "notes": list(self.notes),
             "cost": cost_dict(self.cost),
             "mechanisms": [m.to_dict() for m in self.mechanisms],
             "columns": [c.to_dict() for c in self.columns],
@@ -304,11 +323,13 @@ def release_plan(
     alpha: float,
     rng: Rng | None = None,
     compute: Compute | None = None,
+    metadata: Metadata | None = None,
 ) -> Release:
     """Add the planned noise to exact aggregates and post-process them into a Release.
 
     ``compute`` runs the later levels of refined quantiles (one engine pass per level,
-    :mod:`dpcurator.query.plan.quantile`); without it quantiles stop at their first level."""
+    :mod:`dpcurator.query.plan.quantile`); without it quantiles stop at their first level.
+    ``metadata`` (public) adds the NULL/NaN notes of :mod:`dpcurator.query.release.notes`."""
     keys, selected = released_keys(plan, exact, rng)
     steps = {o.name: o.quantile for o in plan.outputs if o.quantile is not None}
     quantiles = release_quantiles(
@@ -350,6 +371,8 @@ def release_plan(
         plan.noise,
         plan.neighbouring,
         clipping_reports(plan.clipping, plan.outputs, keys, clipped, alpha),
+        warnings=exactness_warning(plan),
+        notes=() if metadata is None else missing_value_notes(plan, metadata),
     )
 
 

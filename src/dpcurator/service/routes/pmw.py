@@ -75,7 +75,8 @@ def get_pmw(service: Service, who: Caller, mode_id: str) -> dict[str, Any]:
 def ask_pmw(service: Service, who: Caller, mode_id: str, body: PmwQueryIn) -> dict[str, Any]:
     """Answer one counting query (free for the caller: the mode's ε was paid when it opened)."""
     answer = PmwStore(service).answer(who, mode_id, body.sql, body.where)
-    return {"value": answer.value, "source": answer.source, **mode_json(answer.mode)}
+    interval = {"ci_low": answer.ci_low, "ci_high": answer.ci_high, "alpha": answer.alpha}
+    return {"value": answer.value, "source": answer.source, **interval, **mode_json(answer.mode)}
 
 
 document_problems(router)

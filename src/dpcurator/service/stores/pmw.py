@@ -24,7 +24,11 @@ mode's columns and public keys) and the mode's update counter, a function of rel
 sparse-vector outcomes. Once the c updates are used, the owner's rule at opening decides:
 ``refuse`` (409, free) or ``synthetic`` (answers from the distribution only: post-processing,
 free, no accuracy guarantee; the answer says so). Each answer says whether it came from the
-synthetic distribution or from an update (the released sparse-vector bit).
+synthetic distribution or from an update (the released sparse-vector bit), and carries a 95%
+interval for the exact count (``ci_low``/``ci_high``: the noisy answer's Laplace CI for an
+update, the sparse vector's accuracy guarantee for a synthetic answer; none for
+``synthetic-only``): a function of public parameters and that bit
+(:mod:`dpcurator.interactive.pmw`).
 
 **State.** One row of ``pmw_modes`` (:class:`~dpcurator.service.ledger.database.PmwMode`) per
 mode holds the public parameters and the curator's state
@@ -73,6 +77,9 @@ from dpcurator.synth.domain import SynthDomain
 #: distribution only.
 EXHAUSTED_RULES = ("refuse", "synthetic")
 
+#: The miscoverage of every PMW answer's interval (:meth:`PrivateMultiplicativeWeights.interval`).
+ANSWER_ALPHA = 0.05
+
 #: The kind of the free ledger history entry of one PMW answer.
 ANSWER_KIND = "pmw-answer"
 
@@ -99,11 +106,15 @@ class PmwOpened:
 
 @dataclass(frozen=True)
 class PmwAnswer:
-    """One answer: its value, where it came from, and the mode's public counters after it."""
+    """One answer: its value, where it came from, its (1 - α) interval (None for
+    ``synthetic-only``: no accuracy guarantee) and the mode's public counters after it."""
 
     value: float
     source: str
     mode: PmwMode
+    ci_low: float | None = None
+    ci_high: float | None = None
+    alpha: float = ANSWER_ALPHA
 
 
 def _domain(metadata: Metadata, columns: list[str] | None) -> SynthDomain:
@@ -226,18 +237,21 @@ class PmwStore:
             locked = s.scalar(select(PmwMode).where(PmwMode.id == mode_id).with_for_update())
             mode = found(locked, "PMW mode", mode_id)
             curator = PrivateMultiplicativeWeights.restore(metadata, mode.params, mode.state)
+            low = high = None
             if curator.updates_left == 0 and mode.params["when_exhausted"] == "synthetic":
                 value, source = curator.synthetic_answer(weights), "synthetic-only"
             else:
                 before = curator.updates_used
                 value = curator.answer_linear(weights)  # BudgetExceededError once exhausted
                 source = "update" if curator.updates_used > before else "synthetic"
+                interval = curator.interval(value, source, ANSWER_ALPHA)
+                low, high = interval.ci_low, interval.ci_high
                 mode.state = curator.to_bytes()
                 mode.updates_used = curator.updates_used
             mode.queries_answered += 1
             text = sql if sql is not None else json.dumps({"where": where})
             s.add(_history_entry(identity, mode, text, value, source))
-        return PmwAnswer(value, source, mode)
+        return PmwAnswer(value, source, mode, low, high)
 
 
 def _history_entry(
