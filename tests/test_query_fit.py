@@ -57,9 +57,12 @@ def test_linear_regression_matches_the_library_and_lstsq(engine: str) -> None:
     np.testing.assert_allclose(fit.value, library.value, rtol=1e-6)
     design = np.column_stack([np.ones(len(y)), np.where(np.isnan(X), 40.0, X)])  # NULL -> mid
     exact = np.linalg.lstsq(design, y, rcond=None)[0]
-    np.testing.assert_allclose(fit.value, exact, rtol=0.05)
     assert fit.ci_low is not None
     assert fit.ci_high is not None
+    # the data's own least squares lies within the noise + sampling interval's half-width of the
+    # release (one seeded draw; a fixed relative tolerance failed whenever a coefficient was
+    # small next to its noise, as hours' is: about 20 against a half-width of about 45)
+    assert np.all(np.abs(fit.value - exact) <= (fit.ci_high - fit.ci_low) / 2)
     assert np.all(fit.ci_low <= fit.value)
     assert np.all(fit.value <= fit.ci_high)
     assert fit.cost == ApproxDP(EPSILON, DELTA)
