@@ -102,12 +102,19 @@ def fit_text(answer: dict[str, Any]) -> str:
     if not fit["replied"]:
         return "\n".join([*head, "NR (no reply): the DP test declined to answer; the cost stands"])
     table = [["term", "coefficient", level]]
+    bound = fit.get("at_box_bound") or {}
     for row in fit["rows"]:
         value = row["values"]["coefficient"]
         interval = (
             "-" if value["ci_low"] is None else f"[{value['ci_low']:.6g}, {value['ci_high']:.6g}]"
         )
-        table.append([row["group"]["term"], f"{value['value']:.6g}", interval])
+        term = row["group"]["term"]
+        table.append([term + ("*" if bound.get(term) else ""), f"{value['value']:.6g}", interval])
     widths = [max(len(r[i]) for r in table) for i in range(3)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    if any(bound.values()):
+        lines.append(
+            "* clamped to the public coefficient box: the estimate may lie outside it "
+            "(a wider --coef-bound shows where)"
+        )
     return "\n".join([*head, f"intervals cover: {fit['covers']}", *lines])
