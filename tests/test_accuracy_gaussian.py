@@ -126,8 +126,11 @@ def test_refusals_are_free_and_name_the_cost(session: dpc.Session) -> None:
     small = dpc.Session(
         ENGINES["memory"].open(demo_frame()), demo_metadata(), budget=dpc.ZCDP(needed.rho / 2)
     )
-    with pytest.raises(BudgetExceededError, match=f"ρ = {str(needed).split('= ')[1]}"):
+    with pytest.raises(
+        BudgetExceededError, match=r"\(rho: \d\.\d+ asked, \d\.\d+ left\)"
+    ) as refused:
         small.sql(COUNT, accuracy={"n": 0.5}, noise="gaussian")
+    assert refused.value.requested == needed
     assert small.spent() == dpc.ZCDP(0)
 
 

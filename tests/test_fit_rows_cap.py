@@ -70,7 +70,10 @@ def test_a_large_table_fetches_at_most_max_rows(fetched: list[ir.ExactResult]) -
     fit = session.fit("mle", epsilon=1.0, max_rows=20_000, **MLE)
     assert 10_000 < _rows(fetched[0]) <= 20_000  # capped, and the cap is nearly filled
     assert fit.value is not None
-    assert abs(float(fit.value[0]) - 50) < 1  # ~10,000 persons estimate the mean well
+    assert fit.ci_low is not None
+    assert fit.ci_high is not None
+    assert fit.ci_low[0] <= 50 <= fit.ci_high[0]  # ~10,000 persons: an interval around the mean
+    assert fit.ci_high[0] - fit.ci_low[0] < 10  # and a useful one (sd 10, a tenth of the range)
     blocked = session.fit("mle", epsilon=1.0, max_rows=20_000, blocks=300, **MLE)
     assert _rows(fetched[1]) <= 20_000
     assert blocked.value is not None

@@ -110,7 +110,10 @@ def error_text(error: Mapping[str, Any]) -> str:
         return f"{subject} is not a parameter of this request; remove it or check its spelling"
     requirement = _requirement(error)
     if requirement is not None:
-        return f"{subject} must be {requirement}; got {_echo(error.get('input'))}"
+        received = error.get("input")
+        if kind in {"too_short", "too_long"} and isinstance(received, list | tuple | dict):
+            return f"{subject} must be {requirement}; got {len(received)} items"
+        return f"{subject} must be {requirement}; got {_echo(received)}"
     ctx = error.get("ctx") or {}
     own = ctx.get("error")
     if own is not None:  # a validator's own sentence (already in the client's words)
