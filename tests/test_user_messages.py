@@ -115,6 +115,11 @@ def test_a_metadata_typo_is_named_with_the_field_meant(tmp_path: Path) -> None:
     )
     with pytest.raises(ParameterError, match=r"field 'max_row_per_person' \(did you mean "):
         dpc.Metadata.from_dict(META | {"max_row_per_person": 2})
+    misspelt_columns = {"table": "people", "colums": META["columns"]}
+    with pytest.raises(ParameterError, match=r"field 'colums' \(did you mean 'columns'\?\)"):
+        dpc.Metadata.from_dict(misspelt_columns)
+    with pytest.raises(ParameterError, match="The metadata has no 'columns' field"):
+        dpc.Metadata.from_dict({"table": "people"})
 
 
 def test_the_delta_kept_for_the_conversion_is_explained() -> None:

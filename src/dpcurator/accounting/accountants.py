@@ -65,7 +65,11 @@ def _cost_text(event: PrivacyEvent) -> str:
 
 
 def _unsupported(owner: str, event: PrivacyEvent, what: str, hint: str) -> Exception:
-    return fail(owner, "events", f"events with {what}", event, hint)
+    """``event`` cannot be composed by ``owner``: say so by its cost, never by its repr."""
+    return ParameterError(
+        f"The 'events' parameter of {owner} must be events with {what}; "
+        f"got a release costing {_cost_text(event)}. {hint}"
+    )
 
 
 def _unpayable(event: PrivacyEvent, what: str, hint: str) -> ParameterError:

@@ -102,7 +102,9 @@ class AdvancedCompositionAccountant(Accountant):
         basic_epsilon = sum((n * cost.epsilon for cost, n in terms), Fraction(0))
         basic_delta = sum((n * cost.delta for cost, n in terms), Fraction(0))
         if basic_delta >= 1:
-            raise fail("AdvancedCompositionAccountant.total", "events", "a total δ < 1", terms)
+            raise fail(
+                "AdvancedCompositionAccountant.total", "events", "a total δ < 1", basic_delta
+            )
         slack_delta = basic_delta + self.delta_slack
         if basic_epsilon == 0 or slack_delta >= 1:
             return ApproxDP(basic_epsilon, basic_delta)

@@ -31,6 +31,8 @@ Two file formats are read:
 
 from __future__ import annotations
 
+import difflib
+
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -40,7 +42,7 @@ from typing import Literal, cast
 import yaml
 
 from dpcurator._validation import check_int, fail, unknown_fields
-from dpcurator.errors import DomainError
+from dpcurator.errors import DomainError, ParameterError
 from dpcurator.query.columns import ColumnMeta, ColumnType, parse_column_type
 from dpcurator.query.ir import ContributionBound, ScalarValue
 from dpcurator.query.privacy_unit import PrivacyUnit
@@ -228,7 +230,7 @@ class Metadata:
         working directory)."""
         if not isinstance(data, Mapping):
             raise fail("Metadata.from_dict", "data", "a mapping", type(data).__name__)
-        if "columns" in data and "table" in data:
+        if _looks_native(data):
             return _from_native(data, base)
         return _from_smartnoise(data, table)
 
@@ -298,10 +300,26 @@ _NATIVE_COLUMN_KEYS = frozenset(
 )
 
 
+def _looks_native(data: Mapping[str, object]) -> bool:
+    """Native metadata names its table or columns, or a key close to a native one (a typo such
+    as ``colums`` must be answered about the native format, not SmartNoise's): SmartNoise's top
+    level holds collection names only."""
+    return any(
+        key in _NATIVE_TABLE_KEYS or difflib.get_close_matches(str(key), _NATIVE_TABLE_KEYS, 1, 0.8)
+        for key in data
+    )
+
+
 def _from_native(data: Mapping[str, object], base: Path | None) -> Metadata:
     unknown = set(data) - _NATIVE_TABLE_KEYS
     if unknown:
         raise unknown_fields("The metadata", unknown, _NATIVE_TABLE_KEYS)
+    for required in ("table", "columns"):
+        if required not in data:
+            raise ParameterError(
+                f"The metadata has no '{required}' field. Native metadata names its 'table' and "
+                "its 'columns' (a mapping from column name to its description)."
+            )
     raw_columns = data["columns"]
     if not isinstance(raw_columns, Mapping):
         raise fail(
