@@ -121,7 +121,10 @@ def test_correlated_streams_are_charged_rho_and_release_with_ci(
     assert total.json()["params"]["horizon"] is None  # unknown horizon
     spent = _cap_spent(kit, rho)
     assert spent["rho_exact"] == "3/4"
-    assert [h["kind"] for h in _history(kit, rho)] == ["stream", "stream"]
+    history = _history(kit, rho)
+    assert [h["kind"] for h in history] == ["stream", "stream"]
+    assert [h["cost"]["rho_exact"] for h in history] == ["1/4", "1/2"]  # not ε = δ = 0
+    assert [h["cost"]["epsilon"] for h in history] == [None, None]
     with kit.service.ledger._transaction(write=False) as s:
         charges = s.scalars(select(Charge).where(Charge.dataset_id == rho)).all()
         costs = {charge_cost(c) for c in charges}

@@ -235,14 +235,15 @@ def _history(args: argparse.Namespace) -> Output:
     columns = ["id", "created_at", "dataset_id", "kind", "status", "epsilon", "delta", "sql"]
     if owner:
         columns[3:3] = ["analyst_id", "analyst"]
+    if any(e["cost"].get("rho") is not None for e in entries):  # zCDP charges show their ρ
+        columns.insert(columns.index("sql"), "rho")
     amounts = f.Amounts(exact=args.exact)
     flat = [
         {
             **e,
             "analyst_id": e["principal_id"],
             "analyst": names.get(e["principal_id"]),
-            "epsilon": amounts.of(e["cost"], "epsilon", up=True),
-            "delta": amounts.of(e["cost"], "delta", up=True),
+            **{part: amounts.of(e["cost"], part, up=True) for part in ("epsilon", "delta", "rho")},
         }
         for e in entries
     ]

@@ -32,7 +32,6 @@ Two file formats are read:
 from __future__ import annotations
 
 import difflib
-
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace

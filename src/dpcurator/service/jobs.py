@@ -50,7 +50,7 @@ from dpcurator.service.auth import Identity, random_id
 from dpcurator.service.errors import ConflictError, NotFoundError
 from dpcurator.service.idempotency import same_request
 from dpcurator.service.ledger import Ledger
-from dpcurator.service.ledger.budgets import cost_of
+from dpcurator.service.ledger.accounts import charge_cost
 from dpcurator.service.ledger.jobs import FINAL, JobRows
 from dpcurator.service.models import Charge, Job, utcnow
 from dpcurator.service.operations import CuratorService
@@ -393,7 +393,7 @@ def job_json(job: Job, charge: Charge) -> dict[str, Any]:
         "progress": job.progress,
         "charge_id": job.charge_id,
         "charged": charge.status != "cancelled",
-        "cost": cost_json(cost_of(charge.epsilon, charge.delta)),
+        "cost": cost_json(charge_cost(charge)),
         "result": job.result if job.status == "done" else None,
         "error": job.error,
         "location": f"/v1/jobs/{job.id}",

@@ -36,7 +36,8 @@ from dpcurator.service.jobs import (
     register_kind,
 )
 from dpcurator.service.json_response import FiniteJSONResponse
-from dpcurator.service.ledger.budgets import BudgetView, cost_of
+from dpcurator.service.ledger.accounts import charge_cost
+from dpcurator.service.ledger.budgets import BudgetView
 from dpcurator.service.models import Charge
 from dpcurator.service.operations import fingerprint, fits_budget
 from dpcurator.service.problem_docs import document_problems
@@ -78,7 +79,7 @@ def _body(charge: Charge, *, replayed: bool, remaining: BudgetView | None) -> di
         "dataset_id": charge.dataset_id,
         "request": charge.query_text,
         "replayed": replayed,
-        "cost": s.cost_json(cost_of(charge.epsilon, charge.delta)),
+        "cost": s.cost_json(charge_cost(charge)),
         "remaining": None if remaining is None else s.budget_json(remaining),
         "fit": charge.result or {},
     }

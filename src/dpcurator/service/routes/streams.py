@@ -31,7 +31,8 @@ from dpcurator.service.jobs import (
     sparse_is_long,
 )
 from dpcurator.service.json_response import FiniteJSONResponse
-from dpcurator.service.ledger.budgets import BudgetView, cost_of
+from dpcurator.service.ledger.accounts import charge_cost
+from dpcurator.service.ledger.budgets import BudgetView
 from dpcurator.service.models import Charge, Stream, Survey
 from dpcurator.service.operations import CuratorService
 from dpcurator.service.problem_docs import document_problems
@@ -163,7 +164,7 @@ def _sparse_body(charge: Charge, *, replayed: bool, remaining: BudgetView | None
         "charge_id": charge.id,
         "dataset_id": charge.dataset_id,
         "replayed": replayed,
-        "cost": s.cost_json(cost_of(charge.epsilon, charge.delta)),
+        "cost": s.cost_json(charge_cost(charge)),
         "remaining": None if remaining is None else s.budget_json(remaining),
         "release": charge.result or {},
     }
