@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from service_stress_kit import Cluster, fresh_postgres_url, row, verdict
+from service_stress_kit import StoppablePostgres, fresh_postgres_url, row, verdict
 from service_stress_load import new_server, run_load
 
 FAILED: list[str] = []
@@ -122,8 +122,8 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dpc-stress-")))
         cluster = None
-        if Cluster.available() and ("postgresql" in args.ledgers or "outage" in parts):
-            cluster = Cluster()
+        if StoppablePostgres.available() and ("postgresql" in args.ledgers or "outage" in parts):
+            cluster = StoppablePostgres(max_connections=300)
             stack.callback(cluster.close)
             cluster.start()
         if "load" in parts:

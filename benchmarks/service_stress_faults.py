@@ -28,8 +28,8 @@ from typing import Any
 
 import httpx
 from service_stress_kit import (
-    Cluster,
     Server,
+    StoppablePostgres,
     Tally,
     add_analysts,
     client,
@@ -214,7 +214,9 @@ def _seconds(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} / {max(values):.1f}"
 
 
-def crash_table(root: Path, kills: int, check: Check, cluster: Cluster | None = None) -> None:
+def crash_table(
+    root: Path, kills: int, check: Check, cluster: StoppablePostgres | None = None
+) -> None:
     ledgers = {"sqlite": f"sqlite:///{root / 'sqlite' / 'ledger.sqlite3'}"}
     if cluster is not None:
         ledgers["postgresql"] = fresh_postgres_url(cluster.url)
@@ -316,7 +318,7 @@ def _outage(
     }
 
 
-def run_outages(root: Path, cluster: Cluster | None) -> dict[str, dict[str, Any]]:
+def run_outages(root: Path, cluster: StoppablePostgres | None) -> dict[str, dict[str, Any]]:
     results = {}
     if cluster is not None:
         (root / "pg").mkdir(parents=True)
@@ -357,7 +359,7 @@ def run_outages(root: Path, cluster: Cluster | None) -> dict[str, dict[str, Any]
     return results
 
 
-def outage_table(root: Path, cluster: Cluster | None, check: Check) -> None:
+def outage_table(root: Path, cluster: StoppablePostgres | None, check: Check) -> None:
     r = run_outages(root, cluster)
     print("\n## 3. Ledger outage (--workers 2)\n")
     names = list(r)

@@ -9,11 +9,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -30,8 +28,7 @@ from dpcurator.service.ledger import Ledger  # noqa: E402
 from dpcurator.service.ledger.budgets import cost_of  # noqa: E402
 from tests.service_fixtures import (  # noqa: E402
     PEOPLE_METADATA,
-    PG_BIN,
-    _as_postgres,
+    StoppablePostgres,
     free_port,
     fresh_postgres_url,
     write_people,
@@ -41,8 +38,8 @@ __all__ = [
     "PEOPLE_METADATA",
     "PROBLEM",
     "REPO",
-    "Cluster",
     "Server",
+    "StoppablePostgres",
     "Tally",
     "add_analysts",
     "client",
@@ -150,39 +147,6 @@ class Server:
 
     def log_text(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")
-
-
-class Cluster:
-    """A throwaway PostgreSQL 15 cluster (fsync off) that can be stopped and started again."""
-
-    def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="dpc-stress-pg-"))
-        self.data = self.root / "data"
-        if os.geteuid() == 0:
-            shutil.chown(self.root, "postgres", "postgres")
-        self.port = free_port()
-        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}"
-        _as_postgres(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "--no-sync")
-
-    @staticmethod
-    def available() -> bool:
-        return (PG_BIN / "initdb").exists()
-
-    def _ctl(self, *args: str) -> None:
-        _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", *args)
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        options += " -c max_connections=300"
-        self._ctl("-o", options, "-l", str(self.root / "log"), "start")
-
-    def stop(self) -> None:
-        self._ctl("-m", "fast", "stop")
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._ctl("-m", "immediate", "stop")
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def owner_client(server: Server) -> httpx.Client:

@@ -69,6 +69,41 @@ def _as_postgres(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, check=True, capture_output=True, text=True, timeout=60)
 
 
+class StoppablePostgres:
+    """A throwaway PostgreSQL 15 cluster (fsync off) that a test or benchmark may stop and start
+    again (an outage); ``close`` removes it."""
+
+    def __init__(self, *, max_connections: int = 100) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="dpc-pg-"))
+        self.data = self.root / "data"
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
+        self.port = free_port()
+        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}"
+        self.max_connections = max_connections
+        _as_postgres(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "--no-sync")
+
+    @staticmethod
+    def available() -> bool:
+        return (PG_BIN / "initdb").exists()
+
+    def _ctl(self, *args: str) -> None:
+        _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", *args)
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        options += f" -c max_connections={self.max_connections}"
+        self._ctl("-o", options, "-l", str(self.root / "log"), "start")
+
+    def stop(self) -> None:
+        self._ctl("-m", "fast", "stop")
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._ctl("-m", "immediate", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def throwaway_postgres(*, durable: bool = False) -> Iterator[str]:
     """Run a throwaway PostgreSQL 15 cluster; yields its base URL (without database name).

@@ -9,11 +9,7 @@ every connection of the server's pool: SQLite's own SQLITE_FULL, as on a full di
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +19,7 @@ import pytest
 from sqlalchemy import event
 
 from dpcurator.service.ledger import Ledger
-from tests.service_fixtures import PG_BIN, _as_postgres, free_port, fresh_postgres_url
+from tests.service_fixtures import StoppablePostgres, fresh_postgres_url
 from tests.service_kit import Kit, people_kit
 
 QUERY = {"sql": "SELECT COUNT(*) AS n FROM people", "epsilon": 0.01}
@@ -32,39 +28,14 @@ REFUSED = 20
 LEDGER_LOG = "dpcurator.service.ledger"
 
 
-class Cluster:
-    """A throwaway PostgreSQL cluster that the test may stop and start again."""
-
-    def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="dpc-pg-outage-"))
-        self.data = self.root / "data"
-        if os.geteuid() == 0:
-            shutil.chown(self.root, "postgres", "postgres")
-        self.port = free_port()
-        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}"
-        _as_postgres(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "--no-sync")
-
-    def _ctl(self, *args: str) -> None:
-        _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", *args)
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._ctl("-o", options, "-l", str(self.root / "log"), "start")
-
-    def stop(self) -> None:
-        self._ctl("-m", "fast", "stop")
-
-
 @pytest.fixture
-def cluster() -> Iterator[Cluster]:
-    made = Cluster()
+def cluster() -> Iterator[StoppablePostgres]:
+    made = StoppablePostgres()
     made.start()
     try:
         yield made
     finally:
-        with contextlib.suppress(Exception):
-            made.stop()
-        shutil.rmtree(made.root, ignore_errors=True)
+        made.close()
 
 
 def _charges(url: str) -> int:
@@ -102,7 +73,7 @@ def _recover(kit: Kit) -> httpx.Response:
 
 
 def test_postgres_down_is_503_logged_once_and_charges_nothing(
-    tmp_path: Path, cluster: Cluster, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, cluster: StoppablePostgres, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
     url = fresh_postgres_url(cluster.url)
