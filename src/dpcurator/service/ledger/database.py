@@ -28,7 +28,7 @@ from dpcurator.service.ledger import epoch as ledger_epoch
 from dpcurator.service.ledger import postgres as ledger_postgres
 from dpcurator.service.ledger.health import OutageWatch
 from dpcurator.service.ledger.lease import add_lease_column
-from dpcurator.service.models import Base, Job, utcnow
+from dpcurator.service.models import Base, utcnow
 
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 #: How often the background thread checkpoints the SQLite WAL into the database file.
@@ -36,8 +36,6 @@ SQLITE_CHECKPOINT_SECONDS = 1.0
 
 
 _Row = TypeVar("_Row")
-#: Tables created with the ledger's (imported for :meth:`Base.metadata.create_all`).
-TABLES = (Job,)
 
 
 class PmwMode(Base):
