@@ -18,6 +18,7 @@ is a closed form with bounded work for every admissible scale.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from decimal import Context, Decimal, localcontext
@@ -140,13 +141,15 @@ class Laplace:
         return f"discrete Laplace(scale={float(self.scale):.6g})"
 
 
+@functools.lru_cache(maxsize=1024)
 def smallest_tail_index(scale: Fraction, level: Fraction) -> int:
     """The smallest integer m >= 1 with P[|Z| >= m] <= ``level`` for Z discrete Laplace(scale).
 
     With p = exp(-1/scale), P[|Z| >= m] = 2 p^m / (1 + p) for m >= 1, so m is the smallest
     integer >= max(1, scale · ln(2 / (level (1 + p)))): a closed form, evaluated in 60-digit
     decimal arithmetic, so the work is bounded for every scale (a float loop would not end once
-    exp(-1/scale) rounds to 1).
+    exp(-1/scale) rounds to 1). Cached: both inputs are public, and a release's interval and its
+    noise index would otherwise cost two 60-digit logarithms per query.
     """
     with localcontext(Context(prec=_DIGITS)):
         b = Decimal(scale.numerator) / Decimal(scale.denominator)
