@@ -256,6 +256,10 @@ def test_synthetic_history_preview_and_dropped_column(page: Page, server: Server
         f"Synthetic MWEM of sex, age, 40 rows, ε 1, δ 0 → {job['id']}"
     )
     expect(page.locator("#history")).not_to_contain_text('{"columns"')
+    history_row = page.locator("#history tbody tr", has_text="Synthetic MWEM")
+    history_row.locator("button.preview").click()  # History previews it too
+    expect(page.locator("#s-preview h3")).to_have_text(f"Preview of {job['id']}")
+    page.locator("#s-preview").evaluate("(node) => node.replaceChildren()")
     page.locator("#synthetic tbody tr").first.locator("button.preview").click()
     preview = page.locator("#s-preview")
     expect(preview.locator("table.preview-table tbody tr")).to_have_count(10)
@@ -290,13 +294,39 @@ def test_owner_edits_the_cap_and_a_grant(page: Page, server: Server) -> None:
     page.click("#grant button[type=submit]")
     expect(page.locator("#owner-message")).to_contain_text("Budget not changed")
     expect(row.locator("td").nth(1)).to_have_text("ε 2.5, δ 0")
+    audit = page.locator("#audit")
+    expect(audit).to_contain_text("cap: (epsilon 80, delta 0.00001")
+    details = audit.locator("tbody td:last-child").all_inner_texts()
+    assert not any(re.search(r"\d/\d", d) for d in details), details  # no exact rationals
     shot(page, "owner-cap-grant")
 
 
-def test_favicon_is_served(page: Page, server: Server) -> None:
+def test_favicon_is_served(page: Page) -> None:
     icon = page.locator("link[rel=icon]")
-    expect(icon).to_have_attribute("href", "favicon.svg")
-    response = httpx.get(f"{server.url}/console/favicon.svg")
-    assert response.status_code == 200
-    assert response.headers["content-type"].startswith("image/svg+xml")
-    assert response.text.startswith("<svg")
+    expect(icon).to_have_attribute("type", "image/svg+xml")
+    status, kind, text = page.evaluate(
+        """async () => {
+            const r = await fetch(document.querySelector("link[rel=icon]").href);
+            return [r.status, r.headers.get("content-type"), await r.text()];
+        }"""
+    )
+    assert status == 200
+    assert kind.startswith("image/svg+xml")
+    assert text.startswith("<svg")
+
+
+def test_phone_width_keeps_the_new_views_inside_the_window(page: Page) -> None:
+    """At 390 px wide the crosstab, the fit table and a synthetic preview scroll inside their
+    cards; the page is never wider than the window."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    try:
+        for sql in (TWO_WAY, "SELECT REGRESS(income, age) FROM people"):
+            run(page, sql, "0.5", "1e-6")
+            widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+            assert widths[0] <= widths[1], (sql, widths)
+        page.locator("#synthetic tbody tr").first.locator("button.preview").click()
+        expect(page.locator("#s-preview .preview-chart svg").first).to_be_visible()
+        widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        assert widths[0] <= widths[1], widths
+    finally:
+        page.set_viewport_size({"width": 1100, "height": 900})

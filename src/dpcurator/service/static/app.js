@@ -222,6 +222,9 @@ async function loadHistory() {
       open.addEventListener("click", () => reopen(e));
       action.append(open);
     }
+    if (e.kind === "synthetic" && e.result && e.result.synthetic_id) {
+      action.append(previewButton({ id: e.result.synthetic_id }));
+    }
     return [e.id, when(e.created_at), ...(owner ? [state.names[e.principal_id] || e.principal_id] : []),
       sqlCell(e), fmt(e.cost.epsilon), fmt(e.cost.delta), e.error ? `${status}: ${e.error}` : status, action];
   }));

@@ -3,8 +3,15 @@
 // dataset's global cap and replay switch (PATCH /v1/datasets/{id}) and the audit log.
 "use strict";
 
-const describeDetail = (detail) => Object.entries(detail || {})
-  .map(([k, v]) => `${k}: ${typeof v === "object" && v !== null ? JSON.stringify(v) : v}`).join("; ");
+// An audit detail in words: exact rationals ("1/100000") as rounded numbers, objects as lists.
+function detailText(value) {
+  if (typeof value === "string" && /^-?\d+\/\d+$/.test(value)) return fmt(fractionValue(value));
+  if (typeof value === "number") return fmt(value);
+  if (typeof value !== "object" || value === null) return String(value);
+  return `(${Object.entries(value).map(([k, v]) => `${k} ${detailText(v)}`).join(", ")})`;
+}
+
+const describeDetail = (detail) => Object.entries(detail || {}).map(([k, v]) => `${k}: ${detailText(v)}`).join("; ");
 
 function setOwnerMessage(text, isError) {
   $("owner-message").textContent = text;

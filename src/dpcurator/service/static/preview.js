@@ -9,7 +9,10 @@ const PREVIEW_BINS = 10;
 function previewButton(release) {
   const button = el("button", "Preview", "preview");
   button.type = "button";
-  button.addEventListener("click", () => showPreview(release));
+  button.addEventListener("click", () => {
+    showPreview(release);
+    $("s-preview").scrollIntoView({ block: "nearest" });
+  });
   return button;
 }
 
@@ -39,7 +42,7 @@ async function showPreview(release) {
     return;
   }
   const records = await response.json();
-  const names = records.length > 0 ? Object.keys(records[0]) : release.params.columns || [];
+  const names = records.length > 0 ? Object.keys(records[0]) : [];
   const table = el("table", null, "preview-table");
   table.append(el("thead"), el("tbody"));
   const head = el("tr");
@@ -52,7 +55,7 @@ async function showPreview(release) {
   }
   const box = el("section", null, "preview");
   const charts = el("div", null, "preview-charts");
-  box.append(el("h3", `Preview of ${release.id} (${release.kind})`),
+  box.append(el("h3", `Preview of ${release.id}`),
     el("p", `The first ${Math.min(PREVIEW_ROWS, records.length)} of ${records.length} synthetic records:`, "release-note"),
     scrolled(table), el("p", "Each column's counts in the synthetic records (no intervals: these count the "
       + "synthetic sample; the release's expected error is in its estimate).", "release-note"), charts);
