@@ -61,9 +61,12 @@ async function showPreview(release) {
       + "synthetic sample; the release's expected error is in its estimate).", "release-note"), charts);
   panel.replaceChildren(box);
   const schema = currentDataset().schema.columns || {};
-  for (const name of names) {
+  const figures = names.map((name) => {
     const chart = el("div", null, "chart preview-chart");
-    charts.append(el("h4", name), chart);
-    drawRows(chart, oneWay(records, name, schema[name]), name, "synthetic records", null);
-  }
+    const figure = el("div", null, "preview-figure");
+    figure.append(el("h4", name), chart);
+    charts.append(figure);
+    return () => drawRows(chart, oneWay(records, name, schema[name]), name, "synthetic records", null);
+  });
+  for (const draw of figures) draw();  // once every figure has its place in the grid
 }
