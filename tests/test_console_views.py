@@ -194,6 +194,13 @@ def test_histogram_is_rows_with_a_bar_chart(page: Page) -> None:
     assert tops == sorted(tops)  # one bar per row, top to bottom
     assert len(set(tops)) == 5
     shot(page, "histogram-rows")
+    # Grouped: still one row per bin, a column per group, and a chart of the group picked.
+    run(page, "SELECT sex, HISTOGRAM(age, 0, 100, 5) AS h FROM people GROUP BY sex")
+    expect(table.locator("thead th")).to_have_text(["h (bins)", re.compile("^F"), re.compile("^M")])
+    expect(table.locator("tbody tr")).to_have_count(5)
+    expect(chart.locator("text.axis-title")).to_have_text(["h (bins)", "count (F)"])
+    page.select_option("#result select.chart-column", "M")
+    expect(chart.locator("text.axis-title")).to_have_text(["h (bins)", "count (M)"])
 
 
 def test_fits_are_coefficient_tables_with_the_box_flag(page: Page) -> None:

@@ -77,6 +77,7 @@ const trimmed = (x, decimals) => Number(x.toFixed(Math.min(20, decimals))).toStr
 // {value, low, high} as text, rounded as PRECISION_NOTE says.
 function shown(estimate) {
   const { value } = estimate;
+  if (value === null || value === undefined) return { value: "—", low: "", high: "" };
   if (typeof value !== "number" || !Number.isFinite(value)) return { value: String(value), low: "", high: "" };
   const half = hasCi(estimate) ? (estimate.ci_high - estimate.ci_low) / 2 : 0;
   if (!(half > 0)) {
