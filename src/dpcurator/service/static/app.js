@@ -132,9 +132,10 @@ async function run() {
   try {
     const result = await api("POST", `${datasetPath()}/queries`, await askedBody());
     showResults(`Charge #${result.charge_id}${result.replayed ? " (replayed from history, no charge)" : ""}`,
-      [{ sql: result.sql, release: result.release }], `${dataset.id}-${result.charge_id}`);
-    setMessage(`Released${result.replayed ? " from history (no charge)" : ""}: cost ${describeCost(result.cost)}`
-      + (result.remaining ? `; ${describeCost(result.remaining.remaining)} left` : ""), false);
+      [{ sql: result.sql, release: result.release }], `${dataset.id}-${result.charge_id}`, result.replayed);
+    const left = result.remaining ? `; ${describeCost(result.remaining.remaining)} left` : "";
+    setMessage(result.replayed ? `Released from history: no charge${left}.`
+      : `Released: cost ${describeCost(result.cost)}${left}`, false);
   } catch (error) {
     setMessage(describeError(error), true);
   } finally {
@@ -162,8 +163,32 @@ function entryResults(entry) {
   return [{ sql: entry.sql, release: entry.result }];
 }
 
+// A synthetic release's ledger text is its request as JSON: shown as a sentence.
+function synthText(entry) {
+  let request;
+  try {
+    request = JSON.parse(entry.sql);
+  } catch {
+    return entry.sql;
+  }
+  if (request === null || typeof request !== "object") return entry.sql;
+  const budget = request.rho !== null && request.rho !== undefined ? `ρ ${fmt(fractionValue(String(request.rho)))}`
+    : `ε ${fmt(fractionValue(String(request.epsilon)))}`;
+  const tables = (request.marginals || []).map((m) => m.join(" × ")).join("; ");
+  return `Synthetic ${String(request.kind).toUpperCase()} of ${(request.columns || []).join(", ")}`
+    + (tables ? ` (marginals ${tables})` : "")
+    + (request.rows ? `, ${request.rows} rows` : "")
+    + `, ${budget}, δ ${fmt(fractionValue(String(request.delta)))}`
+    + (request.synthetic ? ` → ${request.synthetic}` : "");
+}
+
 function sqlCell(entry) {
   const td = el("td", null, "sql");
+  if (entry.kind === "synthetic") {
+    td.className = "synthetic-entry";
+    td.textContent = synthText(entry);
+    return td;
+  }
   if (entry.kind !== "batch") {
     td.textContent = entry.sql;
     return td;
@@ -179,7 +204,7 @@ function reopen(entry) {
   const who = state.me.role === "owner" ? `, ${state.names[entry.principal_id] || entry.principal_id}` : "";
   clearEstimate();
   showResults(`History #${entry.id} (${when(entry.created_at)}${who})`, entryResults(entry),
-    `${entry.dataset_id}-${entry.id}`);
+    `${entry.dataset_id}-${entry.id}`, entry.kind === "replay");
   setMessage(`Reopened history entry #${entry.id}: no new charge.`, false);
   $("result").scrollIntoView({ block: "nearest" });
 }
@@ -197,51 +222,12 @@ async function loadHistory() {
       open.addEventListener("click", () => reopen(e));
       action.append(open);
     }
+    if (e.kind === "synthetic" && e.result && e.result.synthetic_id) {
+      action.append(previewButton({ id: e.result.synthetic_id }));
+    }
     return [e.id, when(e.created_at), ...(owner ? [state.names[e.principal_id] || e.principal_id] : []),
       sqlCell(e), fmt(e.cost.epsilon), fmt(e.cost.delta), e.error ? `${status}: ${e.error}` : status, action];
   }));
-}
-
-// ---- owner view ---------------------------------------------------------------------------
-
-const describeDetail = (detail) => Object.entries(detail || {})
-  .map(([k, v]) => `${k}: ${typeof v === "object" && v !== null ? JSON.stringify(v) : v}`).join("; ");
-
-async function loadOwner() {
-  const dataset = currentDataset();
-  const [analysts, audit] = await Promise.all([api("GET", "/v1/analysts"), api("GET", "/v1/audit?limit=50")]);
-  for (const a of analysts) state.names[a.id] = a.name;
-  fillRows("analysts", analysts.map((a) => [a.id, a.name, when(a.created_at)]));
-  refill($("grant-analyst"), analysts.map((a) => option(a.id, a.name)));
-  const grants = (await Promise.all(analysts.map((a) => api("GET", `/v1/analysts/${a.id}/grants`))))
-    .flat().filter((g) => g.dataset_id === dataset.id);
-  fillRows("grants", grants.map((g) => [state.names[g.analyst_id], fmt(g.budget.total.epsilon),
-    fmt(g.budget.spent.epsilon), fmt(g.budget.remaining.epsilon)]));
-  fillRows("audit", audit.map((e) => [when(e.at), e.principal_id ? state.names[e.principal_id] || e.principal_id : "",
-    e.action, e.dataset_id || "", describeDetail(e.detail)]));
-}
-
-async function createAnalyst(event) {
-  event.preventDefault();
-  try {
-    const issued = await api("POST", "/v1/analysts", { name: $("analyst-name").value });
-    $("new-token").textContent = `Token for ${issued.principal.name} (shown once): ${issued.token}`;
-    $("analyst-name").value = "";
-    await loadOwner();
-  } catch (error) {
-    $("new-token").textContent = error.message;
-  }
-}
-
-async function setGrant(event) {
-  event.preventDefault();
-  try {
-    await api("PUT", `/v1/analysts/${$("grant-analyst").value}/grants/${encodeURIComponent(currentDataset().id)}`,
-      { epsilon: Number($("grant-epsilon").value), delta: Number($("grant-delta").value) });
-    await loadOwner();
-  } catch (error) {
-    $("new-token").textContent = error.message;
-  }
 }
 
 // ---- wiring -------------------------------------------------------------------------------
@@ -263,7 +249,6 @@ document.addEventListener("DOMContentLoaded", () => {
   wireSynthetic();
   $("estimate").addEventListener("click", estimate);
   $("run").addEventListener("click", run);
-  $("new-analyst").addEventListener("submit", createAnalyst);
-  $("grant").addEventListener("submit", setGrant);
+  wireOwner();
   if (state.token) signIn(state.token);
 });

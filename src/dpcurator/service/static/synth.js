@@ -14,9 +14,13 @@ function synthPath() {
 function setUpSynthColumns(dataset) {
   if (state.synthFor === dataset.id) return;
   state.synthFor = dataset.id;
-  const usable = Object.entries(dataset.schema.columns || {})
-    .filter(([, c]) => c.keys || c.type === "bool" || (c.lower !== undefined && c.lower !== null))
-    .map(([name]) => name);
+  const columns = Object.entries(dataset.schema.columns || {});
+  const hasDomain = (c) => c.keys || c.type === "bool" || (c.lower !== undefined && c.lower !== null);
+  const usable = columns.filter(([, c]) => hasDomain(c)).map(([name]) => name);
+  const dropped = columns.filter(([, c]) => !hasDomain(c)).map(([name]) => name);
+  $("s-dropped").textContent = dropped.length === 0 ? ""
+    : `Not offered: ${dropped.join(", ")} (no public keys or bounds in the metadata, so a synthetic `
+      + "release cannot include it; declare its keys, or lower and upper bounds, to offer it).";
   $("s-columns").replaceChildren(el("span", "columns"), ...usable.map((name) => {
     const label = el("label", null, "check");
     const box = el("input");
@@ -60,12 +64,6 @@ function forgetSynthEstimate() {
   state.synthEstimated = null;
   $("s-publish").disabled = true;
   $("s-estimate-panel").replaceChildren();
-}
-
-// "n/d" (the server's exact rationals) as a number.
-function fractionValue(text) {
-  const [numerator, denominator = "1"] = text.split("/");
-  return Number(numerator) / Number(denominator);
 }
 
 // Free: the charge and, per measured marginal, the noise and the 95% CI half-width of one cell.
@@ -172,7 +170,7 @@ async function loadSynthetic() {
   const releases = await api("GET", synthPath());
   fillRows("synthetic", releases.map((r) => {
     const links = el("td", null, "downloads");
-    if (r.status === "done") links.append(...downloadButtons(r));
+    if (r.status === "done") links.append(...downloadButtons(r), previewButton(r));
     const progress = r.status === "running" ? `running ${Math.round(100 * (r.progress.done || 0))}%` : r.status;
     return [r.id, r.kind, progress, r.rows ?? "", describeCost(r.cost), r.public ? "yes" : "no", when(r.created_at), links];
   }));

@@ -61,6 +61,46 @@ function fillHead(tableId, names) {
 
 const fmt = (x) => (typeof x === "number" ? Number(x.toPrecision(6)).toString() : String(x));
 
+// A released number's precision, stated once on the page: the value and its interval ends are
+// rounded to two significant digits of the interval's half-width; without an interval, to
+// four significant digits. (The CSV download keeps every digit.)
+const PRECISION_NOTE = "Rounded to two significant digits of each interval's half-width "
+  + "(four significant digits without an interval); the CSV keeps every digit.";
+
+function hasCi(estimate) {
+  return estimate.ci_low !== undefined && estimate.ci_low !== null
+    && estimate.ci_high !== undefined && estimate.ci_high !== null;
+}
+
+const trimmed = (x, decimals) => Number(x.toFixed(Math.min(20, decimals))).toString();
+
+// {value, low, high} as text, rounded as PRECISION_NOTE says.
+function shown(estimate) {
+  const { value } = estimate;
+  if (value === null || value === undefined) return { value: "—", low: "", high: "" };
+  if (typeof value !== "number" || !Number.isFinite(value)) return { value: String(value), low: "", high: "" };
+  const half = hasCi(estimate) ? (estimate.ci_high - estimate.ci_low) / 2 : 0;
+  if (!(half > 0)) {
+    const text = Number(value.toPrecision(4)).toString();
+    return hasCi(estimate) ? { value: text, low: text, high: text } : { value: text, low: "", high: "" };
+  }
+  const exponent = Math.floor(Math.log10(half)) - 1;  // the step is 10^exponent
+  const round = exponent >= 0
+    ? (x) => String(Math.round(x / 10 ** exponent) * 10 ** exponent)
+    : (x) => trimmed(x, -exponent);
+  return { value: round(value), low: round(estimate.ci_low), high: round(estimate.ci_high) };
+}
+
+// "value [low, high]" or "value (no CI)".
+const withCi = (estimate) => (hasCi(estimate)
+  ? `${shown(estimate).value} [${shown(estimate).low}, ${shown(estimate).high}]` : `${shown(estimate).value} (no CI)`);
+
+// "n/d" (the server's exact rationals) as a number.
+function fractionValue(text) {
+  const [numerator, denominator = "1"] = text.split("/");
+  return Number(numerator) / Number(denominator);
+}
+
 // "95%" for alpha = 0.05: the level of a (1 - alpha) confidence interval.
 const ciLevel = (alpha) => `${fmt(100 * (1 - alpha))}%`;
 
