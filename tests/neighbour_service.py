@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
+import httpx
 import pandas as pd
 
 from dpcurator.query.release.estimate import Estimate
@@ -54,12 +55,18 @@ class ServedTable:
 
     def __enter__(self) -> ServedTable:
         self._server.__enter__()
-        owner = self._server.client(self._owner_token)
+        token = self.register(self._server.client(self._owner_token), self._csv)
+        self._client = self._server.client(token)
+        return self
+
+    def register(self, owner: httpx.Client, path: Path) -> str:
+        """As ``owner``, register the table at ``path`` and grant an analyst a large budget on
+        it; the analyst's token."""
         created = owner.post(
             "/v1/datasets",
             json={
                 "id": DATASET,
-                "source": {"path": str(self._csv)},
+                "source": {"path": str(path)},
                 "metadata": demo_metadata(self._variant).to_dict(),
                 "cap_epsilon": 1e6,
                 "cap_delta": 0.5,
@@ -73,8 +80,7 @@ class ServedTable:
             json={"epsilon": 1e6, "delta": 0.5, "accounting": self._accounting},
         )
         assert granted.status_code == 200, granted.text
-        self._client = self._server.client(analyst["token"])
-        return self
+        return str(analyst["token"])
 
     def __exit__(
         self,

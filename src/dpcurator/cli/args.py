@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -78,6 +79,28 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+_SPARK_URL = re.compile(r"(sc|spark|k8s)://[^\s/]\S*|yarn|local(\[(\d+|\*)(,\d+)?\])?")
+
+
+def spark_url(text: str) -> str:
+    """An argparse type: a Spark master URL (``spark://host:port``, ``local[2]``, ``yarn``,
+    ``k8s://...``) or a Spark Connect endpoint (``sc://host:port``)."""
+    if not _SPARK_URL.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"expected spark://HOST:PORT, sc://HOST:PORT (Spark Connect), local[N], yarn or "
+            f"k8s://..., got {text!r}"
+        )
+    return text
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """An argparse type: ``KEY=VALUE`` (a Spark property)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
 
 
 def add_connection(sub: argparse.ArgumentParser, *, dataset: bool | None) -> None:

@@ -16,7 +16,7 @@ from dpcurator.cli import fit as cli_fit
 from dpcurator.cli import metadata_check as metadata_check_cli
 from dpcurator.cli import streams as cli_streams
 from dpcurator.cli import synth as cli_synth
-from dpcurator.cli.args import CliError, delta, positive, positive_int
+from dpcurator.cli.args import CliError, delta, key_value, positive, positive_int, spark_url
 from dpcurator.errors import DPError
 
 DEFAULT_LEDGER = "sqlite:///dpcurator-ledger.sqlite3"
@@ -70,7 +70,11 @@ def _serve_parser(commands: Any) -> None:
         help="serve the built-in demo dataset and print owner and demo-analyst tokens "
         "(a restart revokes the earlier ones)",
     )
-    serve.add_argument("--data", type=Path, help="a CSV, Parquet or DuckDB file to serve")
+    serve.add_argument(
+        "--data",
+        help="a CSV, Parquet or DuckDB file to serve (with --engine spark: a .csv or .parquet "
+        "path the cluster reads, local or a URI such as s3a://bucket/people.parquet)",
+    )
     serve.add_argument("--metadata", type=Path, help="its public metadata (YAML or JSON)")
     serve.add_argument("--dataset-id", help="the id of --data (default: the file name)")
     serve.add_argument(
@@ -133,6 +137,54 @@ def _serve_parser(commands: Any) -> None:
         help="query files where they are instead of loading them into memory with fixed-point "
         "columns (for data larger than memory; slower sums and means)",
     )
+    _spark_options(serve)
+
+
+def _spark_options(serve: argparse.ArgumentParser) -> None:
+    spark = serve.add_argument_group("Spark cluster (docs/deployment-spark.md)")
+    spark.add_argument(
+        "--engine",
+        choices=("duckdb", "spark"),
+        default="duckdb",
+        help="the query engine (default duckdb); spark runs every release as jobs on the cluster "
+        "of --spark-master",
+    )
+    spark.add_argument(
+        "--spark-master",
+        type=spark_url,
+        metavar="URL",
+        help="with --engine spark: a master (spark://HOST:PORT, local[2], yarn, k8s://...) or a "
+        "Spark Connect endpoint (sc://HOST:PORT)",
+    )
+    spark.add_argument(
+        "--spark-conf",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark property of the server's session (repeatable)",
+    )
+    spark.add_argument(
+        "--cluster-root",
+        action="append",
+        default=[],
+        metavar="URI",
+        help="owners may register paths under this URI prefix, e.g. s3a://bucket/datasets "
+        "(repeatable; default: the directory of a --data URI)",
+    )
+    spark.add_argument(
+        "--spark-database",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="owners may register tables of this Spark catalog database (repeatable; default: "
+        "the database of --data-table)",
+    )
+    spark.add_argument(
+        "--data-table",
+        metavar="DATABASE.TABLE",
+        help="with --engine spark: a catalog table to serve instead of --data",
+    )
 
 
 _ADMIN_ACTIONS = {
@@ -175,11 +227,43 @@ def _admin_parser(commands: Any) -> None:
             )
 
 
+_SPARK_ONLY = ("spark_master", "spark_conf", "cluster_root", "spark_database", "data_table")
+
+
+def _check_engine(args: argparse.Namespace) -> None:
+    """The Spark options go with ``--engine spark``, which needs ``--spark-master``."""
+    given = [name for name in _SPARK_ONLY if getattr(args, name)]
+    if args.engine != "spark" and given:
+        option = "--" + given[0].replace("_", "-")
+        raise CliError(f"{option} needs --engine spark")
+    if args.engine == "spark" and args.spark_master is None:
+        raise CliError(
+            "--engine spark needs --spark-master URL (spark://HOST:PORT or sc://HOST:PORT)"
+        )
+    if args.data is not None and args.data_table is not None:
+        raise CliError("give --data or --data-table, not both")
+    if (args.data is None and args.data_table is None) != (args.metadata is None):
+        raise CliError("--data (or --data-table) and --metadata go together")
+
+
+def _cluster_source(args: argparse.Namespace) -> tuple[dict[str, str] | None, str | None]:
+    """The source of ``--data URI`` or ``--data-table`` on a cluster, and its default id."""
+    from pathlib import PurePosixPath  # noqa: PLC0415
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    if args.data_table is not None:
+        return {"table": args.data_table}, args.dataset_id or args.data_table.split(".")[-1]
+    if args.data is not None and "://" in args.data:
+        stem = PurePosixPath(urlsplit(args.data).path).stem
+        return {"path": args.data}, args.dataset_id or stem
+    return None, args.dataset_id
+
+
 def _serve(args: argparse.Namespace) -> int:
-    if (args.data is None) != (args.metadata is None):
-        raise CliError("--data and --metadata go together")
+    _check_engine(args)
     # Deferred: the server, its engines and pydantic load only when serving.
     from dpcurator.core.measures import ApproxDP  # noqa: PLC0415
+    from dpcurator.service.cluster import SparkSettings  # noqa: PLC0415
     from dpcurator.service.schemas import exact  # noqa: PLC0415
     from dpcurator.service.server import (  # noqa: PLC0415
         DEMO_CAP,
@@ -207,11 +291,24 @@ def _serve(args: argparse.Namespace) -> int:
             if args.demo
             else DEFAULT_LEDGER
         )
+    source, dataset_id = _cluster_source(args)
+    data = Path(args.data) if args.data is not None and source is None else None
     data_root = args.data_root
     if data_root is None and args.demo:
         data_root = DEMO_DIR
-    elif data_root is None and args.data is not None:
-        data_root = args.data.resolve().parent
+    elif data_root is None and data is not None:
+        data_root = data.resolve().parent
+    spark = None
+    if args.engine == "spark":
+        roots = args.cluster_root or (
+            [args.data.rsplit("/", 1)[0]] if "path" in (source or {}) else []
+        )
+        databases = args.spark_database or (
+            [args.data_table.split(".")[0]] if args.data_table else []
+        )
+        spark = SparkSettings(
+            args.spark_master, tuple(args.spark_conf), tuple(roots), tuple(databases)
+        )
     # The demo's cap has a δ, so that its analyst's δ (and the documented linear fit) is usable.
     cap_delta = (
         exact(args.cap_delta)
@@ -223,14 +320,16 @@ def _serve(args: argparse.Namespace) -> int:
         result_cache=args.result_cache,
         precompute=args.precompute,
         data_root=data_root,
+        spark=spark,
     )
     started = bootstrap(
         service,
         demo=args.demo,
-        data=args.data,
+        data=data,
         metadata=args.metadata,
-        dataset_id=args.dataset_id,
+        dataset_id=dataset_id,
         cap=ApproxDP(exact(args.cap_epsilon), cap_delta),
+        source=source,
     )
     if started.analyst_token is not None:
         print(f"analyst token: {started.analyst_token}")

@@ -32,6 +32,7 @@ from dpcurator.query.plan.planner import plan_event
 from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.schema import Metadata
 from dpcurator.query.session import Session
+from dpcurator.service.cluster import SparkSettings, cluster_source, open_on_cluster
 from dpcurator.service.data_root import data_file, unreadable
 from dpcurator.service.ledger import Ledger
 from dpcurator.service.ledger.accounts import basic_cost, basic_event
@@ -234,6 +235,8 @@ class Catalog:
         threads: DuckDB's worker threads per dataset (default: one per core).
         data_root: the directory under which registered files must lie (default: none, so
             nothing can be registered; see :mod:`dpcurator.service.data_root`).
+        spark: serve every dataset from this Spark cluster (the engine is then ``spark``;
+            see :mod:`dpcurator.service.cluster` for what may be registered).
     """
 
     def __init__(
@@ -244,8 +247,10 @@ class Catalog:
         precompute: bool = True,
         threads: int | None = None,
         data_root: Path | None = None,
+        spark: SparkSettings | None = None,
     ) -> None:
-        self.engine = engine
+        self.engine = "spark" if spark is not None else engine
+        self.spark = spark
         self.data_root = data_root
         self.result_cache = result_cache
         self.precompute = precompute
@@ -263,7 +268,10 @@ class Catalog:
         not an analyst's first query. Hand the backend to :meth:`adopt` (or close it). Only files
         under ``data_root`` are opened, and errors never show the file's contents.
         """
-        data_file(source.get("path"), self.data_root)
+        if self.spark is not None:
+            source = cluster_source(source, self.spark, self.data_root)
+        else:
+            data_file(source.get("path"), self.data_root)
         metadata = Metadata.from_dict(metadata_doc)
         with unreadable(metadata):
             backend = self._open(source, metadata)
@@ -299,6 +307,8 @@ class Catalog:
         )
 
     def _open(self, source: dict[str, Any], metadata: Metadata) -> Backend:
+        if self.spark is not None:
+            return open_on_cluster(self.spark, source, metadata)
         path = str(source["path"])
         is_database = path.endswith(".duckdb")
         data: object = duckdb.connect(path, read_only=True) if is_database else path

@@ -37,25 +37,35 @@ NO_ROOT = (
 _LOG = logging.getLogger("dpcurator.service")
 
 
-def data_file(path: object, root: Path | None) -> Path:
-    """The file ``path`` names, fully resolved, if it is a regular data file under ``root``.
+def data_file(
+    path: object,
+    root: Path | None,
+    *,
+    suffixes: tuple[str, ...] = SOURCE_SUFFIXES,
+    refused: ParameterError | None = None,
+    directories: bool = False,
+) -> Path:
+    """The file ``path`` names, fully resolved, if it is a regular data file under ``root``
+    (or, with ``directories``, a directory with a data suffix, as Spark writes Parquet).
 
     Raises:
-        ParameterError: no root, or the path is not such a file (one text for every case).
+        ParameterError: no root, or the path is not such a file (one text for every case:
+            ``refused`` if given, else :data:`OUTSIDE_ROOT`).
     """
     if root is None:
         raise ParameterError(NO_ROOT)
-    refused = ParameterError(OUTSIDE_ROOT.format(suffixes=", ".join(SOURCE_SUFFIXES)))
+    refused = refused or ParameterError(OUTSIDE_ROOT.format(suffixes=", ".join(suffixes)))
     if not isinstance(path, str) or not path:
         raise refused
     try:
         resolved = Path(path).resolve(strict=True)
-        regular = stat.S_ISREG(resolved.stat().st_mode)
+        mode = resolved.stat().st_mode
     except (OSError, RuntimeError, ValueError):  # missing, unreadable, a link loop, a NUL byte
         raise refused from None
-    if not regular or not resolved.is_relative_to(root.resolve()):
+    kind_ok = stat.S_ISREG(mode) or (directories and stat.S_ISDIR(mode))
+    if not kind_ok or not resolved.is_relative_to(root.resolve()):
         raise refused
-    if resolved.suffix not in SOURCE_SUFFIXES or not path.endswith(SOURCE_SUFFIXES):
+    if resolved.suffix not in suffixes or not path.endswith(suffixes):
         raise refused
     return resolved
 

@@ -33,6 +33,7 @@ from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import DomainError, ParameterError
 from dpcurator.service.app import create_app
 from dpcurator.service.auth import Identity, TokenAuthority
+from dpcurator.service.cluster import SparkSettings
 from dpcurator.service.curator import Catalog
 from dpcurator.service.ledger import Ledger
 from dpcurator.service.operations import CuratorService
@@ -85,6 +86,7 @@ def build_service(
     boot_id: str | None = None,
     engine_threads: int | None = None,
     data_root: Path | None = None,
+    spark: SparkSettings | None = None,
 ) -> CuratorService:
     """Open the ledger and wire the service together.
 
@@ -92,7 +94,8 @@ def build_service(
     with their fixed-point columns (see :class:`dpcurator.service.curator.Catalog`); ``boot_id``
     identifies the server (see :class:`~dpcurator.service.ledger.Ledger`); ``engine_threads``
     caps each dataset's DuckDB threads; only files under ``data_root`` can be registered (none
-    without one, see :mod:`dpcurator.service.data_root`).
+    without one, see :mod:`dpcurator.service.data_root`); ``spark`` serves every dataset
+    from that Spark cluster (see :mod:`dpcurator.service.cluster`).
     """
     ledger = Ledger(ledger_url, boot_id=boot_id)
     authority = TokenAuthority(ledger, hasher=hasher, max_failures=max_failures)
@@ -102,6 +105,7 @@ def build_service(
         precompute=precompute,
         threads=engine_threads,
         data_root=data_root,
+        spark=spark,
     )
     return CuratorService(ledger, authority, catalog)
 
@@ -169,6 +173,7 @@ def serve(
             switch_interval,
             max(1, (os.cpu_count() or 1) // workers),  # the workers share the cores
             None if catalog.data_root is None else str(catalog.data_root),
+            None if catalog.spark is None else catalog.spark.to_dict(),
         )
         service.close()  # each worker opens its own ledger connections and datasets
         os.environ[WORKER_CONFIG_ENV] = json.dumps(asdict(worker))
@@ -248,6 +253,7 @@ class WorkerConfig:
     switch_interval: float | None
     engine_threads: int
     data_root: str | None
+    spark: dict[str, Any] | None = None
 
 
 def worker_app() -> FastAPI:
@@ -262,6 +268,7 @@ def worker_app() -> FastAPI:
         boot_id=config.boot_id,
         engine_threads=config.engine_threads,
         data_root=None if config.data_root is None else Path(config.data_root),
+        spark=None if config.spark is None else SparkSettings.from_dict(config.spark),
     )
     app = create_app(service, threads=config.threads)
     _settle(config.switch_interval)
@@ -294,8 +301,10 @@ def bootstrap(
     metadata: Path | None = None,
     dataset_id: str | None = None,
     cap: ApproxDP = DEMO_CAP,
+    source: dict[str, str] | None = None,
 ) -> Bootstrap:
-    """Create the first owner if none exists, register the given (or demo) dataset if new."""
+    """Create the first owner if none exists, register the given (or demo) dataset if new
+    (``source``: where the data is instead of ``data``, e.g. a table on a Spark cluster)."""
     owners = service.ledger.principals("owner")
     owner_token = None
     if owners:
@@ -308,15 +317,18 @@ def bootstrap(
         data, metadata = demo_files()
         dataset_id = DEMO_DATASET
     analyst_token = None
-    if data is not None and metadata is not None:
+    if data is not None and source is None:
+        source = {"path": str(data.resolve())}
         dataset_id = dataset_id or data.stem
+    if source is not None and metadata is not None:
+        dataset_id = dataset_id or "data"
         known = {d.id for d in service.ledger.datasets()}
         if dataset_id not in known:
             service.register_dataset(
                 who,
                 dataset_id,
                 name=dataset_id,
-                source={"path": str(data.resolve())},
+                source=source,
                 metadata_doc=read_metadata(metadata),
                 cap=cap,
                 replay_enabled=demo,

@@ -224,9 +224,25 @@ def _widened(frame: DataFrame) -> DataFrame:
     return frame.withColumns(wider) if wider else frame
 
 
-def _read(source: object, table: str, declared: Mapping[str, str]) -> DataFrame:
-    """Read a path (CSV: inferred types, declared strings as text) or load a source via Arrow."""
-    spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+def cluster_session(url: str, conf: Mapping[str, str], app_name: str) -> SparkSession:
+    """The SparkSession of ``url`` (an existing one is reused): a Spark Connect client for
+    ``sc://host:port``, else a classic driver of that master (``spark://host:port``,
+    ``local[2]``, ``yarn``, ``k8s://...``), with the Spark properties ``conf``."""
+    if url.startswith("sc://"):
+        builder = SparkSession.builder.remote(url)
+    else:
+        builder = SparkSession.builder.master(url).appName(app_name)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _read(
+    source: object, table: str, declared: Mapping[str, str], spark: SparkSession | None
+) -> DataFrame:
+    """Read a path (CSV: inferred types, declared strings as text) or load a source via Arrow,
+    with ``spark`` (default: the active session, else the default one)."""
+    spark = spark or SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
     if not is_path(source):
         return spark.createDataFrame(to_arrow(source, table))
     path = os.fspath(source)  # type: ignore[call-overload]
@@ -289,9 +305,15 @@ class SparkBackend:
 
     @classmethod
     def from_source(
-        cls, source: object, *, table: str, column_types: Mapping[str, str] | None = None
+        cls,
+        source: object,
+        *,
+        table: str,
+        column_types: Mapping[str, str] | None = None,
+        spark: SparkSession | None = None,
     ) -> SparkBackend:
-        """Wrap a Spark DataFrame, read a CSV/Parquet path, or load another source via Arrow.
+        """Wrap a Spark DataFrame, read a CSV/Parquet path, or load another source via Arrow
+        (paths and other sources with ``spark``, default: the active or default session).
 
         Declared ``column_types`` are applied lazily (frames stay distributed); one job at open
         evaluates every conversion, so an impossible one raises DomainError here. CSV columns
@@ -302,7 +324,7 @@ class SparkBackend:
             if is_spark_dataframe(source):
                 frame: DataFrame = source  # type: ignore[assignment]
             else:
-                frame = _read(source, table, declared)
+                frame = _read(source, table, declared, spark)
             frame = _typed(frame, declared, table)
         except _ENGINE_ERRORS as exc:
             raise BackendError(
