@@ -95,7 +95,10 @@ def _projected_squared(move: np.ndarray, sizes: list[int], axes: tuple[int, ...]
     for i in axes:
         norms = np.multiply.outer(norms, np.array([k * (k + 1) for k in range(1, sizes[i])]))
     return sum(
-        (Fraction(int(c) ** 2, int(n)) for c, n in zip(coefficients.ravel(), norms.ravel())),
+        (
+            Fraction(int(c) ** 2, int(n))
+            for c, n in zip(coefficients.ravel(), norms.ravel(), strict=True)
+        ),
         Fraction(0),
     )
 

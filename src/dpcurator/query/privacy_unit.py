@@ -224,7 +224,10 @@ class PrivacyUnit:
             return self.rows**2 * alone
         lowest = min(
             math.prod(
-                (-Fraction(1, n) if differs else k for n, k, differs in zip(sizes, keep, pattern)),
+                (
+                    -Fraction(1, n) if differs else k
+                    for n, k, differs in zip(sizes, keep, pattern, strict=True)
+                ),
                 start=Fraction(1),
             )
             for pattern in itertools.product((False, True), repeat=len(sizes))
