@@ -125,15 +125,17 @@ def gaussian_statistics_event(plan: Plan) -> ComposedEvent | None:
     statistic has Gaussian noise; else None. Its ρ is at most the plan's (each statistic's σ is
     rounded up from its share). Decided from the plan alone (public inputs)."""
     parts = [part for output in plan.outputs for part in output.parts]
+    noises = [part.mechanism for part in parts if isinstance(part.mechanism, Gaussian)]
     if (
         not isinstance(plan.cost, ZCDP)
         or plan.selection is not None
         or plan.clipping
         or not parts
         or any(output.quantile is not None for output in plan.outputs)
-        or not all(isinstance(part.mechanism, Gaussian) for part in parts)
+        or len(noises) != len(parts)
     ):
         return None
     return ComposedEvent(
-        GaussianEvent(part.mechanism.sigma, l2_of_squared(part.l2_squared)) for part in parts
+        GaussianEvent(noise.sigma, l2_of_squared(part.l2_squared))
+        for noise, part in zip(noises, parts, strict=True)
     )
