@@ -21,11 +21,21 @@ planning overhead is the time of ``Session.plan`` per query as the workload runs
 answers repeated queries) and, separately, of one cold plan (cache cleared), split into parsing,
 the Laplace plan and the Gaussian conversion; and the time of one filter reservation.
 
-Run: ``.venv/bin/python benchmarks/accounting.py [max_queries]``
+Gaussian-heavy workloads (:func:`gaussian_heavy`): how many answers each accounting admits at
+the same total guarantee (ε, δ), the concentrated filter (default) against the Gaussian-DP filter
+(``accounting="gaussian"``): event streams of discrete Gaussian counts (σ = 30, Δ = 1) mixed
+with pure ε = 0.02 queries in a seeded random order (the share of Gaussians given), filled until
+the first refusal of each kind; the exact non-adaptive ceiling of the Gaussian-only stream (the
+most such releases whose composition, by dp_accounting's PLD of the discrete pmf, is within the
+budget); and ``Session.sql`` COUNT(*) queries on adult at ρ = 1/2000 each.
+
+Run: ``.venv/bin/python benchmarks/accounting.py [max_queries]`` (0: the Gaussian-heavy table
+only)
 """
 
 from __future__ import annotations
 
+import random
 import sys
 import time
 from fractions import Fraction
@@ -34,8 +44,18 @@ from pathlib import Path
 import pandas as pd
 
 import dpcurator as dpc
-from dpcurator.accounting import ConcentratedFilter, ZCDPEvent
+from dpcurator.accounting import (
+    ConcentratedFilter,
+    GaussianDPFilter,
+    GaussianEvent,
+    PLDAccountant,
+    PrivacyEvent,
+    PureEvent,
+    RepeatedEvent,
+    ZCDPEvent,
+)
 from dpcurator.accounting.concentrated import conditioning_epsilon, largest_rho
+from dpcurator.errors import BudgetExceededError
 from dpcurator.query.frontend.sql import parse_sql
 from dpcurator.query.plan.noise import plan_with_noise
 from dpcurator.query.plan.planner import plan_query
@@ -111,8 +131,84 @@ def _reservation_seconds(repeats: int = 2_000) -> float:
     return (time.perf_counter() - start) / repeats
 
 
+def _answers(account: ConcentratedFilter | GaussianDPFilter, stream: list[PrivacyEvent]) -> int:
+    """Events of ``stream`` admitted, in order, until the first refusal of a Gaussian."""
+    answered = 0
+    for event in stream:
+        try:
+            account.reserve(event).commit()
+        except BudgetExceededError:
+            if isinstance(event, GaussianEvent):
+                break
+            continue
+        answered += 1
+    return answered
+
+
+def _pld_ceiling(event: GaussianEvent, budget: dpc.Budget, start: int) -> int:
+    """The most repetitions of ``event`` whose exact composition (PLD of the discrete pmf,
+    pessimistic, discretisation 2e-5) is within ``budget``, searched from ``start``."""
+    pld = PLDAccountant(Fraction(1, 50_000))
+
+    def fits(count: int) -> bool:
+        return pld.total([RepeatedEvent(event, count)], budget.delta).epsilon <= budget.epsilon
+
+    step = max(1, start // 100)
+    low, high = (start, start + step) if fits(start) else (start - step, start)
+    while fits(high):
+        low, high = high, high + step
+    while not fits(low):
+        low, high = low - step, low
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+def _session_answers(frame: pd.DataFrame, budget: dpc.Budget, accounting: str) -> int:
+    session = dpc.Session.from_data(
+        frame, metadata=METADATA, budget=budget, accounting=accounting, rng=SeededRng(1)
+    )
+    answered = 0
+    while True:
+        try:
+            session.sql(QUERIES[0], rho=Fraction(1, 2_000))
+        except BudgetExceededError:
+            return answered
+        answered += 1
+
+
+def gaussian_heavy(frame: pd.DataFrame) -> None:
+    """The Gaussian-heavy table (module docstring)."""
+    gaussian, pure = GaussianEvent(30, 1), PureEvent(Fraction(1, 50))
+    print("answers at equal guarantee: concentrated (default) vs accounting='gaussian'")
+    print(f"{'budget':>14} {'workload':>26} {'concentrated':>13} {'gaussian':>9} {'ratio':>6}")
+    after_all = 0
+    for budget in (BUDGET, dpc.Budget(1, Fraction(1, 10**5)), dpc.Budget(4, Fraction(1, 10**6))):
+        label = f"({budget.epsilon}, {float(budget.delta):.0e})"
+        for share in (1.0, 0.9, 0.5):
+            rng = random.Random(1)
+            stream: list[PrivacyEvent] = [
+                gaussian if rng.random() < share else pure for _ in range(200_000)
+            ]
+            before = _answers(ConcentratedFilter(budget), stream)
+            after = _answers(GaussianDPFilter(budget), stream)
+            after_all = after if share == 1.0 else after_all
+            name = f"{share:.0%} Gaussian σ=30 events"
+            print(f"{label:>14} {name:>26} {before:>13} {after:>9} {after / before:>6.2f}")
+        ceiling = _pld_ceiling(gaussian, budget, after_all)
+        print(f"{label:>14} {'exact PLD ceiling, 100%':>26} {'':>13} {ceiling:>9}")
+    before = _session_answers(frame, BUDGET, "concentrated")
+    after = _session_answers(frame, BUDGET, "gaussian")
+    name = "adult COUNT(*) at ρ=1/2000"
+    print(f"{'(1, 1e-06)':>14} {name:>26} {before:>13} {after:>9} {after / before:>6.2f}")
+
+
 def main() -> None:
     largest = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000
+    gaussian_heavy(_frame())
+    if largest == 0:
+        return
     frame = _frame()
     old = _old_split_rho()
     print(f"adult: n = {len(frame)}, total budget (ε = 1, δ = 1e-6), {1 - ALPHA:.0%} CIs")

@@ -21,6 +21,7 @@ from dpcurator.accounting.composition import group_privacy, parallel_composition
 from dpcurator.accounting.concentrated import ConcentratedFilter
 from dpcurator.accounting.events import (
     ApproxEvent,
+    ComposedEvent,
     ConcentratedEvent,
     GaussianEvent,
     LaplaceEvent,
@@ -31,6 +32,7 @@ from dpcurator.accounting.events import (
     ZCDPEvent,
 )
 from dpcurator.accounting.filter import BudgetFilter, PrivacyFilter, PrivacyOdometer, Reservation
+from dpcurator.accounting.gaussian_dp import GaussianDPFilter
 
 __all__ = [
     "Accountant",
@@ -39,8 +41,10 @@ __all__ = [
     "BasicAccountant",
     "Budget",
     "BudgetFilter",
+    "ComposedEvent",
     "ConcentratedEvent",
     "ConcentratedFilter",
+    "GaussianDPFilter",
     "GaussianEvent",
     "LaplaceEvent",
     "PLDAccountant",

@@ -17,7 +17,13 @@ from dp_accounting.pld.common import DifferentialPrivacyParameters
 from dpcurator._validation import check_positive, fail
 from dpcurator.accounting.accountants import Accountant, _check_total_delta, _events, _unsupported
 from dpcurator.accounting.calibration import DISCRETE_GAUSSIAN_EXACT_MAX_SIGMA
-from dpcurator.accounting.events import GaussianEvent, ParallelEvent, PrivacyEvent, RepeatedEvent
+from dpcurator.accounting.events import (
+    ComposedEvent,
+    GaussianEvent,
+    ParallelEvent,
+    PrivacyEvent,
+    RepeatedEvent,
+)
 from dpcurator.core.measures import ApproxDP
 from dpcurator.core.numbers import float_down, float_up, fraction_up, to_fraction, widen_up
 
@@ -94,6 +100,12 @@ class PLDAccountant(Accountant):
         if isinstance(event, RepeatedEvent):
             pld, mass = self._pld(event.event)
             return pld.self_compose(event.count), mass * event.count
+        if isinstance(event, ComposedEvent):
+            parts = [self._pld(part) for part in event.events]
+            composed = parts[0][0]
+            for pld, _ in parts[1:]:
+                composed = composed.compose(pld)
+            return composed, sum(mass for _, mass in parts)
         if isinstance(event, ParallelEvent) and len(set(event.events)) == 1:
             return self._pld(event.events[0])
         if isinstance(event, GaussianEvent):

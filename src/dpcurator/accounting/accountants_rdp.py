@@ -19,6 +19,7 @@ from dp_accounting.rdp.rdp_privacy_accountant import (
 from dpcurator._validation import fail
 from dpcurator.accounting.accountants import Accountant, _check_total_delta, _events, _unsupported
 from dpcurator.accounting.events import (
+    ComposedEvent,
     GaussianEvent,
     ParallelEvent,
     PrivacyEvent,
@@ -63,6 +64,9 @@ class RDPAccountant(Accountant):
         if isinstance(event, RepeatedEvent):
             repeated: np.ndarray = event.count * self._event_curve(event.event)
             return repeated
+        if isinstance(event, ComposedEvent):
+            summed: np.ndarray = np.sum([self._event_curve(part) for part in event.events], axis=0)
+            return summed
         if isinstance(event, ParallelEvent):
             worst: np.ndarray = np.max([self._event_curve(part) for part in event.events], axis=0)
             return worst

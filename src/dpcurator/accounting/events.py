@@ -349,6 +349,58 @@ class RepeatedEvent(PrivacyEvent):
         return {"kind": self.kind, "event": self.event.to_dict(), "count": self.count}
 
 
+def _summed(costs: list[Any]) -> Any:
+    """The sum of same-type costs, or None if any is None (helper of ComposedEvent)."""
+    if any(cost is None for cost in costs):
+        return None
+    if isinstance(costs[0], PureDP):
+        return PureDP(sum((c.epsilon for c in costs), Fraction(0)))
+    if isinstance(costs[0], ApproxDP):
+        delta = sum((c.delta for c in costs), Fraction(0))
+        return None if delta >= 1 else ApproxDP(sum((c.epsilon for c in costs), Fraction(0)), delta)
+    return ZCDP(sum((cost.rho for cost in costs), Fraction(0)))
+
+
+@dataclass(frozen=True)
+class ComposedEvent(PrivacyEvent):
+    """Several releases made together (e.g. the statistics of one query), composed
+    sequentially: costs add in every measure (basic composition, Dwork et al. 2006; zCDP and
+    approximate zCDP, Bun & Steinke 2016, Lemmas 2.3 and 8.3), and accountants that know a part
+    (a :class:`GaussianEvent`'s σ) may compose the parts more tightly."""
+
+    events: tuple[PrivacyEvent, ...]
+    kind: ClassVar[str] = "composed"
+
+    def __init__(self, events: Iterable[PrivacyEvent]) -> None:
+        parts = tuple(events)
+        if not parts or not all(isinstance(event, PrivacyEvent) for event in parts):
+            raise fail("ComposedEvent", "events", "a non-empty sequence of PrivacyEvent", events)
+        object.__setattr__(self, "events", parts)
+
+    def pure_cost(self) -> PureDP | None:
+        result: PureDP | None = _summed([event.pure_cost() for event in self.events])
+        return result
+
+    def approx_cost(self) -> ApproxDP | None:
+        result: ApproxDP | None = _summed([event.approx_cost() for event in self.events])
+        return result
+
+    def zcdp_cost(self) -> ZCDP | None:
+        result: ZCDP | None = _summed([event.zcdp_cost() for event in self.events])
+        return result
+
+    def approx_zcdp_cost(self) -> tuple[ZCDP, Fraction] | None:
+        pairs = [event.approx_zcdp_cost() for event in self.events]
+        if any(pair is None for pair in pairs):
+            return None
+        rho = sum((pair[0].rho for pair in pairs if pair is not None), Fraction(0))
+        delta = sum((pair[1] for pair in pairs if pair is not None), Fraction(0))
+        return None if delta >= 1 else (ZCDP(rho), delta)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "events": [event.to_dict() for event in self.events]}
+
+
 def _event_from_dict(data: Mapping[str, Any]) -> PrivacyEvent:
     if not isinstance(data, Mapping):
         raise fail("PrivacyEvent.from_dict", "data", "a mapping produced by to_dict()", data)
@@ -370,12 +422,14 @@ def _event_from_dict(data: Mapping[str, Any]) -> PrivacyEvent:
         )
     if kind == ParallelEvent.kind and isinstance(data.get("events"), list):
         return ParallelEvent(_event_from_dict(part) for part in data["events"])
+    if kind == ComposedEvent.kind and isinstance(data.get("events"), list):
+        return ComposedEvent(_event_from_dict(part) for part in data["events"])
     if kind == RepeatedEvent.kind and isinstance(data.get("event"), Mapping):
         return RepeatedEvent(_event_from_dict(data["event"]), data.get("count"))
     raise fail(
         "PrivacyEvent.from_dict",
         "data",
         "a dict with a known 'kind' (pure, approx, laplace, gaussian, zcdp, concentrated, "
-        "parallel, repeated)",
+        "parallel, repeated, composed)",
         data,
     )

@@ -74,6 +74,7 @@ the data): ``dpcurator metadata-check`` reports a mismatch to the owner
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -197,6 +198,47 @@ class PrivacyUnit:
         merge = max(1, min(largest_merge, spread))
         per_side = (spread // merge) * merge**2 + (spread % merge) ** 2
         return self.sides * per_side * self.rows**2
+
+    def interaction_l2_squared(self, sizes: Sequence[int]) -> Fraction:
+        """Squared L2 sensitivity of a count vector over the product of columns of ``sizes``
+        values (n_j >= 2), projected onto its pure-interaction subspace P = ⊗_j (I − J/n_j)
+        (the part orthogonal to every function of fewer columns: the span of a Fourier support's
+        orthonormal Helmert vectors, :mod:`dpcurator.synth.fourier`).
+
+        Exact when a person touches one cell (g' = 1); else the count vector's own bound
+        (:meth:`count_l2_squared`: P is a projection, so it never lengthens a vector). Proof for
+        g' = 1. ⟨P e_x, P e_y⟩ = Π_j (1[x_j = y_j] − 1/n_j) =: k(x, y). Add/remove: the change
+        is t·e_x, t <= r, of squared norm t²·k(x, x) = t²·Π_j (1 − 1/n_j), largest at t = r for
+        every x. Replace-one: the change is t'·e_y − t·e_x with t, t' in [0, r]; the squared
+        norm is a convex quadratic in (t, t'), so it is largest at a vertex: one side alone gives
+        r²·Π_j (1 − 1/n_j), both give r²·(2·Π_j (1 − 1/n_j) − 2·k(x, y)), and k(x, y) depends
+        only on the set D of columns where x and y differ: Π_{j ∈ D} (−1/n_j)·Π_{j ∉ D}
+        (1 − 1/n_j). The bound is the largest over the 2^|S| sets D (every D is realised, as
+        n_j >= 2); with |S| >= 1 a single-column D makes k < 0, so both sides beat one."""
+        cells = math.prod(sizes)
+        if self.groups_touched(cells) > 1:
+            return Fraction(self.count_l2_squared(cells))
+        keep = [1 - Fraction(1, n) for n in sizes]
+        alone = math.prod(keep, start=Fraction(1))
+        if not self.replace_one:
+            return self.rows**2 * alone
+        lowest = min(
+            math.prod(
+                (
+                    -Fraction(1, n) if differs else k
+                    for n, k, differs in zip(sizes, keep, pattern, strict=True)
+                ),
+                start=Fraction(1),
+            )
+            for pattern in itertools.product((False, True), repeat=len(sizes))
+        )
+        return self.rows**2 * max(alone, 2 * alone - 2 * lowest)
+
+    def total_count_l2_squared(self, cells: int) -> int:
+        """Squared sensitivity of the total of a bounded count vector over ``cells`` cells:
+        (r·g')² under either relation (add/remove: one person's total is in [0, r·g']; replace-one:
+        a difference of two such totals)."""
+        return (self.rows * self.groups_touched(cells)) ** 2
 
     # ------------------------------------------------------------------------------------------
     # Sensitivities of sums

@@ -45,6 +45,7 @@ from dpcurator.accounting import (
     Budget,
     BudgetFilter,
     ConcentratedFilter,
+    GaussianDPFilter,
     PrivacyFilter,
     PureEvent,
 )
@@ -69,8 +70,8 @@ from dpcurator.query.release.estimate import CostEstimate, estimate_plan
 from dpcurator.query.schema import Metadata
 from dpcurator.random import Rng
 
-#: The session accountings: basic composition, or the ConcentratedFilter (basic / Rényi routes).
-ACCOUNTINGS = ("basic", "concentrated")
+#: The session accountings: basic composition, ConcentratedFilter or GaussianDPFilter.
+ACCOUNTINGS = ("basic", "concentrated", "gaussian")
 
 _ENGINE_LOG = logging.getLogger("dpcurator.engine")
 _T = TypeVar("_T")
@@ -88,7 +89,9 @@ class Session:
         accounting: ``"basic"`` (a :class:`~dpcurator.accounting.PrivacyFilter`, basic
             composition) or ``"concentrated"`` (a :class:`~dpcurator.accounting.ConcentratedFilter`
             on a budget with δ > 0 or a ρ: many queries, and Gaussian ones, cost far less; it
-            admits every sequence basic composition admits). Default (None): concentrated for
+            admits every sequence basic composition admits), or ``"gaussian"`` (a
+            :class:`~dpcurator.accounting.GaussianDPFilter`, δ > 0: exact Gaussian DP for
+            ``rho`` queries with only Gaussian statistics). Default (None): concentrated for
             an (ε, δ) budget with δ > 0, basic otherwise (a pure ε budget; a ρ budget composes
             in zCDP).
         alpha: default level of the released (1-α) confidence intervals.
@@ -326,8 +329,7 @@ class Session:
             rho=rho,
             clipping=clipping,
         )
-        event = plan_event(plan)
-        check_accounting(self._filter, plan, event, accuracy is not None)
+        event = check_accounting(self._filter, plan, plan_event(plan), accuracy is not None)
         reservation = self._filter.reserve(event, description=_describe(query))
         reservation.commit()
         return after_charge(
@@ -489,6 +491,8 @@ def _new_filter(budget: Budget | ZCDP, accounting: str | None) -> BudgetFilter:
         accounting = "concentrated" if approx else "basic"
     if accounting == "concentrated":
         return ConcentratedFilter(budget)
+    if accounting == "gaussian":
+        return GaussianDPFilter(budget)
     return PrivacyFilter(budget)
 
 

@@ -14,19 +14,27 @@ every requested marginal containing S; the plan measures the coefficients of eve
 inside some requested clique (the empty support is the total count).
 
 **Privacy (zCDP, Bun & Steinke 2016).** Each non-empty support's marginal is its own bounded
-engine query (a person keeps r rows in each of at most g of its cells); its coefficients, divided
-by their norms, are the orthogonal projection of that marginal onto the span of the orthonormal
-ψ_b/|ψ_b|, so one person moves them by at most the marginal's L2 sensitivity Δ_S =
-r·sqrt(s·min(g, cells)) (s = 2 under replace-one; :meth:`~dpcurator.query.privacy_unit.
-PrivacyUnit.count_l2`). The total (the empty
-support) is summed from the first 1-way marginal, Δ by :func:`derived_l2` (1 at row level).
-Coefficient b gets discrete Gaussian noise (Canonne, Kamath & Steinke 2020) of σ_b = c_S·s_b with
-s_b ≥ |ψ_b| a rational upper bound, so the block costs at most Δ_S²/(2c_S²) = ρ_S; the split of ρ
+engine query (a person keeps r rows in each of at most g of its cells). Its coefficients, divided
+by their norms, are the coordinates of P_S·M_S in the orthonormal basis ψ_b/|ψ_b| of the
+pure-interaction subspace, P_S = ⊗_{j ∈ S} (I − J/n_j) (ψ_b, b_j >= 1, is orthogonal to the
+constant on every axis of S and these vectors span that subspace: Π (n_j − 1) of them). So one
+neighbour moves them by exactly the largest ‖P_S·v‖ over the count changes v the unit allows,
+Δ_S² = :meth:`~dpcurator.query.privacy_unit.PrivacyUnit.interaction_l2_squared` (exact for one
+cell a person: r²·Π_{j ∈ S} (1 − 1/n_j) under add/remove, the worst pair of cells under
+replace-one; where a person may touch g > 1 cells, the marginal's own bound). The charge of a
+support used to be the marginal's Δ², a factor Π_j (1 − 1/n_j)^-1 above this (2x for a binary
+column's block). The total (the empty support) is summed from the first 1-way marginal,
+Δ² = (r·g')² (:meth:`~dpcurator.query.privacy_unit.PrivacyUnit.total_count_l2_squared`).
+Coefficient b gets discrete Gaussian noise (Canonne, Kamath & Steinke 2020) of σ_b = c_S·s_b
+with s_b >= |ψ_b| a rational upper bound, so the block costs at most Σ_b Δc_b²/(2σ_b²) <=
+‖P_S·v‖²/(2c_S²) <= Δ_S²/(2c_S²) = ρ_S (zCDP of independent coordinates adds); the split of ρ
 over the supports is :func:`~dpcurator.synth.marginals.split_budget`'s with the number of
 coefficients of a support as its cells and :func:`_variance_weight` as its weight, which
 minimises the summed variance of every released cell. The charge is the exact sum of the ρ_S,
-reserved before any data is read. Pure ε is not offered (heterogeneous Laplace scales would need
-an L1 analysis); plan it with mbi's consistency.
+reserved before any data is read. Under add/remove with g = 1 it is attained: one row changes
+every block by its Δ_S at once (any cell), so no smaller ρ holds for these σ. Pure ε is not
+offered (heterogeneous Laplace scales would need an L1 analysis); plan it with mbi's
+consistency.
 
 **Released numbers.** Per cell: ``noisy``, the consistent (unrounded) value Σ_b ĉ_b·ψ_b(x)/|ψ_b|²
 with the other columns' constants 1/n_j; it is unbiased for the true count, with variance at
@@ -113,12 +121,15 @@ def _norm_bound(k: int) -> Fraction:
     return bound
 
 
-def derived_l2(unit: PrivacyUnit, home_cells: int, cells: int) -> Fraction:
-    """L2 sensitivity of a marginal of ``cells`` cells summed from a bounded marginal of
-    ``home_cells`` cells (each of whose cells sums m = home_cells / cells of them): a merge of
-    the home marginal's cells (:meth:`~dpcurator.query.privacy_unit.PrivacyUnit.
-    merged_count_l2`; r·sqrt(s·g') when the home is the marginal itself)."""
-    return unit.merged_count_l2(home_cells, home_cells // cells)
+def block_l2_squared(
+    unit: PrivacyUnit, domain: SynthDomain, support: Clique, home: Clique
+) -> Fraction:
+    """Δ_S², the squared sensitivity of the normalised coefficients of ``support`` (module
+    docstring): for the empty support the total's (r·g')² over its ``home`` marginal, else the
+    projection's :meth:`~dpcurator.query.privacy_unit.PrivacyUnit.interaction_l2_squared`."""
+    if not support:
+        return Fraction(unit.total_count_l2_squared(domain.cells(home)))
+    return unit.interaction_l2_squared([domain.column(n).size for n in support])
 
 
 def _variance_weight(domain: SynthDomain, support: Clique, cliques: Sequence[Clique]) -> float:
@@ -178,7 +189,7 @@ class FourierPlan:
         homes: the marginal each support's coefficients are computed from (the support itself;
             the first 1-way marginal for the empty support, the total).
         scales: c_S of each support (coefficient b's σ is c_S·s_b).
-        sensitivities: Δ_S, the L2 sensitivity of each support's S-marginal.
+        sensitivities: Δ_S², the squared sensitivity of each support's normalised coefficients.
         event: the charge (exact sum of the blocks' ρ_S).
     """
 
@@ -276,18 +287,16 @@ def plan_fourier(
     homes = (supports[1], *supports[1:])  # the total comes from the first 1-way marginal
     unit = session.metadata.unit
     coefficients = [math.prod(domain.column(n).size - 1 for n in s) for s in supports]
-    sens = [
-        derived_l2(unit, domain.cells(home), domain.cells(s))
-        for s, home in zip(supports, homes, strict=True)
+    squared = [
+        block_l2_squared(unit, domain, s, home) for s, home in zip(supports, homes, strict=True)
     ]
     weights = [_variance_weight(domain, s, chosen) for s in supports]
-    shares = split_budget(
-        budget, coefficients, [float(x) for x in sens], zcdp=True, weights=weights
-    )
-    gaussians = [Gaussian.for_rho(share, s) for share, s in zip(shares, sens, strict=True)]
-    event = ZCDPEvent(sum((g.rho(s) for g, s in zip(gaussians, sens, strict=True)), Fraction(0)))
+    sens = [math.sqrt(x) for x in squared]
+    shares = split_budget(budget, coefficients, sens, zcdp=True, weights=weights)
+    scales = [Gaussian.for_rho_squared(r, x).sigma for r, x in zip(shares, squared, strict=True)]
+    rho = sum((x / (2 * c**2) for x, c in zip(squared, scales, strict=True)), Fraction(0))
     return FourierPlan(
-        domain, chosen, supports, homes, tuple(g.sigma for g in gaussians), tuple(sens), event
+        domain, chosen, supports, homes, tuple(scales), tuple(squared), ZCDPEvent(rho)
     )
 
 

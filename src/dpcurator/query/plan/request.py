@@ -15,10 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dpcurator._validation import check_probability, fail
-from dpcurator.accounting import BudgetFilter, PrivacyFilter
-from dpcurator.accounting.events import PrivacyEvent
+from dpcurator.accounting import BudgetFilter, GaussianDPFilter, PrivacyFilter
+from dpcurator.accounting.events import ComposedEvent, GaussianEvent, PrivacyEvent
+from dpcurator.accounting.gaussian_dp import gaussian_dp_charge
 from dpcurator.core.measures import ZCDP
 from dpcurator.errors import UnsupportedQueryError
+from dpcurator.mechanisms import Gaussian
 from dpcurator.query.caches import PlanCache, PlanKey
 from dpcurator.query.frontend.builder import Query
 from dpcurator.query.frontend.sql import parse_sql
@@ -26,6 +28,7 @@ from dpcurator.query.plan.accuracy import basic_budget_refusal, check_targets, p
 from dpcurator.query.plan.clipping import plan_clipped, refuse_clipping
 from dpcurator.query.plan.noise import check_noise
 from dpcurator.query.plan.planner import Plan
+from dpcurator.query.privacy_unit import l2_of_squared
 from dpcurator.query.schema import Metadata
 
 
@@ -95,10 +98,12 @@ def request_alpha(alpha: float | None, default: float) -> float:
 
 def check_accounting(
     budget_filter: BudgetFilter, plan: Plan, event: PrivacyEvent, accuracy_first: bool
-) -> None:
-    """Refuse, before the charge, a plan whose ``event`` costs a ρ (Gaussian noise at δ = 0)
-    when the session composes an ε or (ε, δ) budget by basic composition, which cannot charge
-    it."""
+) -> PrivacyEvent:
+    """The event to charge for ``plan`` (``event``, its own), refusing before the charge a plan
+    the filter cannot charge: a ρ (Gaussian noise at δ = 0) when the session composes an ε or
+    (ε, δ) budget by basic composition; under Gaussian-DP accounting, a plan whose noise it
+    does not know. A Gaussian-DP filter is given the plan's Gaussian statistics themselves
+    (:func:`gaussian_statistics_event`), when that is all the plan releases."""
     basic = isinstance(budget_filter, PrivacyFilter) and not isinstance(budget_filter.budget, ZCDP)
     if basic and event.approx_cost() is None and accuracy_first:
         raise UnsupportedQueryError(basic_budget_refusal(plan.cost))
@@ -107,3 +112,30 @@ def check_accounting(
             f"A query given rho (cost {plan.cost}) needs a zCDP budget: open the session "
             "with accounting='concentrated', or give epsilon and delta."
         )
+    if isinstance(budget_filter, GaussianDPFilter):
+        event = gaussian_statistics_event(plan) or event
+        gaussian_dp_charge(event)  # a free refusal (ParameterError) if it cannot be charged
+    return event
+
+
+def gaussian_statistics_event(plan: Plan) -> ComposedEvent | None:
+    """The plan's releases as discrete Gaussian events (σ and the L2 sensitivity of each noisy
+    statistic, in its grid units, where it is an integer), when they are all it releases: a ρ
+    plan without partition selection, quantiles or clipping reports whose every noisy
+    statistic has Gaussian noise; else None. Its ρ is at most the plan's (each statistic's σ is
+    rounded up from its share). Decided from the plan alone (public inputs)."""
+    parts = [part for output in plan.outputs for part in output.parts]
+    noises = [part.mechanism for part in parts if isinstance(part.mechanism, Gaussian)]
+    if (
+        not isinstance(plan.cost, ZCDP)
+        or plan.selection is not None
+        or plan.clipping
+        or not parts
+        or any(output.quantile is not None for output in plan.outputs)
+        or len(noises) != len(parts)
+    ):
+        return None
+    return ComposedEvent(
+        GaussianEvent(noise.sigma, l2_of_squared(part.l2_squared))
+        for noise, part in zip(noises, parts, strict=True)
+    )
