@@ -285,3 +285,26 @@ def test_a_server_that_is_not_a_curator_is_a_clear_error(
             other.shutdown()
     assert (code, out) == (1, "")
     assert err == f"error: --url {url} did not answer as a dpcurator curator\n"
+
+
+def test_query_prints_a_hypothesis_test_readably(
+    curator: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``dpcurator query "SELECT TTEST(...)"`` prints the test's report (H0, statistic, p-value,
+    the noisy statistics), not a table of intervals; ``--format json`` keeps the ``test``."""
+    url, owner = curator
+    _, _, token = new_analyst(url, owner, 1.0)
+    base = ["--url", url, "--token", token, "--dataset", "people", "--epsilon", "0.5"]
+    sql = "SELECT TTEST(age, sex) FROM people"
+    code, out, _ = run_cli(capsys, "query", *base, sql)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "two-sample t (Welch) (differentially private)"
+    assert lines[1] == "  H0: mean(F) = mean(M) (two-sided)"
+    assert lines[2].startswith("  statistic = ")
+    assert "p-value = " in lines[2]
+    assert any(line.startswith("    n: ") and "noise scale" in line for line in lines)
+    assert "confidence intervals" not in out
+    assert "cost: ε=0.5 δ=0" in out
+    _, out, _ = run_cli(capsys, "query", *base, "--format", "json", sql)
+    assert _strict_json(out)["release"]["test"]["name"] == "two-sample t (Welch)"

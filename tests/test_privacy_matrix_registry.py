@@ -19,11 +19,13 @@ from dpcurator.estimators.logistic import METHODS
 from dpcurator.query.fit import core as fit_module
 from dpcurator.query.fit.core import FIT_KINDS
 from dpcurator.query.frontend.builder import AggregateKind
+from dpcurator.query.frontend.sql import TEST_FUNCTIONS
 from dpcurator.random import SeededRng
 from dpcurator.service.stores.streams import KINDS as STREAM_KINDS
 from dpcurator.service.stores.synth_plan import KINDS as SYNTH_KINDS
 from tests.privacy_matrix import LEVELS, RELATIONS, _base, frame, metadata, neighbours
 from tests.test_privacy_matrix import KINDS, test_hypothesis_test_conforms
+from tests.test_privacy_matrix_sql_tests import KINDS as SQL_TEST_KINDS
 
 #: Where each offered kind is checked: a text that names its row(s) in the matrix, or
 #: ``test_objective_perturbation_rows`` for objective perturbation.
@@ -45,6 +47,7 @@ def offered() -> dict[str, str]:
     kinds = {f"sql {kind}": SQL_ROWS.get(kind, kind) for kind in get_args(AggregateKind)}
     kinds |= {"sql clipping report": "clipping=", "sql gaussian noise": "rho=", "dp_bounds": ""}
     kinds |= {f"fit {kind}": f"fit: {kind} " for kind in FIT_KINDS}
+    kinds |= {f"sql test {name}": f"{name.upper()}(" for name in TEST_FUNCTIONS}
     kinds |= {f"fit logistic {method}": method for method in METHODS}
     kinds["fit logistic objective_perturbation"] = OP_ROW
     kinds |= {f"synth {kind}": f"synth: {kind}" for kind in (*SYNTH_KINDS, "independent")}
@@ -118,7 +121,7 @@ def test_every_release_kind_has_a_row() -> None:
     missing = [
         kind
         for kind, text in offered().items()
-        if text != OP_ROW and not any(_row_name(text) in name for name in KINDS)
+        if text != OP_ROW and not any(_row_name(text) in name for name in KINDS | SQL_TEST_KINDS)
     ]
     assert missing == []
     assert SQL_ROWS.keys() == set(get_args(AggregateKind))

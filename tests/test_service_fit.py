@@ -161,7 +161,7 @@ def _masked(value: object) -> object:
     """A response with every released number replaced (what may differ between neighbours)."""
     if isinstance(value, dict):
         return {
-            k: "<number>" if k in ("value", "ci_low", "ci_high") else _masked(v)
+            k: "<number>" if k in ("value", "ci_low", "ci_high", "z", "p_value") else _masked(v)
             for k, v in value.items()
         }
     if isinstance(value, list):
@@ -212,7 +212,7 @@ def test_the_cli_prints_the_coefficients_with_their_cis(
     assert main(["fit", *common, *linear]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("FIT linear_regression: income ~ age + hours")
-    assert lines[3].split() == ["term", "coefficient", "95%", "CI"]
+    assert lines[3].split() == ["term", "coefficient", "95%", "CI", "Wald", "p", "(H0:", "0)"]
     assert [line.split()[0] for line in lines[4:]] == ["intercept", "age", "hours"]
     assert main(["fit", *common, "--estimate", *linear]) == 0
     assert "fits your budget" in capsys.readouterr().out
@@ -243,3 +243,17 @@ def test_fit_sql_is_estimated_like_it_is_run_on_the_queries_endpoints(
     refused = served._client.post(f"{queries}:estimate", json=twice)
     assert refused.status_code == 422, refused.text
     assert "distinct" in refused.json()["detail"]
+
+
+def test_a_fit_reports_the_wald_test_of_each_coefficient(served: ServedTable) -> None:
+    """The fit's JSON carries, per term, the Wald z and p-value of H0: coefficient = 0 (the
+    table's ``p_value`` column too), post-processing of the noisy release."""
+    fit = served._client.post(FITS, json=LINEAR)
+    assert fit.status_code == 200, fit.text
+    body = fit.json()["fit"]
+    assert body["value_columns"] == ["coefficient", "p_value"]
+    assert set(body["wald"]) == {"intercept", "age", "hours"}
+    for row in body["rows"]:
+        test = body["wald"][row["group"]["term"]]
+        assert 0 <= test["p_value"] <= 1
+        assert row["values"]["p_value"]["value"] == test["p_value"]

@@ -95,22 +95,28 @@ def estimate_text(answer: dict[str, Any]) -> str:
 
 
 def fit_text(answer: dict[str, Any]) -> str:
-    """The released coefficients, one line per term with its CI, under the request and cost."""
+    """The released coefficients, one line per term with its CI and the Wald p-value of H0:
+    coefficient = 0 (``-`` where no test applies), under the request and cost."""
     fit = answer["fit"]
     level = f"{100 * fit['ci_level']:g}% CI"
     head = [answer["request"], f"cost: {_cost(answer['cost'])} · {fit['method']}"]
     if not fit["replied"]:
         return "\n".join([*head, "NR (no reply): the DP test declined to answer; the cost stands"])
-    table = [["term", "coefficient", level]]
+    table = [["term", "coefficient", level, "Wald p (H0: 0)"]]
     bound = fit.get("at_box_bound") or {}
+    wald = fit.get("wald") or {}
     for row in fit["rows"]:
         value = row["values"]["coefficient"]
         interval = (
             "-" if value["ci_low"] is None else f"[{value['ci_low']:.6g}, {value['ci_high']:.6g}]"
         )
         term = row["group"]["term"]
-        table.append([term + ("*" if bound.get(term) else ""), f"{value['value']:.6g}", interval])
-    widths = [max(len(r[i]) for r in table) for i in range(3)]
+        test = wald.get(term)
+        p = "-" if test is None else f"{test['p_value']:.4g}"
+        table.append(
+            [term + ("*" if bound.get(term) else ""), f"{value['value']:.6g}", interval, p]
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(4)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
     if any(bound.values()):
         lines.append(

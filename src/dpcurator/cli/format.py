@@ -219,8 +219,33 @@ def _interval(estimate: dict[str, Any]) -> str:
     return f"[{_number(estimate['ci_low'])}, {_number(estimate['ci_high'])}]"
 
 
+def test_text(test: dict[str, Any]) -> str:
+    """A hypothesis test's release (``SELECT TTEST(...)``): the test and H0, the statistic and
+    its noise-aware p-value, the estimate, the released noisy statistics and the method."""
+    simulations = test.get("simulations")
+    lines = [
+        f"{test['name']} (differentially private)",
+        f"  H0: {test['null']}",
+        f"  statistic = {_number(test['statistic'])}, p-value = {_number(test['p_value'])} "
+        f"(Monte Carlo, M = {simulations})",
+    ]
+    if test.get("estimate") is not None:
+        lines.append(f"  estimate = {_number(test['estimate'])}")
+    lines += [f"  {name} = {_number(value)}" for name, value in test.get("extra", {}).items()]
+    lines.append("  released (noisy) statistics:")
+    noise = test.get("noise", {})
+    for name, values in test.get("released", {}).items():
+        scale = f"  (noise scale {_number(noise[name])})" if name in noise else ""
+        lines.append(f"    {name}: {', '.join(_number(v) for v in values)}{scale}")
+    lines.append(f"  method: {test['method']}")
+    return "\n".join(lines)
+
+
 def release_text(release: dict[str, Any]) -> str:
-    """A release as aligned columns: each value with its interval, then the CI level."""
+    """A release as aligned columns: each value with its interval, then the CI level (a
+    hypothesis test's release: its report, :func:`test_text`)."""
+    if release.get("test"):
+        return test_text(release["test"])
     groups, values = release.get("group_columns", []), release.get("value_columns", [])
     rows: list[Row] = [
         [

@@ -39,6 +39,7 @@ from dpcurator.estimators.regression import linear_regression
 from dpcurator.estimators.release import Covers, Estimate
 from dpcurator.estimators.sample_aggregate import sample_and_aggregate
 from dpcurator.estimators.smooth import smooth_median, smooth_sensitivity_release, trimmed_mean
+from dpcurator.estimators.wald import WaldTest, wald_test
 
 __all__ = [
     "MODELS",
@@ -50,6 +51,7 @@ __all__ = [
     "Model",
     "QuantileBins",
     "RefinedQuantile",
+    "WaldTest",
     "bounds_from_noisy_counts",
     "detection_threshold",
     "difference_of_means_test",
@@ -79,5 +81,6 @@ __all__ = [
     "smooth_sensitivity_release",
     "trimmed_mean",
     "two_proportion_z_test",
+    "wald_test",
     "welch_t_test",
 ]

@@ -57,9 +57,9 @@ from dpcurator.query.backends import Backend, open_backend
 from dpcurator.query.backends.plan_checks import check_plan
 from dpcurator.query.caches import PlanCache, ResultCache, new_plan_cache, result_is_cacheable
 from dpcurator.query.fit.core import plan_fit, run_fit
-from dpcurator.query.fit.release import estimate_fit_sql, plan_fit_sql, release_fit
 from dpcurator.query.frontend.builder import Query
 from dpcurator.query.ir import AggregatePlan, ExactResult
+from dpcurator.query.lone_calls import estimate_lone_call, plan_lone_call, release_lone_call
 from dpcurator.query.plan.bounds import plan_bounds
 from dpcurator.query.plan.planner import Plan, plan_event
 from dpcurator.query.plan.request import check_accounting, plan_request, request_alpha
@@ -284,9 +284,9 @@ class Session:
         included, and its mechanisms are listed.
         """
         options = {"accuracy": accuracy, "noise": noise, "rho": rho, "clipping": clipping}
-        fit = plan_fit_sql(query, self._metadata, epsilon=epsilon, delta=delta, options=options)
-        if fit is not None:  # REGRESS / LOGISTIC: cost and terms (fit/release.py)
-            return estimate_fit_sql(fit, self._level(alpha))
+        lone = plan_lone_call(query, self._metadata, epsilon=epsilon, delta=delta, options=options)
+        if lone is not None:  # REGRESS, TTEST, ...: cost and terms (lone_calls.py)
+            return estimate_lone_call(lone, self._level(alpha))
         plan = self.plan(
             query,
             epsilon=epsilon,
@@ -361,15 +361,16 @@ class Session:
         ``accuracy``, e.g. ``s.sql(q, accuracy={"n": 50}, alpha=0.05)``; ``noise="gaussian"``
         or ``"laplace"`` names the noise family (default: automatic, :meth:`plan`).
         ``SELECT REGRESS(y, x1, ...) FROM t`` (or ``LOGISTIC``) releases a model fit's
-        coefficients (:mod:`dpcurator.query.frontend.fit`). ``clipping=0.1`` spends a tenth of
+        coefficients (:mod:`dpcurator.query.frontend.fit`), ``SELECT TTEST(x, g) FROM t`` a test
+        (:mod:`dpcurator.query.frontend.hypothesis`). ``clipping=0.1`` spends a tenth of
         ``epsilon`` on a report of the rows outside the bounds of clamped outputs
         (``Release.clipping``, :mod:`dpcurator.query.plan.clipping`)."""
         if not isinstance(query, str):
             raise fail("Session.sql", "query", "SQL text", query)
         options = {"accuracy": accuracy, "noise": noise, "rho": rho, "clipping": clipping}
-        fit = plan_fit_sql(query, self._metadata, epsilon=epsilon, delta=delta, options=options)
-        if fit is not None:
-            return release_fit(self, fit, self._level(alpha))
+        lone = plan_lone_call(query, self._metadata, epsilon=epsilon, delta=delta, options=options)
+        if lone is not None:
+            return release_lone_call(self, lone, self._level(alpha))
         return self.release(
             query,
             epsilon=epsilon,

@@ -28,6 +28,7 @@ from dpcurator.errors import InternalInvariantError
 from dpcurator.query.backends import Backend, DuckDBBackend, open_backend
 from dpcurator.query.caches import PlanCache, ResultCache, new_plan_cache, new_result_cache
 from dpcurator.query.fit.release import FitCostEstimate
+from dpcurator.query.hypothesis.release import TestCostEstimate
 from dpcurator.query.plan.planner import plan_event
 from dpcurator.query.precomputed import precomputed_columns
 from dpcurator.query.schema import Metadata
@@ -191,8 +192,8 @@ class DatasetRuntime:
         estimate = session.estimate(sql, **options)
         cost = estimate.cost
         exact_cost = cost.to_approx() if isinstance(cost, PureDP) else cost
-        if isinstance(estimate, FitCostEstimate):  # a fit has no query plan: its (ε, δ) event
-            assert isinstance(exact_cost, ApproxDP)  # fits cost an ε (and δ)
+        if isinstance(estimate, FitCostEstimate | TestCostEstimate):  # no query plan: (ε, δ)
+            assert isinstance(exact_cost, ApproxDP)  # fits and tests cost an ε (and δ)
             return exact_cost, estimate.to_dict(), basic_event(exact_cost)
         return exact_cost, estimate.to_dict(), plan_event(session.plan(sql, **options))
 

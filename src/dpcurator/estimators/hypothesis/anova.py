@@ -78,6 +78,12 @@ def one_way_anova(
         owner, ((f"samples[{j}]", s) for j, s in enumerate(samples)), low, high
     )
     moments = release_moments(plan, groups, low, high)
+    return anova_result(moments, plan)
+
+
+def anova_result(moments: Moments, plan: Setup) -> HypothesisTestResult:
+    """The ANOVA's result from released moments of k groups (post-processing:
+    :func:`one_way_anova` and the query layer's ``ANOVA``)."""
     statistic, p = anova_from_moments(moments, plan)
     n, mean, var, _ = moments.summary()
     k, total = n.size, float(n.sum())
@@ -92,4 +98,4 @@ def one_way_anova(
     )  # fmt: skip
 
 
-__all__ = ["anova_from_moments", "one_way_anova"]
+__all__ = ["anova_from_moments", "anova_result", "one_way_anova"]

@@ -84,6 +84,14 @@ def goodness_of_fit_test(
     plan = setup(owner, epsilon, rho, unit, simulations, rng)
     coded = codes(owner, ("data", "categories"), data, cats)
     table, noise = release_counts(plan, np.bincount(coded[coded >= 0], minlength=len(cats)))
+    return goodness_of_fit_result(table, noise, p0, plan)
+
+
+def goodness_of_fit_result(
+    table: FloatArray, noise: Noise, p0: FloatArray, plan: Setup
+) -> HypothesisTestResult:
+    """The goodness-of-fit result from a released histogram (post-processing:
+    :func:`goodness_of_fit_test` and the query layer's ``CHI2``)."""
     statistic, p = goodness_of_fit_from_table(table, noise, p0, plan)
     return HypothesisTestResult(
         "chi-square goodness of fit", statistic, p, plan.cost, MONTE_CARLO,
@@ -142,6 +150,12 @@ def independence_test(
     inside = (row_codes >= 0) & (col_codes >= 0)
     counts = np.bincount(row_codes[inside] * c + col_codes[inside], minlength=r * c)
     table, noise = release_counts(plan, counts.reshape(r, c))
+    return independence_result(table, noise, plan)
+
+
+def independence_result(table: FloatArray, noise: Noise, plan: Setup) -> HypothesisTestResult:
+    """The independence test's result from a released r×c table (post-processing:
+    :func:`independence_test` and the query layer's ``CHI2``)."""
     statistic, p = independence_from_table(table, noise, plan)
     return HypothesisTestResult(
         "chi-square independence", statistic, p, plan.cost,
@@ -154,7 +168,9 @@ def independence_test(
 
 __all__ = [
     "goodness_of_fit_from_table",
+    "goodness_of_fit_result",
     "goodness_of_fit_test",
     "independence_from_table",
+    "independence_result",
     "independence_test",
 ]

@@ -83,14 +83,23 @@ def ks_test(
         values = values[~np.isnan(values)]
         counts.append(np.bincount(np.searchsorted(cuts, values, "right"), minlength=bins))
     table, noise = release_counts(plan, np.array(counts, np.int64))
+    return ks_result(table, noise, plan, ("first", "second"))
+
+
+def ks_result(
+    table: FloatArray, noise: Noise, plan: Setup, names: tuple[str, str]
+) -> HypothesisTestResult:
+    """The KS test's result from a released 2×B table of bin counts of samples called
+    ``names`` (post-processing: :func:`ks_test` and the query layer's ``KS``)."""
     statistic, p = ks_from_table(table, noise, plan)
+    first, second = names
     return HypothesisTestResult(
         "two-sample Kolmogorov-Smirnov (binned)", statistic, p, plan.cost,
         "parametric bootstrap at the pooled noisy bins (Ferrando, Wang & Sheldon 2022)",
         "both samples come from one distribution",
-        {"first": as_tuple(table[0]), "second": as_tuple(table[1])},
-        {"first": noise.scale, "second": noise.scale}, None, plan.simulations,
+        {first: as_tuple(table[0]), second: as_tuple(table[1])},
+        {first: noise.scale, second: noise.scale}, None, plan.simulations,
     )  # fmt: skip
 
 
-__all__ = ["ks_from_table", "ks_test"]
+__all__ = ["ks_from_table", "ks_result", "ks_test"]

@@ -181,6 +181,14 @@ def _one_sample(  # noqa: PLR0917 (the test's public inputs)
     alternative: str,
 ) -> HypothesisTestResult:
     moments = release_moments(plan, [values], lower, upper)
+    return one_sample_result(test, moments, mean, plan, alternative)
+
+
+def one_sample_result(
+    test: str, moments: Moments, mean: float, plan: Setup, alternative: str
+) -> HypothesisTestResult:
+    """The result of the one-sample test ``test`` of H0: E[x] = ``mean`` from released moments
+    of one group (post-processing: the array tests and the query layer's ``TTEST``)."""
     t, p = one_sample_from_moments(moments, mean, plan, alternative)
     _, estimate, _, mean_var = moments.summary()
     return HypothesisTestResult(
@@ -214,12 +222,21 @@ def welch_t_test(
     plan = setup(owner, epsilon, rho, unit, simulations, rng)
     groups = clamped_columns(owner, (("first", first), ("second", second)), low, high)
     moments = release_moments(plan, groups, low, high)
-    t, p = welch_from_moments(moments, plan, side)
+    return welch_result(moments, plan, side, ("first", "second"))
+
+
+def welch_result(
+    moments: Moments, plan: Setup, alternative: str, names: tuple[str, str]
+) -> HypothesisTestResult:
+    """The Welch test's result from released moments of two groups called ``names``
+    (post-processing: :func:`welch_t_test` and the query layer's ``TTEST``)."""
+    t, p = welch_from_moments(moments, plan, alternative)
     _, mean, _, mean_var = moments.summary()
+    first, second = names
     return HypothesisTestResult(
         "two-sample t (Welch)", t, p, plan.cost, f"Welch t with the noise, {BOOTSTRAP}",
-        f"mean(first) = mean(second) ({side})", moments.released(), moments.noise_scales(),
-        float(mean[0] - mean[1]), plan.simulations,
+        f"mean({first}) = mean({second}) ({alternative})", moments.released(),
+        moments.noise_scales(), float(mean[0] - mean[1]), plan.simulations,
         {"standard error (sampling and noise)": float(np.sqrt(mean_var.sum()))},
     )  # fmt: skip
 
@@ -230,8 +247,10 @@ difference_of_means_test = welch_t_test
 __all__ = [
     "difference_of_means_test",
     "one_sample_from_moments",
+    "one_sample_result",
     "one_sample_t_test",
     "paired_t_test",
     "welch_from_moments",
+    "welch_result",
     "welch_t_test",
 ]

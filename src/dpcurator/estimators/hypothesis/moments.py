@@ -28,6 +28,7 @@ import numpy as np
 
 from dpcurator.estimators.hypothesis.core import (
     FloatArray,
+    IntArray,
     Noise,
     Setup,
     as_tuple,
@@ -91,11 +92,20 @@ class Moments:
 def release_moments(plan: Setup, groups: list[FloatArray], lower: float, upper: float) -> Moments:
     """Release (ñ, S̃, R̃) of ``groups`` (values already clamped to [lower, upper])."""
     centre, half = (lower + upper) / 2, (upper - lower) / 2
-    k = len(groups)
     units = [g - centre for g in groups]
     counts = np.array([u.size for u in units], np.int64)
     sums = np.array([float(u.sum()) for u in units])
     squares = np.array([float((u * u - half * half / 2).sum()) for u in units])
+    return noisy_moments(plan, (counts, sums, squares), centre, half)
+
+
+def noisy_moments(
+    plan: Setup, exact: tuple[IntArray, FloatArray, FloatArray], centre: float, half: float
+) -> Moments:
+    """Release exact per-group (n, Σu, Σ(u² − h²/2)) of values u = x − ``centre`` in
+    [−``half``, ``half``] (what an engine computes for a query layer; module docstring)."""
+    counts, sums, squares = exact
+    k = counts.size
     count_mech = plan.counts(WEIGHTS[0], k)
     sum_mech = plan.sums(WEIGHTS[1], k, half)
     square_mech = plan.sums(WEIGHTS[2], k, half * half / 2)
@@ -138,4 +148,11 @@ def sizes(counts: FloatArray) -> FloatArray:
     return np.maximum(np.rint(counts), 2.0)
 
 
-__all__ = ["VARIANCE_FLOOR", "WEIGHTS", "Moments", "release_moments", "simulate_moments"]
+__all__ = [
+    "VARIANCE_FLOOR",
+    "WEIGHTS",
+    "Moments",
+    "noisy_moments",
+    "release_moments",
+    "simulate_moments",
+]

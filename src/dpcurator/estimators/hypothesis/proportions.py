@@ -83,11 +83,20 @@ def two_proportion_z_test(
         coded = codes(owner, (name, ""), sample, [1, 0])
         counts.append([int(np.count_nonzero(coded == 0)), int(np.count_nonzero(coded == 1))])
     table, noise = release_counts(plan, np.array(counts, np.int64))
-    z, p = two_proportion_from_table(table, noise, plan, side)
+    return two_proportion_result(table, noise, plan, side)
+
+
+def two_proportion_result(
+    table: FloatArray, noise: Noise, plan: Setup, alternative: str
+) -> HypothesisTestResult:
+    """The test's result from a released 2×2 table (rows: groups; columns: successes,
+    failures; post-processing: :func:`two_proportion_z_test` and the query layer's
+    ``PROPTEST``). The estimate is rate(first) − rate(second)."""
+    z, p = two_proportion_from_table(table, noise, plan, alternative)
     _, rates, _ = _z(table, noise)
     return HypothesisTestResult(
         "two-proportion z", z, p, plan.cost, f"pooled z with the noise, {BOOTSTRAP}",
-        f"equal success rates ({side})",
+        f"equal success rates ({alternative})",
         {"successes": as_tuple(table[:, 0]), "failures": as_tuple(table[:, 1]),
          "rate": as_tuple(rates)},
         {"successes": noise.scale, "failures": noise.scale},
@@ -95,4 +104,8 @@ def two_proportion_z_test(
     )  # fmt: skip
 
 
-__all__ = ["two_proportion_from_table", "two_proportion_z_test"]
+__all__ = [
+    "two_proportion_from_table",
+    "two_proportion_result",
+    "two_proportion_z_test",
+]

@@ -15,6 +15,7 @@ import numpy as np
 from dpcurator._validation import fail
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators.sample_aggregate import Box
+from dpcurator.query import ir
 from dpcurator.query.columns import ColumnMeta
 from dpcurator.query.schema import Metadata
 
@@ -75,6 +76,24 @@ def null_fill(meta: ColumnMeta) -> float:
     if isinstance(meta.fill, int | float) and not isinstance(meta.fill, bool):
         return float(meta.fill)
     return (meta.lower + meta.upper) / 2
+
+
+def scaled_column(meta: ColumnMeta, mid: float, half: float) -> ir.Expr:
+    """(clamp(column, lower, upper) - mid) / half, NULL -> the column's fill (or midpoint): a
+    bounded column rescaled (to [-1, 1] when mid and half are its bounds' own)."""
+    assert meta.lower is not None  # checked by numeric_columns
+    assert meta.upper is not None
+    column = ir.Col(meta.name)
+    low, high = ir.Lit(float(meta.lower)), ir.Lit(float(meta.upper))
+    clamped = ir.Case(
+        (
+            (ir.IsNull(column), ir.Lit(float(null_fill(meta)))),
+            (ir.Compare("<", column, low), low),
+            (ir.Compare(">", column, high), high),
+        ),
+        column,
+    )
+    return ir.BinOp("*", ir.BinOp("-", clamped, ir.Lit(float(mid))), ir.Lit(1.0 / half))
 
 
 def parameter_box(lower: object, upper: object, size: int | None) -> Box:

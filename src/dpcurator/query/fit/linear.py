@@ -28,8 +28,7 @@ from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.estimators.regression import Scaling, regression_from_gram
 from dpcurator.estimators.release import Estimate
 from dpcurator.query import ir
-from dpcurator.query.columns import ColumnMeta
-from dpcurator.query.fit.columns import OWNER, null_fill, numeric_columns
+from dpcurator.query.fit.columns import OWNER, numeric_columns, scaled_column
 from dpcurator.query.fit.rows import FitPlan
 from dpcurator.query.schema import Metadata
 from dpcurator.random import Rng
@@ -81,7 +80,7 @@ def plan_linear(
         raise fail(OWNER, "epsilon", f"large enough for a positive zCDP ρ at δ = {delta}", epsilon)
     x_mid, x_half, y_mid, y_half = scaling.centres()
     mids, halves = [*x_mid.tolist(), y_mid], [*x_half.tolist(), y_half]
-    scaled = [_scaled(m, mid, half) for m, mid, half in zip(metas, mids, halves, strict=True)]
+    scaled = [scaled_column(m, mid, half) for m, mid, half in zip(metas, mids, halves, strict=True)]
     z: list[ir.Expr | None] = [None, *scaled]  # None: the constant 1 of the intercept
     aggregates = [ir.ExactAggregate("n", "count")]
     for i in range(len(z)):
@@ -115,20 +114,3 @@ def plan_linear(
     terms = ("intercept", *x) if fit_intercept else x
     statistic, sensitivity = "the Gram matrix of the scaled rows", float(rows * len(z))
     return FitPlan("linear_regression", (*x, y), cost, exact, finish, terms, statistic, sensitivity)
-
-
-def _scaled(meta: ColumnMeta, mid: float, half: float) -> ir.Expr:
-    """(clamp(column, lower, upper) - mid) / half, NULL -> the column's fill (or midpoint)."""
-    assert meta.lower is not None  # checked by numeric_columns
-    assert meta.upper is not None
-    column = ir.Col(meta.name)
-    low, high = ir.Lit(float(meta.lower)), ir.Lit(float(meta.upper))
-    clamped = ir.Case(
-        (
-            (ir.IsNull(column), ir.Lit(float(null_fill(meta)))),
-            (ir.Compare("<", column, low), low),
-            (ir.Compare(">", column, high), high),
-        ),
-        column,
-    )
-    return ir.BinOp("*", ir.BinOp("-", clamped, ir.Lit(float(mid))), ir.Lit(1.0 / half))

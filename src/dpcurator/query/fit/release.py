@@ -3,9 +3,10 @@
 A fit (:mod:`dpcurator.query.fit.core`) releases an :class:`~dpcurator.estimators.release.Estimate`:
 a vector of coefficients with their (1-α) intervals, or NR ("no reply", Dwork & Lei 2009). Here it
 becomes a :class:`~dpcurator.query.release.core.Release` keyed by the public ``term`` names
-(``intercept``, then the features), with one value column ``coefficient``, so a fit reads,
-prints and serialises like every query. The term names come from the plan (public); an NR is a
-release with no rows (the decision to answer is itself DP, and its cost stands).
+(``intercept``, then the features), with the value columns ``coefficient`` and ``p_value`` (the
+Wald test of H0: coefficient = 0 under the noise, :mod:`dpcurator.estimators.wald`), so a fit
+reads, prints and serialises like every query. The term names come from the plan (public); an
+NR is a release with no rows (the decision to answer is itself DP, and its cost stands).
 
 :func:`fit_dict` adds what the table alone does not say: the method and paper, whether the
 intervals cover the privacy noise only or also the sampling (``covers``), and ``replied``.
@@ -18,6 +19,7 @@ which nothing public bounds usefully.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -27,6 +29,7 @@ from dpcurator._validation import fail
 from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators.release import Estimate
+from dpcurator.estimators.wald import wald_test
 from dpcurator.query.fit.core import FitRequest, FitSession, run_fit
 from dpcurator.query.fit.rows import FitPlan
 from dpcurator.query.frontend.fit import parse_fit_sql
@@ -36,28 +39,34 @@ from dpcurator.query.release.estimate import CostEstimate, MechanismUse, ValueCo
 from dpcurator.query.release.estimate import Estimate as Value
 from dpcurator.query.schema import Metadata
 
-#: The group column and the value column of a fit's table.
-TERM, COEFFICIENT = "term", "coefficient"
+#: The group column and the value columns of a fit's table (``p_value``: the Wald test of H0:
+#: coefficient = 0, :mod:`dpcurator.estimators.wald`).
+TERM, COEFFICIENT, P_VALUE = "term", "coefficient", "p_value"
 
 
 def fit_table(plan: FitPlan, fit: Estimate) -> Release:
-    """The fit as a table: one row per term (none for NR), each coefficient with its CI."""
-    rows: list[tuple[tuple[str], tuple[Value]]] = []
+    """The fit as a table: one row per term (none for NR), each coefficient with its CI and
+    the Wald p-value of H0: coefficient = 0 (NaN where no test applies: :func:`wald_test`)."""
+    rows: list[tuple[tuple[str], tuple[Value, Value]]] = []
     if fit.value is not None:
         lows = fit.ci_low if fit.ci_low is not None else [None] * len(plan.terms)
         highs = fit.ci_high if fit.ci_high is not None else [None] * len(plan.terms)
-        for term, value, low, high in zip(plan.terms, fit.value, lows, highs, strict=True):
+        wald = wald_test(fit)
+        tests = [math.nan] * len(plan.terms) if wald is None else wald.p_value.tolist()
+        for term, value, low, high, p in zip(
+            plan.terms, fit.value, lows, highs, tests, strict=True
+        ):
             interval = (None, None) if low is None or high is None else (float(low), float(high))
-            rows.append(((term,), (Value(float(value), *interval),)))
+            rows.append(((term,), (Value(float(value), *interval), Value(float(p), None, None))))
     bound = () if fit.at_bound is None or not rows else tuple(bool(b) for b in fit.at_bound)
     return Release(
         (TERM,),
-        (COEFFICIENT,),
+        (COEFFICIENT, P_VALUE),
         tuple(rows),
         plan.cost,
         (_mechanism(plan, fit.method),),
         fit.alpha,
-        (_column(fit),),
+        (_column(fit), ValueColumn(P_VALUE, COEFFICIENT, "test", covers=None)),
         warnings=_box_warning(plan.terms, bound),
         at_bound=bound,
     )
@@ -114,9 +123,18 @@ class FitCostEstimate(CostEstimate):
 def fit_dict(plan: FitPlan, fit: Estimate) -> dict[str, Any]:
     """The JSON form of a fit: its table's (:meth:`Release.to_dict`) plus ``model``, ``terms``,
     ``replied`` (False for NR), ``method``, ``covers`` (``noise`` or ``noise+sampling``) and
-    ``at_box_bound`` (per term, whether the public box clamped it; None without a box)."""
+    ``at_box_bound`` (per term, whether the public box clamped it; None without a box) and
+    ``wald`` (per term, the Wald ``z`` and ``p_value`` of H0: coefficient = 0, None where no
+    test applies; None for NR or a noise-only interval: :mod:`dpcurator.estimators.wald`)."""
+    wald = wald_test(fit)
     return {
         **fit_table(plan, fit).to_dict(),
+        "wald": None
+        if wald is None
+        else {
+            term: None if math.isnan(z) else {"z": z, "p_value": p}
+            for term, z, p in zip(plan.terms, wald.z.tolist(), wald.p_value.tolist(), strict=True)
+        },
         "model": plan.kind,
         "terms": list(plan.terms),
         "replied": fit.replied,
@@ -202,6 +220,7 @@ def estimate_fit_sql(plan: FitPlan, alpha: float) -> FitCostEstimate:
 
 __all__ = [
     "COEFFICIENT",
+    "P_VALUE",
     "TERM",
     "FitCostEstimate",
     "estimate_fit",

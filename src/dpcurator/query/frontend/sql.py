@@ -17,8 +17,10 @@ Aggregates: ``COUNT(*)``, ``COUNT(x)``, ``COUNT(DISTINCT <person column>)``, ``S
 ``VARIANCE``/``VAR_SAMP``, ``STDDEV``/``STDDEV_SAMP``, ``MEDIAN``, ``QUANTILE(x, p)``,
 ``PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY x)``, ``MIN``, ``MAX`` (DP extreme quantiles) and
 ``HISTOGRAM(x, lower, upper, bins)``; model fits ``REGRESS``/``LOGISTIC`` alone in their SELECT
-(:mod:`dpcurator.query.frontend.fit`). Expressions: arithmetic, comparisons, AND/OR/NOT, IS [NOT]
-NULL, IN (literals), BETWEEN, CASE, and ABS, ROUND, FLOOR, CEIL, LOWER, UPPER, LENGTH, COALESCE.
+(:mod:`dpcurator.query.frontend.fit`), and so are the hypothesis tests ``TTEST``, ``ANOVA``,
+``PROPTEST``, ``CHI2`` and ``KS`` (:mod:`dpcurator.query.frontend.hypothesis`). Expressions:
+arithmetic, comparisons, AND/OR/NOT, IS [NOT] NULL, IN (literals), BETWEEN, CASE, and ABS, ROUND,
+FLOOR, CEIL, LOWER, UPPER, LENGTH, COALESCE.
 
 Everything else is refused with :class:`~dpcurator.errors.UnsupportedQueryError` naming the
 construct: several statements, anything but SELECT, joins other than with a registered public
@@ -80,6 +82,17 @@ _AGGREGATES = (
 FIT_FUNCTIONS: dict[str, Literal["linear_regression", "logistic_regression"]] = {
     "regress": "linear_regression",
     "logistic": "logistic_regression",
+}
+
+
+#: The hypothesis tests of the SQL form (:mod:`dpcurator.query.frontend.hypothesis`): function ->
+#: test kind.
+TEST_FUNCTIONS: dict[str, str] = {
+    "ttest": "t",
+    "anova": "anova",
+    "proptest": "proportions",
+    "chi2": "chi_square",
+    "ks": "ks",
 }
 
 
@@ -279,11 +292,20 @@ class _Translator(ExpressionTranslator):
             )
         if isinstance(node, exp.Variance | exp.VariancePop | exp.StddevPop | exp.PercentileDisc):
             raise UnsupportedQueryError(f"{node.key.upper()} is not supported.")
-        if isinstance(node, exp.Anonymous) and node.name.lower() in FIT_FUNCTIONS:
+        if isinstance(node, exp.Anonymous) and node.name.lower() in (
+            *FIT_FUNCTIONS,
+            *TEST_FUNCTIONS,
+        ):
+            fit = node.name.lower() in FIT_FUNCTIONS
+            what, example = (
+                ("a model fit", "SELECT REGRESS(y, x1, ...) FROM t")
+                if fit
+                else ("a hypothesis test", "SELECT TTEST(x, g) FROM t")
+            )
             raise UnsupportedQueryError(
-                f"{node.name.upper()}(...) is a model fit, not a query plan: ask for it alone "
-                "(SELECT REGRESS(y, x1, ...) FROM t) with Session.sql or Session.estimate (or "
-                "Session.fit)."
+                f"{node.name.upper()}(...) is {what}, not a query plan: ask for it alone "
+                f"({example}) with Session.sql or Session.estimate"
+                + (" (or Session.fit)." if fit else ".")
             )
         if isinstance(node, exp.Anonymous):
             raise UnsupportedQueryError(f"Unknown function {node.name.upper()}.")

@@ -29,7 +29,8 @@ from dpcurator.query.plan.split import moment_weights, reference_ratio, split
 from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.query.schema import Metadata
 
-#: ``coefficient``: a model fit's released coordinates (dpcurator.query.fit.release).
+#: ``coefficient``: a model fit's released coordinates (dpcurator.query.fit.release); ``test``: a
+#: hypothesis test's figures (dpcurator.query.hypothesis.release).
 OutputKind = Literal[
     "count",
     "count_persons",
@@ -40,6 +41,7 @@ OutputKind = Literal[
     "quantile",
     "histogram",
     "coefficient",
+    "test",
 ]
 
 
