@@ -27,8 +27,10 @@ from dpcurator.estimators.hypothesis import (
     HypothesisTestResult,
     goodness_of_fit_from_table,
     independence_from_table,
+    two_proportion_from_table,
 )
-from dpcurator.estimators.hypothesis.core import Setup, as_tuple, release_counts
+from dpcurator.estimators.hypothesis.core import Setup, as_tuple, clipped_cells, release_counts
+from dpcurator.estimators.hypothesis.means import BOOTSTRAP, check_alternative
 from dpcurator.interactive.pmw import PrivateMultiplicativeWeights
 from dpcurator.mining import ID3, PCA, GaussianNB, KMeans
 from dpcurator.query.session import Session as QuerySession
@@ -203,16 +205,61 @@ def chi_square(
     if p0 is not None:
         statistic, p = goodness_of_fit_from_table(table, noise, p0, plan)
         test, null = "chi-square goodness of fit", "the category probabilities are the given ones"
+        name = "counts"
     else:
         statistic, p = independence_from_table(table, noise, plan)
         test, null = "chi-square independence", f"{clique[0]} and {clique[1]} are independent"
+        name = "table (row-major)"
     result = HypothesisTestResult(
         test, statistic, p, plan.cost,
         "parametric bootstrap under the noise (Gaboardi et al. 2016)", null,
-        {"counts (row-major)": as_tuple(table)}, {"counts (row-major)": noise.scale}, None,
-        plan.simulations,
+        {name: as_tuple(table)}, {name: noise.scale}, None, plan.simulations,
     )  # fmt: skip
     return result, domain
+
+
+def two_proportions(  # noqa: PLR0917 (the test's public inputs)
+    session: QuerySession,
+    cost: Cost,
+    outcome: str,
+    by: str,
+    groups: Sequence[object] | None,
+    alternative: str,
+    simulations: int,
+) -> HypothesisTestResult:
+    """Two-proportion z-test of H0: ``outcome`` (0/1 or bool, public keys) has the same rate of
+    successes (1 or True) in the two ``groups`` of ``by`` (public keys; default: its two keys).
+    The exact 2x2 table of those groups is noised as one release (the other groups' rows fall in
+    no cell)."""
+    owner = "Session.proportions_ztest"
+    side = check_alternative(owner, alternative)
+    domain = SynthDomain.from_metadata(session.metadata, [by, outcome])
+    clique = domain.names
+    by_keys, outcome_keys = (domain.column(name).keys for name in clique)
+    if by_keys is None:
+        raise fail(owner, "by", "a column with public keys", by)
+    if outcome_keys is None or 1 not in outcome_keys or 0 not in outcome_keys:
+        raise fail(owner, "outcome", "a column whose public keys hold 1 and 0 (or a bool)", outcome)
+    chosen = list(by_keys if groups is None else groups)
+    if len(chosen) != 2 or chosen[0] == chosen[1] or any(g not in by_keys for g in chosen):
+        raise fail(owner, "groups", f"two distinct keys of {by!r} among {list(by_keys)}", groups)
+    rows = [by_keys.index(g) for g in chosen]  # type: ignore[arg-type]
+    cells = [outcome_keys.index(1), outcome_keys.index(0)]
+    plan = hypothesis_setup(owner, session, cost, simulations)
+    event = ZCDPEvent(plan.budget) if plan.concentrated else PureEvent(plan.budget)
+    counts = exact_marginals(session, domain, [clique], event, description=f"z-test {clique}")
+    table, noise = release_counts(plan, counts[clique][np.ix_(rows, cells)])
+    z, p = two_proportion_from_table(table, noise, plan, side)
+    successes, sizes = clipped_cells(table)
+    rates = successes[:, 0] / sizes
+    return HypothesisTestResult(
+        "two-proportion z", z, p, plan.cost, f"pooled z with the noise, {BOOTSTRAP}",
+        f"equal rates of {outcome} in {by} = {chosen[0]!r} and {chosen[1]!r} ({side})",
+        {"successes": as_tuple(table[:, 0]), "failures": as_tuple(table[:, 1]),
+         "rate": as_tuple(rates)},
+        {"successes": noise.scale, "failures": noise.scale},
+        float(rates[0] - rates[1]), plan.simulations,
+    )  # fmt: skip
 
 
 def hypothesis_result(result: HypothesisTestResult, events: list[PrivacyEvent]) -> Result:

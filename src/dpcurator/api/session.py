@@ -188,6 +188,31 @@ class Session(QuerySession):
         )
         return kinds.hypothesis_result(result, events)
 
+    def proportions_ztest(
+        self,
+        outcome: str,
+        by: str,
+        *,
+        groups: Sequence[object] | None = None,
+        alternative: str = "two-sided",
+        epsilon: float | None = None,
+        delta: float | None = None,
+        rho: float | None = None,
+        simulations: int = 999,
+    ) -> Result:
+        """A two-proportion z-test: does ``outcome`` (0/1 or bool) have the same rate in the two
+        ``groups`` of column ``by`` (default: its two public keys)? ε-DP or ρ-zCDP, as
+        :meth:`chi2`; ``values["estimate"]`` is the difference of the noisy rates."""
+        result, events = self._charged(
+            "Session.proportions_ztest",
+            EITHER,
+            (epsilon, delta, rho),
+            lambda session, cost: kinds.two_proportions(
+                session, cost, outcome, by, groups, alternative, simulations
+            ),
+        )
+        return kinds.hypothesis_result(result, events)
+
     def pmw(
         self,
         columns: Sequence[str] | None = None,
