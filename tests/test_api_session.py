@@ -55,7 +55,9 @@ def _table(rows: int = 400, seed: int = 5) -> pd.DataFrame:
 def _session(budget: Any = None, *, seed: int = 3, **kwargs: Any) -> Session:
     if budget is None and "budget_filter" not in kwargs:
         budget = dpc.Budget(20.0)
-    return dpc.Session.from_data(_table(), metadata=META, budget=budget, rng=SeededRng(seed), **kwargs)
+    return dpc.Session.from_data(
+        _table(), metadata=META, budget=budget, rng=SeededRng(seed), **kwargs
+    )
 
 
 #: One call of each verb at ε = 1 (the hypothesis tests with few simulations: faster).
