@@ -131,6 +131,24 @@ def test_bad_budget_arguments_are_refused_free_naming_the_parameter(
         assert s._filter.events() == ()
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.kmeans(["x"], 2, rho=0.5, iterations=1),
+        lambda s: s.synthesize("mwem", columns=["g", "h"], rho=0.5),
+        lambda s: s.pmw(["g"], rho=0.5, max_updates=1, threshold=9),
+    ],
+)
+def test_a_pure_algorithm_refuses_rho_even_on_a_budget_that_takes_rho(
+    call: Callable[[Session], Result],
+) -> None:
+    """ρ-zCDP implies no pure ε: a pure ε-DP verb refuses ``rho`` on a concentrated budget."""
+    with _session(dpc.Budget(20.0, 1e-5)) as s:
+        with pytest.raises(UnsupportedQueryError, match="pure ε-DP and rho = 0.5"):
+            call(s)
+        assert s._filter.events() == ()
+
+
 def test_rho_without_delta_on_a_basic_approximate_budget_is_refused_free() -> None:
     with _session(dpc.Budget(5.0, 1e-5), accounting="basic") as s:
         with pytest.raises(UnsupportedQueryError, match="give delta > 0"):
