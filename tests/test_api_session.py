@@ -144,7 +144,7 @@ def test_a_pure_algorithm_refuses_rho_even_on_a_budget_that_takes_rho(
 ) -> None:
     """ρ-zCDP implies no pure ε: a pure ε-DP verb refuses ``rho`` on a concentrated budget."""
     with _session(dpc.Budget(20.0, 1e-5)) as s:
-        with pytest.raises(UnsupportedQueryError, match="pure ε-DP and rho = 0.5"):
+        with pytest.raises(UnsupportedQueryError, match=r"pure ε-DP and rho = 0\.5"):
             call(s)
         assert s._filter.events() == ()
 

@@ -243,7 +243,7 @@ def two_proportions(  # noqa: PLR0917 (the test's public inputs)
     chosen = list(by_keys if groups is None else groups)
     if len(chosen) != 2 or chosen[0] == chosen[1] or any(g not in by_keys for g in chosen):
         raise fail(owner, "groups", f"two distinct keys of {by!r} among {list(by_keys)}", groups)
-    rows = [by_keys.index(g) for g in chosen]  # type: ignore[arg-type]
+    rows = [by_keys.index(g) for g in chosen]
     cells = [outcome_keys.index(1), outcome_keys.index(0)]
     plan = hypothesis_setup(owner, session, cost, simulations)
     event = ZCDPEvent(plan.budget) if plan.concentrated else PureEvent(plan.budget)

@@ -72,7 +72,7 @@ class Session(QuerySession):
         native = PURE if kinds.SYNTHESIZERS[method] == "pure" else ZCDP_ONLY
         options = {"columns": columns, "rows": rows, "workload": workload, "max_bins": max_bins}
         data, events = self._charged(
-            owner,
+            f"{owner} with method {method!r}",
             native,
             (epsilon, delta, rho),
             lambda session, cost: kinds.synthetic(session, cost, method, options),
