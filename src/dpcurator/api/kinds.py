@@ -9,6 +9,15 @@ release their contingency counts through the session (``exact_marginals``: one c
 engine's counts of the public cells, bounded per person by the metadata), add the tests' own
 noise (:func:`~dpcurator.estimators.hypothesis.core.release_counts`) and compute the statistic
 and p-value with the tests' post-processing (``*_from_table``).
+
+**Guarantee of the test verbs.** Each row of the (bounded) table falls in at most one released
+cell, so the count vector's sensitivity is the unit's: L1 ``count_l1(cells)`` under ε (discrete
+Laplace, ε-DP) and Δ₂² ``count_l2_squared(cells)`` under ρ (discrete Gaussian, ρ-zCDP; Canonne,
+Kamath & Steinke 2020), asked of ``metadata.unit`` whose per-person bounds the engine enforces;
+rows outside the compared cells (another group of the z-test) fall in none. Statistic and
+p-value are post-processing: the noise-aware parametric bootstrap of Gaboardi, Lim, Rogers &
+Vadhan (2016) for χ², of Ferrando, Wang & Sheldon (2022) for the two proportions. The
+conformance matrix has a row for each (tests/test_privacy_matrix.py, ``session: ...``).
 """
 
 from __future__ import annotations
