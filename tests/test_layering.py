@@ -60,6 +60,7 @@ LAYERS: list[tuple[str, int]] = [
     ("dpcurator.interactive", 5),
     ("dpcurator.service", 5),
     ("dpcurator.cli", 5),
+    ("dpcurator.api", 6),
     ("dpcurator.demo", 1),
 ]
 ENTROPY_MODULES = ("random", "secrets", "numpy.random")

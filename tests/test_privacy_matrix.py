@@ -96,6 +96,22 @@ def _mining(name: str) -> Kind:
     return Kind(f"mining: {name}", release)
 
 
+def _verb(name: str, budget: str) -> Kind:
+    """A Session verb that is a release kind of its own (dpcurator.api): a hypothesis test on the
+    session's table (the engine's counts of public cells, bounded per person by the metadata,
+    then the test's own noise), at ε or at ρ (a ρ budget)."""
+    amount: dict[str, Any] = {budget: 0.5}
+
+    def release(session: dpc.Session, rng: SeededRng) -> object:
+        if name == "chi2":
+            return session.chi2(["g", "h"], simulations=9, **amount)
+        if name == "chi2 goodness of fit":
+            return session.chi2(["g"], probabilities=[1, 1, 1, 1], simulations=9, **amount)
+        return session.proportions_ztest("y", "g", groups=["a", "b"], simulations=9, **amount)
+
+    return Kind(f"session: {name} [{budget}]", release, budget=budget)
+
+
 def _extreme_flag(block: object) -> object:
     """An adversarial user estimator of sample-and-aggregate: 10 when the block holds a row at
     the upper bound of x (only newcomers have one), else 0, so every block a newcomer's rows
@@ -209,6 +225,8 @@ KINDS: dict[str, Kind] = {
         _synth("independent"),
         _synth("mwem"),
         Kind("pmw", _pmw),
+        *(_verb(name, budget) for name in ("chi2", "chi2 goodness of fit", "proportions_ztest")
+          for budget in ("epsilon", "rho")),
         _sparse(numeric=False),
         _sparse(numeric=True),
     ]

@@ -40,6 +40,21 @@ SQL_ROWS = {
     "histogram": "HISTOGRAM(",
 }
 OP_ROW = "objective perturbation (test_objective_perturbation_rows)"
+#: The Session verbs (dpcurator.api) that run a kind with a row of its own; every other verb
+#: is a release kind of its own, whose row is named ``session: <verb>``.
+VERB_ROWS = {
+    "synthesize": "synth: ",
+    "kmeans": "kmeans",
+    "pca": "pca",
+    "naive_bayes": "naive_bayes",
+    "decision_tree": "id3",
+    "pmw": "pmw",
+}
+
+
+def session_verbs() -> set[str]:
+    """The verbs the library's Session adds to the query session."""
+    return {name for name in vars(dpc.Session) if not name.startswith("_")}
 
 
 def offered() -> dict[str, str]:
@@ -52,6 +67,9 @@ def offered() -> dict[str, str]:
     kinds["fit logistic objective_perturbation"] = OP_ROW
     kinds |= {f"synth {kind}": f"synth: {kind}" for kind in (*SYNTH_KINDS, "independent")}
     kinds |= {f"mining {name}": name for name in mining.__all__}
+    kinds |= {
+        f"session {verb}": VERB_ROWS.get(verb, f"session: {verb}") for verb in session_verbs()
+    }
     kinds |= {
         "pmw": "pmw",
         "sparse vector": "sparse vector",

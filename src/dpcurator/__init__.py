@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dpcurator.accounting import Budget
+    from dpcurator.api.session import Session
     from dpcurator.core.measures import ZCDP, ApproxDP, PureDP
     from dpcurator.demo import demo_path
     from dpcurator.errors import (
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
     from dpcurator.query.frontend.row_expressions import col, lit, when
     from dpcurator.query.release.core import Release
     from dpcurator.query.schema import Metadata
-    from dpcurator.query.session import Session
 
     sum = sum_  # ``dpc.sum("income")`` reads like SQL; the builtin stays in builtins
 
@@ -81,7 +81,7 @@ _EXPORTS = {
     "Release": "dpcurator.query.release.core",
     "ColumnMeta": "dpcurator.query.columns",
     "Metadata": "dpcurator.query.schema",
-    "Session": "dpcurator.query.session",
+    "Session": "dpcurator.api.session",
 }
 
 

@@ -20,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 
 from dpcurator._validation import check_real, fail
 from dpcurator.core.measures import Measure
@@ -75,6 +76,33 @@ class Estimate:
     def replied(self) -> bool:
         """False for NR ("no reply")."""
         return self.value is not None
+
+    @property
+    def values(self) -> dict[str, FloatArray | None]:
+        """``{"value": value}`` (None for NR): the shape every release kind shares."""
+        return {"value": self.value}
+
+    @property
+    def intervals(self) -> dict[str, tuple[FloatArray | None, FloatArray | None]]:
+        """``{"value": (ci_low, ci_high)}`` (None ends for NR or when no interval is given)."""
+        return {"value": (self.ci_low, self.ci_high)}
+
+    def summary(self) -> str:
+        """The release in one line: value, interval and what it covers, method, cost."""
+        return str(self)
+
+    def to_pandas(self) -> pd.DataFrame:
+        """One row per coordinate: ``value``, ``ci_low``, ``ci_high`` (no rows for NR);
+        ``attrs`` holds the cost, method and CI level."""
+        if self.value is None:
+            frame = pd.DataFrame(columns=["value", "ci_low", "ci_high"])
+        else:
+            value = np.atleast_1d(self.value)
+            ends = [np.atleast_1d(e) if e is not None else [None] * value.size
+                    for e in (self.ci_low, self.ci_high)]  # fmt: skip
+            frame = pd.DataFrame({"value": value, "ci_low": ends[0], "ci_high": ends[1]})
+        frame.attrs.update(cost=str(self.cost), method=self.method, ci_level=1 - self.alpha)
+        return frame
 
     def __str__(self) -> str:
         if self.value is None:

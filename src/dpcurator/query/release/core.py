@@ -132,6 +132,26 @@ class Release:
         """The level 1-α of the confidence intervals."""
         return 1 - self.alpha
 
+    @property
+    def values(self) -> dict[str, Any]:
+        """Each value column's released values (the shape every release kind shares): a
+        number for an ungrouped release, else a list in the order of ``rows``."""
+        return {
+            name: self._column(i, lambda e: e.value) for i, name in enumerate(self.value_columns)
+        }
+
+    @property
+    def intervals(self) -> dict[str, tuple[Any, Any]]:
+        """Each value column's (1-α) interval as (low, high), shaped as :attr:`values`."""
+        return {
+            name: (self._column(i, lambda e: e.ci_low), self._column(i, lambda e: e.ci_high))
+            for i, name in enumerate(self.value_columns)
+        }
+
+    def _column(self, index: int, part: Any) -> Any:
+        found = [part(estimates[index]) for _, estimates in self.rows]
+        return found[0] if not self.group_columns and len(found) == 1 else found
+
     def to_pandas(self, *, long: bool = False) -> pd.DataFrame:
         """The release as a DataFrame; ``attrs`` holds ``ci_level`` and ``cost``.
 
