@@ -155,7 +155,8 @@ def test_two_way_table_is_a_crosstab_with_shares(page: Page) -> None:
     )
     expect(table.locator("tbody th")).to_have_text(["F", "M", "total"])
     expect(table.locator("tbody td.num .ci").first).to_have_text(re.compile(r"^\[\d+, \d+\]$"))
-    expect(page.locator("#result svg rect.bar")).to_have_count(0)  # no flat 8-bar chart
+    labels = [f"{s} / {r}" for s in "FM" for r in ("north", "south", "east", "west")]
+    expect(page.locator("#result svg text.label")).to_have_text(labels)  # rows, in full
     rows = table.locator("tbody tr")
     cells = [
         [float(t.split("\n")[0]) for t in rows.nth(r).locator("td").all_inner_texts()]
