@@ -155,7 +155,8 @@ def test_two_way_table_is_a_crosstab_with_shares(page: Page) -> None:
     )
     expect(table.locator("tbody th")).to_have_text(["F", "M", "total"])
     expect(table.locator("tbody td.num .ci").first).to_have_text(re.compile(r"^\[\d+, \d+\]$"))
-    expect(page.locator("#result svg rect.bar")).to_have_count(0)  # no flat 8-bar chart
+    labels = [f"{s} / {r}" for s in "FM" for r in ("north", "south", "east", "west")]
+    expect(page.locator("#result svg text.label")).to_have_text(labels)  # rows, in full
     rows = table.locator("tbody tr")
     cells = [
         [float(t.split("\n")[0]) for t in rows.nth(r).locator("td").all_inner_texts()]
@@ -283,7 +284,7 @@ def test_owner_edits_the_cap_and_a_grant(page: Page, server: Server) -> None:
     expect(page.locator("#cap-epsilon")).to_have_value("100")
     page.fill("#cap-epsilon", "80")
     page.click("#cap button[type=submit]")
-    expect(page.locator("#owner-message")).to_contain_text("Saved")
+    expect(page.locator("#cap-message")).to_contain_text("Saved")
     expect(page.locator("#budget")).to_contain_text("of 80 left")
     assert server.owner_client.get("/v1/datasets/people").json()["cap"]["total"]["epsilon"] == 80
 
@@ -294,12 +295,13 @@ def test_owner_edits_the_cap_and_a_grant(page: Page, server: Server) -> None:
     expect(page.locator("#grant-epsilon")).to_have_value("1")
     page.fill("#grant-epsilon", "2.5")
     page.click("#grant button[type=submit]")
-    message = page.locator("#owner-message")
+    message = page.locator("#grant-message")
     expect(message).to_contain_text("alice's budget on this dataset is now ε 2.5")
     expect(row.locator("td").nth(1)).to_have_text("ε 2.5, δ 0")
-    page.fill("#grant-delta", "1")  # above the cap's δ: refused, named, nothing changed
+    page.fill("#grant-delta", "0.001")  # above the cap's δ: refused, named, nothing changed
     page.click("#grant button[type=submit]")
-    expect(page.locator("#owner-message")).to_contain_text("Budget not changed")
+    expect(message).to_contain_text("Budget not changed: The grant's delta")
+    expect(message).to_contain_text("more than the cap of dataset 'people' allows")
     expect(row.locator("td").nth(1)).to_have_text("ε 2.5, δ 0")
     audit = page.locator("#audit")
     expect(audit).to_contain_text("cap: (epsilon 80, delta 0.00001")

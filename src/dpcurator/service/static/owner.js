@@ -13,9 +13,9 @@ function detailText(value) {
 
 const describeDetail = (detail) => Object.entries(detail || {}).map(([k, v]) => `${k}: ${detailText(v)}`).join("; ");
 
-function setOwnerMessage(text, isError) {
-  $("owner-message").textContent = text;
-  $("owner-message").className = isError ? "error" : "";
+function setOwnerMessage(id, text, isError) {
+  $(id).textContent = text;
+  $(id).className = isError ? "error" : "";
 }
 
 // The cap form starts from the dataset's current cap (ε, δ caps only; a ρ cap is shown, not edited here).
@@ -76,11 +76,11 @@ async function setGrant(event) {
   try {
     await api("PUT", `/v1/analysts/${$("grant-analyst").value}/grants/${encodeURIComponent(currentDataset().id)}`,
       { epsilon: Number($("grant-epsilon").value), delta: Number($("grant-delta").value) });
-    setOwnerMessage(`${name}'s budget on this dataset is now ε ${fmt(Number($("grant-epsilon").value))}, `
+    setOwnerMessage("grant-message", `${name}'s budget on this dataset is now ε ${fmt(Number($("grant-epsilon").value))}, `
       + `δ ${fmt(Number($("grant-delta").value))}.`, false);
     await loadOwner();
   } catch (error) {
-    setOwnerMessage(`Budget not changed: ${error.message}`, true);
+    setOwnerMessage("grant-message", `Budget not changed: ${error.message}`, true);
   }
 }
 
@@ -94,10 +94,10 @@ async function setCap(event) {
   try {
     const updated = await api("PATCH", `/v1/datasets/${encodeURIComponent(currentDataset().id)}`, body);
     Object.assign(currentDataset(), updated);
-    setOwnerMessage(`Saved: ${describeBudget(updated.cap, "global cap")}; replay ${updated.replay_enabled ? "on" : "off"}.`, false);
+    setOwnerMessage("cap-message", `Saved: ${describeBudget(updated.cap, "global cap")}; replay ${updated.replay_enabled ? "on" : "off"}.`, false);
     await showDataset();
   } catch (error) {
-    setOwnerMessage(`Cap not changed: ${error.message}`, true);
+    setOwnerMessage("cap-message", `Cap not changed: ${error.message}`, true);
   }
 }
 

@@ -132,17 +132,24 @@ function crosstabView(release, level) {
   const cell = new Map(release.rows.map((r) => [`${r.group[rowColumn]}\u0000${r.group[colColumn]}`, r]));
   const node = el("div", null, "crosstab-view");
   const holder = el("div");
+  const chart = el("div", null, "chart");
   let column = release.value_columns[0], mode = "cells";
   const render = () => holder.replaceChildren(...crosstab(release, level, { rowColumn, colColumn, rowKeys, colKeys, cell }, column, mode));
+  // Every cell as a row of its own, labelled in full: the row key, then the column key.
+  const draw = () => drawRows(chart, release.rows.map((r) => ({
+    label: `${r.group[rowColumn]} / ${r.group[colColumn]}`, ...r.values[column],
+  })), `${rowColumn} / ${colColumn}`, column, level);
   const controls = el("div", null, "row");
-  if (release.value_columns.length > 1) controls.append(picker("value to show", release.value_columns, (v) => { column = v; render(); }));
+  if (release.value_columns.length > 1) {
+    controls.append(picker("value to show", release.value_columns, (v) => { column = v; render(); draw(); }));
+  }
   const counts = release.mechanisms.filter((m) => m.statistic === "count").map((m) => m.column);
   if (counts.length) {
     controls.append(picker("show", ["cells", "row shares", "column shares"], (v) => { mode = v; render(); }, "crosstab-mode"));
   }
-  node.append(controls, holder);
+  node.append(controls, holder, chart);
   render();
-  return { node, draw: () => undefined };
+  return { node, draw };
 }
 
 // The sum of the noisy cells (negatives as 0) in these rows and columns.
