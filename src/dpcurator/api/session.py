@@ -7,6 +7,7 @@
     s.kmeans(["age", "income"], k=3, epsilon=1.0)                  # mining
     s.pca(...), s.naive_bayes(...), s.decision_tree(...)
     s.chi2(["sex", "smoker"], epsilon=0.5)                        # hypothesis tests
+    s.proportions_ztest(...), s.ttest(...), s.anova(...)
     s.pmw(["sex", "age"], epsilon=1.0, max_updates=20, threshold=50)   # interactive
 
 Every verb takes the same budget arguments, ``epsilon`` (with ``delta``) or ``rho``, converted
