@@ -193,6 +193,9 @@ def test_a_zcdp_budget_is_charged_rho_and_epsilon_delta_become_the_largest_rho()
     with _session(budget_filter=PrivacyFilter(ZCDP(2), ZCDPAccountant())) as s:
         result = s.chi2(["g", "h"], rho=0.25, simulations=9)
         assert s.spent() == ZCDP(Fraction(1, 4)) == result.cost
+        pure = s.chi2(["g", "h"], epsilon=0.5, simulations=9)  # ε-DP implies ε²/2-zCDP
+        assert pure.cost == PureDP(Fraction(1, 2))
+        assert s.spent() == ZCDP(Fraction(1, 4) + Fraction(1, 8))
         cost = resolve("v", s._filter, ZCDP_ONLY, epsilon=1.0, delta=1e-6, rho=None)
     epsilon, delta = Fraction(1), Fraction(1e-6)  # a float is the binary rational it holds
     assert cost.rho == largest_rho(epsilon, delta)
