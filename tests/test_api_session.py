@@ -157,6 +157,8 @@ def test_rho_without_delta_on_a_basic_approximate_budget_is_refused_free() -> No
     with _session(dpc.Budget(5.0, 1e-5), accounting="basic") as s:
         with pytest.raises(UnsupportedQueryError, match="give delta > 0"):
             s.chi2(["g", "h"], rho=0.1)
+        with pytest.raises(DPError, match="'workload'"):  # MST picks its own marginals
+            s.synthesize("mst", rho=1, delta=1e-6, workload=[["g", "h"]])
         assert s._filter.events() == ()
 
 
