@@ -19,6 +19,7 @@ from dpcurator.accounting.concentrated import largest_rho, zcdp_epsilon
 from dpcurator.accounting.events import ConcentratedEvent
 from dpcurator.api import Result, Session
 from dpcurator.api.budget import PURE, ZCDP_ONLY, resolve
+from dpcurator.api.means import RESOLUTION_BINS
 from dpcurator.core.measures import ZCDP, ApproxDP, Measure, PureDP
 from dpcurator.errors import DPError, UnsupportedQueryError
 from dpcurator.estimators import hypothesis
@@ -73,6 +74,9 @@ VERBS: dict[str, Callable[[Session], Result]] = {
     "proportions_ztest": lambda s: s.proportions_ztest(
         "y", "g", groups=["a", "b"], epsilon=1.0, simulations=49
     ),
+    "ttest": lambda s: s.ttest("x", mean=5.0, epsilon=1.0, simulations=49),
+    "ttest welch": lambda s: s.ttest("x", by="h", epsilon=1.0, simulations=49),
+    "anova": lambda s: s.anova("z", "g", epsilon=1.0, simulations=49),
     "synthesize mwem": lambda s: s.synthesize("mwem", columns=["g", "h"], epsilon=1.0),
     "pmw": lambda s: s.pmw(["g", "h"], epsilon=1.0, max_updates=2, threshold=20.0),
 }
@@ -153,6 +157,8 @@ def test_rho_without_delta_on_a_basic_approximate_budget_is_refused_free() -> No
     with _session(dpc.Budget(5.0, 1e-5), accounting="basic") as s:
         with pytest.raises(UnsupportedQueryError, match="give delta > 0"):
             s.chi2(["g", "h"], rho=0.1)
+        with pytest.raises(DPError, match="'workload'"):  # MST picks its own marginals
+            s.synthesize("mst", rho=1, delta=1e-6, workload=[["g", "h"]])
         assert s._filter.events() == ()
 
 
@@ -164,6 +170,14 @@ def test_refusals_of_the_algorithm_come_before_the_charge() -> None:
             s.proportions_ztest("y", "g", epsilon=1.0)  # g has three keys: name two
         with pytest.raises(DPError, match="'probabilities'"):
             s.chi2(["g"], probabilities=[1, 1], epsilon=1.0)
+        with pytest.raises(UnsupportedQueryError, match="'free'"):
+            s.ttest("free", mean=0.0, epsilon=1.0)
+        with pytest.raises(DPError, match="'mean'"):
+            s.ttest("x", mean=1.0, by="h", epsilon=1.0)  # one-sample or two groups, not both
+        with pytest.raises(DPError, match="'groups'"):
+            s.ttest("x", by="g", epsilon=1.0)  # g has three keys: name two
+        with pytest.raises(DPError, match="'groups'"):
+            s.anova("x", "g", groups=["a", "nope"], epsilon=1.0)
         assert s._filter.events() == ()
 
 
@@ -181,6 +195,9 @@ def test_a_zcdp_budget_is_charged_rho_and_epsilon_delta_become_the_largest_rho()
     with _session(budget_filter=PrivacyFilter(ZCDP(2), ZCDPAccountant())) as s:
         result = s.chi2(["g", "h"], rho=0.25, simulations=9)
         assert s.spent() == ZCDP(Fraction(1, 4)) == result.cost
+        pure = s.chi2(["g", "h"], epsilon=0.5, simulations=9)  # ε-DP implies ε²/2-zCDP
+        assert pure.cost == PureDP(Fraction(1, 2))
+        assert s.spent() == ZCDP(Fraction(1, 4) + Fraction(1, 8))
         cost = resolve("v", s._filter, ZCDP_ONLY, epsilon=1.0, delta=1e-6, rho=None)
     epsilon, delta = Fraction(1), Fraction(1e-6)  # a float is the binary rational it holds
     assert cost.rho == largest_rho(epsilon, delta)
@@ -223,6 +240,50 @@ def test_the_test_verbs_compute_what_the_array_tests_compute_on_the_same_rows(
         assert result.detail.released == expected.released
         assert result.cost == expected.cost
     assert array_results[0].p_value < 0.05  # power: h depends on g in these rows
+
+
+def _read_at_resolution(values: pd.Series, lower: float, upper: float) -> np.ndarray:
+    """The values as the mean-test verbs read them: clamped, NaN at the midpoint, each at the
+    midpoint of its bin among RESOLUTION_BINS equal bins of [lower, upper]."""
+    bins = RESOLUTION_BINS
+    clamped = np.clip(values.fillna((lower + upper) / 2).to_numpy(), lower, upper)
+    index = np.minimum(np.floor((clamped - lower) / (upper - lower) * bins), bins - 1)
+    return lower + (index + 0.5) * (upper - lower) / bins
+
+
+@pytest.mark.parametrize("budget", ["epsilon", "rho"])
+def test_the_mean_test_verbs_compute_what_the_array_tests_compute_at_their_resolution(
+    budget: str,
+) -> None:
+    """An oracle: the array tests on the values at the verbs' resolution give the same statistic
+    and p-value (same seed); the resolution moves the mean by far less than its noise."""
+    frame = _table()
+    x = _read_at_resolution(frame.x, 0.0, 10.0)
+    z = _read_at_resolution(frame.z, -5.0, 5.0)
+    common: dict[str, Any] = {"simulations": 99, budget: 0.5}
+    expected = [
+        hypothesis.one_sample_t_test(x, mean=5.0, lower=0, upper=10, rng=SeededRng(8), **common),
+        hypothesis.welch_t_test(
+            x[frame.h == "u"], x[frame.h == "v"], lower=0, upper=10, rng=SeededRng(8), **common
+        ),
+        hypothesis.one_way_anova(
+            *(z[frame.g == key] for key in G), lower=-5, upper=5, rng=SeededRng(8), **common
+        ),
+    ]
+    verbs: list[Callable[[Session], Result]] = [
+        lambda s: s.ttest("x", mean=5.0, simulations=99, **{budget: 0.5}),
+        lambda s: s.ttest("x", by="h", simulations=99, **{budget: 0.5}),
+        lambda s: s.anova("z", "g", simulations=99, **{budget: 0.5}),
+    ]
+    for verb, oracle in zip(verbs, expected, strict=True):
+        zcdp = PrivacyFilter(ZCDP(5), ZCDPAccountant())
+        opened = _session(seed=8) if budget == "epsilon" else _session(budget_filter=zcdp, seed=8)
+        with opened as s:
+            result = verb(s)
+        assert result.values["statistic"] == pytest.approx(oracle.statistic, rel=1e-9)
+        assert result.values["p_value"] == oracle.p_value
+        assert result.cost == oracle.cost
+    assert abs(x.mean() - frame.x.mean()) < 10 / RESOLUTION_BINS
 
 
 def test_the_sql_and_fit_releases_have_the_common_shape() -> None:

@@ -98,8 +98,9 @@ def _mining(name: str) -> Kind:
 
 def _verb(name: str, budget: str) -> Kind:
     """A Session verb that is a release kind of its own (dpcurator.api): a hypothesis test on the
-    session's table (the engine's counts of public cells, bounded per person by the metadata,
-    then the test's own noise), at ε or at ρ (a ρ budget)."""
+    session's table (the engine's counts of public cells, or for the mean tests its histogram of
+    the column on fine public bins, bounded per person by the metadata, then the test's own
+    noise), at ε or at ρ (a ρ budget)."""
     amount: dict[str, Any] = {budget: 0.5}
 
     def release(session: dpc.Session, rng: SeededRng) -> object:
@@ -107,6 +108,12 @@ def _verb(name: str, budget: str) -> Kind:
             return session.chi2(["g", "h"], simulations=9, **amount)
         if name == "chi2 goodness of fit":
             return session.chi2(["g"], probabilities=[1, 1, 1, 1], simulations=9, **amount)
+        if name == "ttest":
+            return session.ttest("x", mean=5.0, simulations=9, **amount)
+        if name == "ttest welch":
+            return session.ttest("x", by="g", groups=["a", "b"], simulations=9, **amount)
+        if name == "anova":
+            return session.anova("x", "g", simulations=9, **amount)
         return session.proportions_ztest("y", "g", groups=["a", "b"], simulations=9, **amount)
 
     return Kind(f"session: {name} [{budget}]", release, budget=budget)
@@ -225,7 +232,9 @@ KINDS: dict[str, Kind] = {
         _synth("independent"),
         _synth("mwem"),
         Kind("pmw", _pmw),
-        *(_verb(name, budget) for name in ("chi2", "chi2 goodness of fit", "proportions_ztest")
+        *(_verb(name, budget)
+          for name in ("chi2", "chi2 goodness of fit", "proportions_ztest", "ttest",
+                       "ttest welch", "anova")
           for budget in ("epsilon", "rho")),
         _sparse(numeric=False),
         _sparse(numeric=True),

@@ -61,9 +61,11 @@ def synthetic(
 ) -> SyntheticData:
     """Run synthesizer ``method`` at the resolved cost (its own free refusals first)."""
     if method == "mst":
-        if options.get("workload") is not None:
-            raise fail("Session.synthesize", "workload", "None for MST (it picks its own)", "...")
-        options = {k: v for k, v in options.items() if k != "workload"}
+        workload = options.pop("workload")
+        if workload is not None:
+            raise fail(
+                "Session.synthesize", "workload", "left out for MST (it picks its own)", workload
+            )
         return mst(session, rho=cost.rho, **options)
     if method == "aim":
         return aim(session, rho=cost.rho, **options)

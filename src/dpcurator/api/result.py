@@ -22,7 +22,7 @@ from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.core.measures import Measure
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # values hold arrays: compare their fields, not releases
 class Result:
     """One release of a Session verb.
 

@@ -7,6 +7,7 @@
     s.kmeans(["age", "income"], k=3, epsilon=1.0)                  # mining
     s.pca(...), s.naive_bayes(...), s.decision_tree(...)
     s.chi2(["sex", "smoker"], epsilon=0.5)                        # hypothesis tests
+    s.proportions_ztest(...), s.ttest(...), s.anova(...)
     s.pmw(["sex", "age"], epsilon=1.0, max_updates=20, threshold=50)   # interactive
 
 Every verb takes the same budget arguments, ``epsilon`` (with ``delta``) or ``rho``, converted
@@ -30,7 +31,7 @@ from typing import TypeVar
 
 from dpcurator._validation import fail
 from dpcurator.accounting.events import PrivacyEvent
-from dpcurator.api import kinds
+from dpcurator.api import kinds, means
 from dpcurator.api.budget import EITHER, PURE, ZCDP_ONLY, Charging, Cost, resolve
 from dpcurator.api.result import Result
 from dpcurator.interactive.pmw import PrivateMultiplicativeWeights
@@ -210,6 +211,59 @@ class Session(QuerySession):
             lambda session, cost: kinds.two_proportions(
                 session, cost, outcome, by, groups, alternative, simulations
             ),
+        )
+        return kinds.hypothesis_result(result, events)
+
+    def ttest(
+        self,
+        column: str,
+        *,
+        mean: float | None = None,
+        by: str | None = None,
+        groups: Sequence[object] | None = None,
+        alternative: str = "two-sided",
+        epsilon: float | None = None,
+        delta: float | None = None,
+        rho: float | None = None,
+        simulations: int = 999,
+    ) -> Result:
+        """A t-test of a numeric column with public bounds: one-sample of H0: mean = ``mean``,
+        or with ``by`` (public keys) Welch's two-sample test of the two ``groups`` (default: its
+        two keys). ε-DP or ρ-zCDP; ``values["estimate"]``: the noisy mean or difference."""
+        result, events = self._charged(
+            "Session.ttest",
+            EITHER,
+            (epsilon, delta, rho),
+            lambda session, cost: means.t_test(
+                session,
+                cost,
+                column,
+                mean,
+                None if by is None else (by, groups),
+                alternative,
+                simulations,
+            ),
+        )
+        return kinds.hypothesis_result(result, events)
+
+    def anova(
+        self,
+        column: str,
+        by: str,
+        *,
+        groups: Sequence[object] | None = None,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        rho: float | None = None,
+        simulations: int = 999,
+    ) -> Result:
+        """One-way ANOVA: equal means of ``column`` (numeric, public bounds) in the ``groups``
+        of ``by`` (default: all its public keys)? ε-DP or ρ-zCDP."""
+        result, events = self._charged(
+            "Session.anova",
+            EITHER,
+            (epsilon, delta, rho),
+            lambda session, cost: means.anova(session, cost, column, (by, groups), simulations),
         )
         return kinds.hypothesis_result(result, events)
 
