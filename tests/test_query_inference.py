@@ -60,4 +60,7 @@ def test_descriptions_are_public_on_neighbouring_tables() -> None:
 
 def test_a_fit_table_says_its_interval_covers_noise_and_sampling() -> None:
     table = _session().sql("SELECT REGRESS(income, age, hours) FROM people", epsilon=1, delta=1e-6)
-    assert _described(table) == {"coefficient": ("noise+sampling", True)}
+    assert _described(table) == {
+        "coefficient": ("noise+sampling", True),
+        "p_value": (None, False),  # the Wald test of H0: coefficient = 0 (no interval)
+    }

@@ -101,10 +101,13 @@ def test_type_one_error_and_power_over_n_and_epsilon(model: str) -> None:
     one-sided binomial test at the suite's ALPHA); power > 0.3 at the alternative at n = 10^4."""
     run, reps, slope = MODELS[model]
     gen = np.random.default_rng(9)
+    total = 0
     for n in (100, 10_000):
         for eps in (0.1, 1.0):
             hits = sum(run(n, eps, 0.0, gen, 100 + i) <= LEVEL for i in range(reps))
             assert rate_at_most(hits, reps, LEVEL + TOLERANCE), (n, eps, hits)
+            total += hits
+    assert rate_at_most(total, 4 * reps, LEVEL + TOLERANCE), total  # pooled: more power
     for eps in (0.1, 1.0):
         power = sum(run(10_000, eps, slope, gen, 500 + i) <= LEVEL for i in range(reps))
         assert rate_above(power, reps, 0.3), (eps, power)

@@ -22,14 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Any
 
 from dpcurator._validation import fail
-from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.errors import UnsupportedQueryError
 from dpcurator.estimators.hypothesis.core import HypothesisTestResult
 from dpcurator.estimators.hypothesis.moments import WEIGHTS
-from dpcurator.query import ir
+from dpcurator.query.fit.core import FitSession
 from dpcurator.query.frontend.hypothesis import parse_test_sql
 from dpcurator.query.hypothesis.plan import FUNCTION, TestPlan, plan_test
 from dpcurator.query.plan.clipping import refuse_clipping
@@ -38,7 +37,7 @@ from dpcurator.query.release.core import Release
 from dpcurator.query.release.estimate import CostEstimate, MechanismUse, ValueColumn
 from dpcurator.query.release.estimate import Estimate as Value
 from dpcurator.query.schema import Metadata
-from dpcurator.random import Rng, default_rng
+from dpcurator.random import default_rng
 
 #: The group column and the value column of a test's table.
 FIGURE, VALUE = "figure", "value"
@@ -120,17 +119,6 @@ def _mechanisms(plan: TestPlan, noise: Mapping[str, float]) -> tuple[MechanismUs
     return tuple(uses)
 
 
-class TestSession(Protocol):
-    """What a test needs of the session it runs on (the session calls the tests, so they take
-    it through this protocol rather than importing it)."""
-
-    @property
-    def rng(self) -> Rng | None: ...
-    def compute_exact(
-        self, plans: Sequence[ir.AggregatePlan], event: PrivacyEvent, *, description: str
-    ) -> list[ir.ExactResult]: ...
-
-
 def plan_test_sql(
     query: object,
     metadata: Metadata,
@@ -160,9 +148,10 @@ def plan_test_sql(
     return plan_test(metadata, request, epsilon=epsilon)
 
 
-def release_test(session: TestSession, plan: TestPlan, alpha: float) -> TestRelease:
+def release_test(session: FitSession, plan: TestPlan, alpha: float) -> TestRelease:
     """Charge the plan's ε through the session's filter, let the engine compute the exact
-    statistics, then add the noise and test (total after the charge)."""
+    statistics, then add the noise and test (total after the charge). The session comes through
+    the fits' protocol (metadata, rng, ``compute_exact``), not by importing it."""
     rng = session.rng or default_rng()
     (result,) = session.compute_exact([plan.exact], plan.event, description=plan.describe())
     return after_charge(lambda: tabulate_test(plan, plan.finish(result, rng), alpha))
