@@ -219,6 +219,10 @@ def test_composed_events_add_and_round_trip() -> None:
     )
     rdp = RDPAccountant().total([event], Fraction(1, 10**6))
     assert rdp == RDPAccountant().total(list(parts), Fraction(1, 10**6))
+    gaussians = ComposedEvent(parts[:2])
+    pld = PLDAccountant().total([gaussians], Fraction(1, 10**6))
+    apart = PLDAccountant().total(list(parts[:2]), Fraction(1, 10**6))
+    assert float(pld.epsilon) == pytest.approx(float(apart.epsilon), rel=1e-9)
 
 
 @pytest.mark.slow

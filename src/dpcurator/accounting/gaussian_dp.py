@@ -89,7 +89,7 @@ from dpcurator.accounting.events import (
 from dpcurator.accounting.filter import Reservation
 from dpcurator.core.display import amount_text
 from dpcurator.core.measures import ApproxDP, Measure, readable
-from dpcurator.core.numbers import fraction_down, fraction_up, to_fraction
+from dpcurator.core.numbers import float_up, fraction_down, fraction_up, to_fraction
 from dpcurator.errors import BudgetExceededError, ParameterError
 
 #: τ of the continuous-Gaussian approximation of the discrete Gaussian (module docstring).
@@ -242,7 +242,7 @@ class GaussianDPFilter:
         self.budget: ApproxDP = measure
         self.event_delta = measure.delta * to_fraction(event_delta_share)
         self.conversion_delta = measure.delta - self.event_delta
-        self.exp_epsilon = fraction_up(math.exp(float(measure.epsilon)))
+        self.exp_epsilon = fraction_up(math.exp(float_up(measure.epsilon)))
         self.limits = GaussianCharge(
             largest_mu_squared(measure.epsilon, self.conversion_delta),
             self.event_delta / (1 + self.exp_epsilon),
