@@ -227,11 +227,11 @@ class GaussianDPFilter:
     ) -> None:
         owner = "GaussianDPFilter"
         measure = budget.as_measure() if isinstance(budget, Budget) else budget
-        if not (isinstance(measure, ApproxDP) and measure.delta > 0 and measure.epsilon > 0):
+        if not (isinstance(measure, ApproxDP) and measure.delta > 0 and 0 < measure.epsilon <= 500):
             raise fail(
                 owner,
                 "budget",
-                "an (ε, δ) budget with ε > 0 and δ > 0",
+                "an (ε, δ) budget with 0 < ε <= 500 and δ > 0",
                 measure,
                 "Gaussian-DP accounting converts to (ε, δ) at the end; a pure ε budget uses "
                 "basic composition and a ρ budget zCDP.",
