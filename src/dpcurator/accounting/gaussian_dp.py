@@ -232,7 +232,7 @@ class GaussianDPFilter:
                 owner,
                 "budget",
                 "an (ε, δ) budget with 0 < ε <= 500 and δ > 0",
-                measure,
+                budget,
                 "Gaussian-DP accounting converts to (ε, δ) at the end; a pure ε budget uses "
                 "basic composition and a ρ budget zCDP.",
             )
