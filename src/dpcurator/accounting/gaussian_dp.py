@@ -229,7 +229,7 @@ class GaussianDPFilter:
         measure = budget.as_measure() if isinstance(budget, Budget) else budget
         if not (isinstance(measure, ApproxDP) and measure.delta > 0 and 0 < measure.epsilon <= 500):
             raise fail(
-                owner,
+                "Gaussian-DP accounting (accounting='gaussian')",
                 "budget",
                 "an (ε, δ) budget with 0 < ε <= 500 and δ > 0",
                 budget,
