@@ -219,6 +219,10 @@ def test_composed_events_add_and_round_trip() -> None:
     )
     rdp = RDPAccountant().total([event], Fraction(1, 10**6))
     assert rdp == RDPAccountant().total(list(parts), Fraction(1, 10**6))
+    gaussians = ComposedEvent(parts[:2])
+    pld = PLDAccountant().total([gaussians], Fraction(1, 10**6))
+    apart = PLDAccountant().total(list(parts[:2]), Fraction(1, 10**6))
+    assert float(pld.epsilon) == pytest.approx(float(apart.epsilon), rel=1e-9)
 
 
 @pytest.mark.slow
@@ -236,11 +240,14 @@ def test_session_gaussian_accounting_answers_more_rho_queries() -> None:
         n = 0
         while True:
             try:
-                session.sql("SELECT COUNT(*) AS n FROM people", rho=Fraction(1, 1000))
+                release = session.sql("SELECT COUNT(*) AS n FROM people", rho=Fraction(1, 1000))
             except BudgetExceededError:
                 break
             n += 1
         counts[accounting] = n
+        charged = session._filter.events()[-1]  # type: ignore[attr-defined]
+        assert release.events == (charged,)
+        assert isinstance(charged, ComposedEvent) == (accounting == "gaussian")
     assert counts["gaussian"] >= 1.2 * counts["concentrated"]
     session = dpc.Session.from_data(
         dpc.demo_path("people.csv"), metadata=meta, budget=BUDGET, accounting="gaussian"

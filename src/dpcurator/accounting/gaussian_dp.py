@@ -89,7 +89,7 @@ from dpcurator.accounting.events import (
 from dpcurator.accounting.filter import Reservation
 from dpcurator.core.display import amount_text
 from dpcurator.core.measures import ApproxDP, Measure, readable
-from dpcurator.core.numbers import fraction_down, fraction_up, to_fraction
+from dpcurator.core.numbers import float_up, fraction_down, fraction_up, to_fraction
 from dpcurator.errors import BudgetExceededError, ParameterError
 
 #: τ of the continuous-Gaussian approximation of the discrete Gaussian (module docstring).
@@ -227,12 +227,12 @@ class GaussianDPFilter:
     ) -> None:
         owner = "GaussianDPFilter"
         measure = budget.as_measure() if isinstance(budget, Budget) else budget
-        if not (isinstance(measure, ApproxDP) and measure.delta > 0 and measure.epsilon > 0):
+        if not (isinstance(measure, ApproxDP) and measure.delta > 0 and 0 < measure.epsilon <= 500):
             raise fail(
-                owner,
+                "Gaussian-DP accounting (accounting='gaussian')",
                 "budget",
-                "an (ε, δ) budget with ε > 0 and δ > 0",
-                measure,
+                "an (ε, δ) budget with 0 < ε <= 500 and δ > 0",
+                budget,
                 "Gaussian-DP accounting converts to (ε, δ) at the end; a pure ε budget uses "
                 "basic composition and a ρ budget zCDP.",
             )
@@ -242,7 +242,7 @@ class GaussianDPFilter:
         self.budget: ApproxDP = measure
         self.event_delta = measure.delta * to_fraction(event_delta_share)
         self.conversion_delta = measure.delta - self.event_delta
-        self.exp_epsilon = fraction_up(math.exp(float(measure.epsilon)))
+        self.exp_epsilon = fraction_up(math.exp(float_up(measure.epsilon)))
         self.limits = GaussianCharge(
             largest_mu_squared(measure.epsilon, self.conversion_delta),
             self.event_delta / (1 + self.exp_epsilon),

@@ -214,7 +214,10 @@ class PrivacyUnit:
         r²·Π_j (1 − 1/n_j), both give r²·(2·Π_j (1 − 1/n_j) − 2·k(x, y)), and k(x, y) depends
         only on the set D of columns where x and y differ: Π_{j ∈ D} (−1/n_j)·Π_{j ∉ D}
         (1 − 1/n_j). The bound is the largest over the 2^|S| sets D (every D is realised, as
-        n_j >= 2); with |S| >= 1 a single-column D makes k < 0, so both sides beat one."""
+        n_j >= 2); with |S| >= 1 a single-column D makes k < 0, so both sides beat one. Rows of
+        one person spread over several cells (r > 1 without a person column) move it no more:
+        |k(x, y)| <= k(x, x) (Cauchy–Schwarz; the diagonal is constant), so r rows add at most
+        r²·Π_j (1 − 1/n_j) per side and their cross terms at most −2r²·min_D k."""
         cells = math.prod(sizes)
         if self.groups_touched(cells) > 1:
             return Fraction(self.count_l2_squared(cells))

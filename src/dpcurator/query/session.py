@@ -329,8 +329,8 @@ class Session:
             rho=rho,
             clipping=clipping,
         )
-        event = check_accounting(self._filter, plan, plan_event(plan), accuracy is not None)
-        reservation = self._filter.reserve(event, description=_describe(query))
+        plan = check_accounting(self._filter, plan, accuracy is not None)
+        reservation = self._filter.reserve(plan_event(plan), description=_describe(query))
         reservation.commit()
         return after_charge(
             lambda: release_plan(

@@ -13,10 +13,11 @@ clipping, δ, selection weight, metadata) in the session's
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from dpcurator._validation import check_probability, fail
 from dpcurator.accounting import BudgetFilter, GaussianDPFilter, PrivacyFilter
-from dpcurator.accounting.events import ComposedEvent, GaussianEvent, PrivacyEvent
+from dpcurator.accounting.events import ComposedEvent, GaussianEvent
 from dpcurator.accounting.gaussian_dp import gaussian_dp_charge
 from dpcurator.core.measures import ZCDP
 from dpcurator.errors import UnsupportedQueryError
@@ -27,7 +28,7 @@ from dpcurator.query.frontend.sql import parse_sql
 from dpcurator.query.plan.accuracy import basic_budget_refusal, check_targets, plan_for_accuracy
 from dpcurator.query.plan.clipping import plan_clipped, refuse_clipping
 from dpcurator.query.plan.noise import check_noise
-from dpcurator.query.plan.planner import Plan
+from dpcurator.query.plan.planner import Plan, plan_event
 from dpcurator.query.privacy_unit import l2_of_squared
 from dpcurator.query.schema import Metadata
 
@@ -96,14 +97,13 @@ def request_alpha(alpha: float | None, default: float) -> float:
     return float(check_probability("Session", "alpha", alpha, open_low=True, open_high=True))
 
 
-def check_accounting(
-    budget_filter: BudgetFilter, plan: Plan, event: PrivacyEvent, accuracy_first: bool
-) -> PrivacyEvent:
-    """The event to charge for ``plan`` (``event``, its own), refusing before the charge a plan
-    the filter cannot charge: a ρ (Gaussian noise at δ = 0) when the session composes an ε or
-    (ε, δ) budget by basic composition; under Gaussian-DP accounting, a plan whose noise it
-    does not know. A Gaussian-DP filter is given the plan's Gaussian statistics themselves
+def check_accounting(budget_filter: BudgetFilter, plan: Plan, accuracy_first: bool) -> Plan:
+    """The plan to charge and release, refusing before the charge one the filter cannot
+    charge: a ρ (Gaussian noise at δ = 0) when the session composes an ε or (ε, δ) budget by
+    basic composition; under Gaussian-DP accounting, a plan whose noise it does not know. For a
+    Gaussian-DP filter the plan's event becomes its Gaussian statistics themselves
     (:func:`gaussian_statistics_event`), when that is all the plan releases."""
+    event = plan_event(plan)
     basic = isinstance(budget_filter, PrivacyFilter) and not isinstance(budget_filter.budget, ZCDP)
     if basic and event.approx_cost() is None and accuracy_first:
         raise UnsupportedQueryError(basic_budget_refusal(plan.cost))
@@ -115,7 +115,8 @@ def check_accounting(
     if isinstance(budget_filter, GaussianDPFilter):
         event = gaussian_statistics_event(plan) or event
         gaussian_dp_charge(event)  # a free refusal (ParameterError) if it cannot be charged
-    return event
+        plan = replace(plan, event=event)
+    return plan
 
 
 def gaussian_statistics_event(plan: Plan) -> ComposedEvent | None:
