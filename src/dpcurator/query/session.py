@@ -86,14 +86,12 @@ class Session:
         budget: a total budget (a new in-memory filter: see ``accounting``): ε, (ε, δ), or a
             :class:`~dpcurator.core.measures.ZCDP` ρ (composed in zCDP).
         budget_filter: any :class:`~dpcurator.accounting.BudgetFilter` instead (e.g. a ledger).
-        accounting: ``"basic"`` (a :class:`~dpcurator.accounting.PrivacyFilter`, basic
-            composition) or ``"concentrated"`` (a :class:`~dpcurator.accounting.ConcentratedFilter`
-            on a budget with δ > 0 or a ρ: many queries, and Gaussian ones, cost far less; it
-            admits every sequence basic composition admits), or ``"gaussian"`` (a
-            :class:`~dpcurator.accounting.GaussianDPFilter`, δ > 0: exact Gaussian DP for
-            ``rho`` queries with only Gaussian statistics). Default (None): concentrated for
-            an (ε, δ) budget with δ > 0, basic otherwise (a pure ε budget; a ρ budget composes
-            in zCDP).
+        accounting: ``"basic"`` (:class:`~dpcurator.accounting.PrivacyFilter`), ``"concentrated"``
+            (:class:`~dpcurator.accounting.ConcentratedFilter`, δ > 0 or a ρ: many and Gaussian
+            queries cost far less; it admits all basic composition admits) or ``"gaussian"``
+            (:class:`~dpcurator.accounting.GaussianDPFilter`, δ > 0: exact Gaussian DP for
+            Gaussian-only ``rho`` queries). Default (None): concentrated for δ > 0, else basic
+            (a ρ budget composes in zCDP).
         alpha: default level of the released (1-α) confidence intervals.
         rng: the randomness source (default: the process-wide SecureRng; tests pass SeededRng).
         plan_cache: a plan cache to share between sessions (default: a new one for this session).
