@@ -53,23 +53,26 @@ def timed(run: Callable[[], object], repeats: int) -> tuple[float, float]:
     return statistics.median(times), min(times)
 
 
-def library(master: str) -> dict[str, Callable[[], object]]:
-    """A release per query through a Session of this process on the cluster."""
+def library(master: str) -> tuple[dict[str, Callable[[], object]], Callable[[], None]]:
+    """A release per query through a Session of this process on the cluster, and the stop of
+    its SparkSession (its executors must end before the cluster)."""
     from pyspark.sql import SparkSession  # noqa: PLC0415 (optional dependency)
 
     builder = SparkSession.builder.master(master).appName("dpcurator-benchmark-library")
     for key, value in APP_CONF.items():
         builder = builder.config(key, value)
-    builder.getOrCreate().sparkContext.setLogLevel("ERROR")
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
     session = dpc.Session.from_data(
         str(dpc.demo_path("people.csv")),
         metadata=dpc.Metadata.from_yaml(dpc.demo_path("people.yaml")),
         engine="spark",
         budget=dpc.Budget(epsilon=1_000.0),
     )
-    return {
+    releases = {
         name: (lambda sql=sql: session.sql(sql, epsilon=EPSILON)) for name, sql in QUERIES.items()
     }
+    return releases, spark.stop
 
 
 def start_service(cluster: SparkCluster, root: Path) -> tuple[subprocess.Popen[str], httpx.Client]:
@@ -102,8 +105,9 @@ def main() -> None:
         root = Path(directory)
         cluster = start_cluster(root / "cluster", connect=False)
         process = None
+        stop_library: Callable[[], None] = lambda: None  # noqa: E731
         try:
-            releases = library(cluster.master_url)
+            releases, stop_library = library(cluster.master_url)
             process, client = start_service(cluster, root)
 
             def through_service(sql: str) -> object:
@@ -125,6 +129,7 @@ def main() -> None:
                 )
             client.close()
         finally:
+            stop_library()
             if process is not None:
                 process.terminate()
                 process.wait(timeout=60)

@@ -117,9 +117,18 @@ def test_settings_travel_to_workers_as_json() -> None:
     ],
 )
 def test_serve_checks_its_spark_options(
-    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+    argv: list[str],
+    expected: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
-    assert main(["serve", "--port", "1", *argv]) == 1
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("serve started despite bad options")
+
+    monkeypatch.setattr("dpcurator.service.server.serve", never)
+    ledger = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+    assert main(["serve", "--port", "1", "--ledger", ledger, *argv]) == 1
     assert expected in capsys.readouterr().err
 
 

@@ -131,7 +131,6 @@ def _uri(path: str, roots: tuple[str, ...], refused: ParameterError) -> str:
     segments = parts.path.split("/")[1:]
     clean = (
         parts.scheme
-        and parts.netloc is not None
         and not parts.query
         and not parts.fragment
         and "\\" not in path
