@@ -92,6 +92,16 @@ from dpcurator.accounting import PureEvent
 from dpcurator.core.numbers import to_fraction
 from dpcurator.errors import BudgetExceededError
 from dpcurator.interactive.linear import Weights, counting_query, linear_query
+from dpcurator.interactive.pmw_updates import (
+    MarginalMeasurement,
+    Measurement,
+    QueryMeasurement,
+    marginal_cell,
+    pack,
+    project,
+    step,
+    unpack,
+)
 from dpcurator.mechanisms import AboveThreshold, Laplace
 from dpcurator.mechanisms.sparse_vector import AboveThresholdRun
 from dpcurator.query.plan.limits import MAX_PUBLIC_GROUPS
@@ -102,6 +112,13 @@ from dpcurator.synth.domain import DEFAULT_MAX_BINS, SynthDomain
 from dpcurator.synth.measure import exact_marginals
 
 _OWNER = "PrivateMultiplicativeWeights"
+
+#: The marginal arrays of :func:`~dpcurator.interactive.pmw_updates.pack`, empty.
+_NO_MARGINALS = {
+    "axes": np.zeros(0, dtype=np.int64),
+    "axis_counts": np.zeros(0, dtype=np.int64),
+    "noisy": np.zeros(0),
+}
 
 #: Where an answer came from: a noisy measurement (an update round) or the synthetic distribution.
 SOURCES = ("update", "synthetic")
@@ -130,9 +147,14 @@ class PrivateMultiplicativeWeights:
         columns: the columns of the domain (default: all but the person column); each needs
             public keys or public bounds (binned into ``max_bins``).
         epsilon: the total ε, charged once at construction.
-        max_updates: ``c``, the number of updates (sparse vector rounds) the budget pays for.
+        max_updates: ``c``, the number of updates (sparse vector rounds) the budget pays for
+            (default ``d(d-1)`` for ``d`` columns: two per pair of columns).
         threshold: ``T``, in the units of the answers (rows): a query whose synthetic answer
-            is off by clearly less than ``T`` is answered from the synthetic distribution.
+            is off by clearly less than ``T`` is answered from the synthetic distribution
+            (default: ``b·ln(2k/c)``, at least ``b``, with ``b`` the sparse vector's
+            query-noise scale and ``k`` = ``queries``: noise alone then sets off about c/4
+            updates over k well-answered queries).
+        queries: ``k``, how many queries are expected (public; used only for the default T).
         prior_fraction: the share of ε spent on the noisy one-way marginals (the starting
             distribution and the noisy row count).
         svt_fraction: the share of each round's ε spent on the sparse vector test (the rest on
@@ -140,6 +162,9 @@ class PrivateMultiplicativeWeights:
         max_cells: the largest domain accepted (refused before any charge above it).
         passes: sweeps of multiplicative-weights steps over every measured update after each
             update (1: HR10's single step; more: MWEM's replay, post-processing, free).
+        max_marginal_cells: an update on a query that counts one cell of a marginal with at
+            most this many cells measures the whole marginal at the same ε
+            (:mod:`~dpcurator.interactive.pmw_updates`); 0 measures the query alone.
 
     Raises (all before the charge, free): ParameterError for a bad parameter or column,
     UnsupportedQueryError for a column without a public domain or a domain over ``max_cells``.
@@ -151,13 +176,15 @@ class PrivateMultiplicativeWeights:
         columns: Sequence[str] | None = None,
         *,
         epsilon: object,
-        max_updates: int,
-        threshold: object,
+        max_updates: int | None = None,
+        threshold: object = None,
+        queries: int = 1000,
         prior_fraction: object = Fraction(1, 10),
-        svt_fraction: object = Fraction(1, 2),
+        svt_fraction: object = Fraction(3, 4),
         max_bins: int = DEFAULT_MAX_BINS,
         max_cells: int = MAX_PUBLIC_GROUPS,
         passes: int = 10,
+        max_marginal_cells: int = 1024,
     ) -> None:
         if not isinstance(session, Session):
             raise fail(_OWNER, "session", "a Session", session)
@@ -167,11 +194,13 @@ class PrivateMultiplicativeWeights:
             epsilon=epsilon,
             max_updates=max_updates,
             threshold=threshold,
+            queries=queries,
             prior_fraction=prior_fraction,
             svt_fraction=svt_fraction,
             max_bins=max_bins,
             max_cells=max_cells,
             passes=passes,
+            max_marginal_cells=max_marginal_cells,
         )
         self._rng = session.rng
         clique = self.domain.names
@@ -185,7 +214,7 @@ class PrivateMultiplicativeWeights:
         self._histogram = histogram.reshape(-1).astype(np.float64)
         self.noisy_size, self._distribution = self._start(histogram)
         self._run: AboveThresholdRun | None = None
-        self._measured: list[tuple[npt.NDArray[np.intp], Weights, float]] = []
+        self._measured: list[Measurement] = []
         self.updates_used = 0
 
     def _configure(
@@ -194,19 +223,20 @@ class PrivateMultiplicativeWeights:
         columns: Sequence[str] | None,
         *,
         epsilon: object,
-        max_updates: int,
+        max_updates: int | None,
         threshold: object,
+        queries: int,
         prior_fraction: object,
         svt_fraction: object,
         max_bins: int,
         max_cells: int,
         passes: int,
+        max_marginal_cells: int,
     ) -> None:
         """Check every public parameter and build every mechanism (a noise scale over 2^52 is
         refused here): before any charge, from public inputs only."""
         eps = to_fraction(check_positive(_OWNER, "epsilon", epsilon))
-        updates = check_int(_OWNER, "max_updates", max_updates, minimum=1)
-        self.threshold = float(check_positive(_OWNER, "threshold", threshold))
+        k = check_int(_OWNER, "queries", queries, minimum=1)
         self.prior_fraction = to_fraction(
             check_probability(
                 _OWNER, "prior_fraction", prior_fraction, open_low=True, open_high=True
@@ -218,10 +248,16 @@ class PrivateMultiplicativeWeights:
         self.max_bins = max_bins
         self.max_cells = check_int(_OWNER, "max_cells", max_cells, minimum=1)
         self.passes = check_int(_OWNER, "passes", passes, minimum=1)
+        self.max_marginal_cells = check_int(
+            _OWNER, "max_marginal_cells", max_marginal_cells, minimum=0
+        )
         self.domain = SynthDomain.from_metadata(metadata, columns, max_bins=max_bins)
         self.domain.check_marginal(self.domain.names, self.max_cells)
         self.cells = self.domain.cells(self.domain.names)
         self.sensitivity = metadata.unit.count_l1(self.cells)
+        d = len(self.domain.columns)  # default: two updates per pair of columns
+        chosen = max(d * (d - 1), 2) if max_updates is None else max_updates
+        updates = check_int(_OWNER, "max_updates", chosen, minimum=1)
         self.epsilon = eps
         self.max_updates = updates
         self.prior_epsilon = eps * self.prior_fraction
@@ -231,8 +267,14 @@ class PrivateMultiplicativeWeights:
         self._prior = Laplace.for_epsilon(
             self.prior_epsilon, self.sensitivity * len(self.domain.columns)
         )
+        self.threshold = (
+            _default_threshold(self.svt_epsilon, self.sensitivity, k, updates)
+            if threshold is None
+            else float(check_positive(_OWNER, "threshold", threshold))
+        )
         self._svt = AboveThreshold(self.svt_epsilon, self.sensitivity, self.threshold)
         self._update = Laplace.for_epsilon_floats(self.update_epsilon, self.sensitivity)
+        self._marginal = Laplace.for_epsilon(self.update_epsilon, self.sensitivity)
 
     # -- persistence (a service keeps the curator between requests) ------------------------------
 
@@ -249,6 +291,7 @@ class PrivateMultiplicativeWeights:
             "max_bins": self.max_bins,
             "max_cells": self.max_cells,
             "passes": self.passes,
+            "max_marginal_cells": self.max_marginal_cells,
         }
 
     def to_bytes(self) -> bytes:
@@ -261,17 +304,13 @@ class PrivateMultiplicativeWeights:
             # the open run's noisy threshold in grid units (a Python int, unbounded)
             "threshold_units": None if self._run is None else self._run._threshold,
         }
-        supports = [cells for cells, _, _ in self._measured]
         buffer = io.BytesIO()
         np.savez(
             buffer,
             header=np.array(json.dumps(header)),
             histogram=self._histogram,
             distribution=self._distribution,
-            cells=np.concatenate([np.zeros(0, dtype=np.intp), *supports]),
-            weights=np.concatenate([np.zeros(0), *(w for _, w, _ in self._measured)]),
-            lengths=np.array([s.size for s in supports], dtype=np.int64),
-            values=np.array([v for _, _, v in self._measured], dtype=np.float64),
+            **pack(self._measured),
         )
         return buffer.getvalue()
 
@@ -292,24 +331,27 @@ class PrivateMultiplicativeWeights:
             epsilon=Fraction(cast("str", parameters["epsilon"])),
             max_updates=cast("int", parameters["max_updates"]),
             threshold=parameters["threshold"],
+            queries=1,  # unused: the threshold is given
             prior_fraction=Fraction(cast("str", parameters["prior_fraction"])),
             svt_fraction=Fraction(cast("str", parameters["svt_fraction"])),
             max_bins=cast("int", parameters["max_bins"]),
             max_cells=cast("int", parameters["max_cells"]),
             passes=cast("int", parameters["passes"]),
+            # a mode saved before marginal updates existed measured queries alone
+            max_marginal_cells=cast("int", parameters.get("max_marginal_cells", 0)),
         )
         made._rng = rng or default_rng()
         with np.load(io.BytesIO(state), allow_pickle=False) as saved:
             header = json.loads(str(saved["header"]))
             made._histogram = saved["histogram"].astype(np.float64)
             made._distribution = saved["distribution"].astype(np.float64)
-            bounds = np.cumsum(saved["lengths"])[:-1]
-            cells = np.split(saved["cells"].astype(np.intp), bounds)
-            weights = np.split(saved["weights"].astype(np.float64), bounds)
-            values = [float(v) for v in saved["values"]]
+            if "marginal" in saved:
+                made._measured = unpack(saved, made._shape)
+            else:  # saved before marginal updates: every measurement is a single query
+                flags = np.zeros(saved["values"].size, dtype=bool)
+                made._measured = unpack({**saved, **_NO_MARGINALS, "marginal": flags}, made._shape)
         made.noisy_size = float(header["noisy_size"])
         made.updates_used = int(header["updates_used"])
-        made._measured = list(zip(cells, weights, values, strict=True)) if values else []
         units = header["threshold_units"]
         made._run = None if units is None else AboveThresholdRun(made._svt, made._rng, int(units))
         return made
@@ -425,23 +467,36 @@ class PrivateMultiplicativeWeights:
             return synthetic
         self._run = None
         self.updates_used += 1
-        noisy = float(self._update.release_floats([exact], self._rng)[0])
-        support = np.flatnonzero(weights)
-        self._measured.append((support, weights[support], noisy))
+        noisy, measured = self._measure(weights)
+        self._measured.append(measured)
         for _ in range(self.passes):
-            for cells, cell_weights, value in self._measured:
-                self._step(cells, cell_weights, value)
+            for each in self._measured:
+                step(self._distribution, self._shape, each, self.noisy_size)
         return noisy
 
-    def _step(self, cells: npt.NDArray[np.intp], weights: Weights, measured: float) -> None:
-        """One multiplicative-weights step towards the measured answer of the query with
-        ``weights`` on ``cells`` (zero elsewhere); only those cells are touched, then all are
-        renormalised."""
-        distribution = self._distribution
-        before = distribution[cells]
-        synthetic = self.noisy_size * float(weights @ before)
-        step = min(max((measured - synthetic) / (2 * self.noisy_size), -1.0), 1.0)
-        after = before * np.exp(step * weights)
-        total = 1.0 + float(after.sum()) - float(before.sum())
-        distribution[cells] = after
-        distribution /= total
+    @property
+    def _shape(self) -> tuple[int, ...]:
+        return self.domain.shape(self.domain.names)
+
+    def _measure(self, weights: Weights) -> tuple[float, Measurement]:
+        """The noisy answer of an update and what it measured: the query's whole marginal when
+        it counts one cell of a small one (public: from the query), else the query alone."""
+        found = marginal_cell(weights, self._shape, self.max_marginal_cells)
+        if found is None:
+            noisy = float(self._update.release_floats([float(weights @ self._histogram)], self._rng)[0])
+            support = np.flatnonzero(weights)
+            return noisy, QueryMeasurement(support, weights[support], noisy)
+        axes, cell = found
+        exact = project(self._histogram, self._shape, axes).round().astype(np.int64)
+        released = self._marginal.release_integers(exact.reshape(-1), self._rng)
+        noisy_marginal = released.astype(np.float64).reshape(exact.shape)
+        return float(released[cell]), MarginalMeasurement(axes, noisy_marginal)
+
+
+def _default_threshold(epsilon: Fraction, sensitivity: int, queries: int, updates: int) -> float:
+    """``T = b ln(2k/c)`` (at least ``b``), ``b`` the sparse vector's query-noise scale: on
+    ``k`` queries the synthetic distribution answers well, noise alone then sets off about
+    ``(k/2) exp(-T/b) = c/4`` updates, a quarter of the ``c`` paid for. Public inputs only."""
+    probe = AboveThreshold(epsilon, sensitivity, 0)
+    scale = math.ldexp(float(probe.query_scale), probe.grid)
+    return scale * max(math.log(2 * queries / updates), 1.0)
