@@ -110,7 +110,7 @@ def main() -> None:
         del pmw_kinds["PMW before (c=60, T=1500)"]
     rows: dict[str, list[np.ndarray]] = {name: [] for name in pmw_kinds}
     rows.update({"independent Laplace": [], "MWEM": []})
-    seconds = {name: 0.0 for name in pmw_kinds}
+    seconds = dict.fromkeys(pmw_kinds, 0.0)
     answered: dict[str, list[int]] = {name: [] for name in pmw_kinds}
     for run in range(args.runs):
         queries = workload(frame, metadata, args.queries, seed=run)

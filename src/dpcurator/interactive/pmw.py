@@ -483,7 +483,9 @@ class PrivateMultiplicativeWeights:
         it counts one cell of a small one (public: from the query), else the query alone."""
         found = marginal_cell(weights, self._shape, self.max_marginal_cells)
         if found is None:
-            noisy = float(self._update.release_floats([float(weights @ self._histogram)], self._rng)[0])
+            noisy = float(
+                self._update.release_floats([float(weights @ self._histogram)], self._rng)[0]
+            )
             support = np.flatnonzero(weights)
             return noisy, QueryMeasurement(support, weights[support], noisy)
         axes, cell = found

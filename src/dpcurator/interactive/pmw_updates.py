@@ -83,9 +83,7 @@ def project(distribution: Array, shape: tuple[int, ...], axes: tuple[int, ...]) 
     return distribution.reshape(shape).sum(axis=others)
 
 
-def step(
-    distribution: Array, shape: tuple[int, ...], measured: Measurement, size: float
-) -> None:
+def step(distribution: Array, shape: tuple[int, ...], measured: Measurement, size: float) -> None:
     """One multiplicative-weights step of the (flat) ``distribution`` towards ``measured``, in
     place, renormalised; ``size`` is the noisy row count ``n``."""
     if isinstance(measured, QueryMeasurement):
