@@ -25,7 +25,19 @@ the exact histogram:
    ``p_i <- p_i * exp(w_i * s) / Z`` with ``s = clip((y - a) / (2 n~), -1, 1)``, replayed
    ``passes`` times over every update so far (MWEM's replay: post-processing of released
    values, free; ``passes=1`` is HR10's single step); a new sparse vector run starts (fresh
-   threshold noise) for the next query.
+   threshold noise) for the next query. When the query counts ONE cell of a marginal of at
+   most ``max_marginal_cells`` cells (``a = u AND b = v``), the update releases that whole
+   marginal instead (integer discrete Laplace, same ε: its cells partition the histogram, so
+   its L1 sensitivity is the same Δ), answers the noisy cell and steps every cell of the
+   marginal (:mod:`~dpcurator.interactive.pmw_updates`). Which of the two runs is a function
+   of the query alone.
+
+**Defaults from public inputs.** ``c = d(d-1)`` for ``d`` columns (two updates per pair of
+columns: a 2-way marginal measured, then measured again if noise or a 3-way query needs it) and
+``T = b·ln(2k/c)`` (at least ``b``), ``b`` the sparse vector's query-noise scale ``4Δ/ε_s`` and
+``k`` the expected number of queries: when the synthetic answers are right, noise alone sets off
+an update with probability about ``exp(-T/b)/2``, so about ``c/4`` of the ``c`` updates over ``k``
+queries. The learning rate is MWEM's ``1/(2n~)`` (larger ones fitted the noise on Adult).
 
 After ``max_updates`` updates every further query is refused (BudgetExceededError, free): how
 many updates happened is a function of released sparse-vector outcomes, so the refusal is public.
@@ -42,11 +54,11 @@ analysis): the one-way marginals at ``ε_n = prior_fraction·ε`` (L1 sensitivit
 columns: each is a 0/1 map of the histogram), and ``c = max_updates`` rounds each of one
 AboveThreshold run at ``ε_s`` and one Laplace release at ``ε_u``, where ``ε_s = svt_fraction·ε_r``,
 ``ε_u = ε_r - ε_s``, ``ε_r = (ε - ε_n) / c``, each of sensitivity ``Δ = r·min(g, |X|)`` (a person
-moves the bounded histogram by at most ``Δ`` in L1, so any query with weights in [0, 1] by at
-most ``Δ``). Total ``ε_n + c(ε_s + ε_u) = ε``, charged once, as one PureEvent of ε, at
-construction, before the engine computes the histogram ONCE (one GROUP BY with the public cells
-as keys, through the session: user-level bounding and the budget filter apply). Queries never
-touch the engine again.
+moves the bounded histogram by at most ``Δ`` in L1, so any query with weights in [0, 1], and any
+marginal, by at most ``Δ``). Total ``ε_n + c(ε_s + ε_u) = ε``, charged once, as one PureEvent
+of ε, at construction, before the engine computes the histogram ONCE (one GROUP BY with the
+public cells as keys, through the session: user-level bounding and the budget filter apply).
+Queries never touch the engine again.
 
 **Accuracy** (:meth:`PrivateMultiplicativeWeights.error_bound`, exact discrete tails): with
 probability at least 1 - β, each of the first ``k`` answers is within
@@ -65,7 +77,8 @@ Independent Laplace answers at the same total ε have error of order ``k/ε``.
 **Per-answer intervals** (:meth:`~PrivateMultiplicativeWeights.ask`,
 :meth:`~PrivateMultiplicativeWeights.interval`): each answer comes with a (1 - α) interval for
 its exact answer and its ``source``:
-``update`` (a noisy measurement: ``y ± t_upd(α/2)``, the exact discrete Laplace tail) or
+``update`` (a noisy measurement: ``y ± t_upd(α/2)``, the exact discrete Laplace tail, which
+also covers a marginal's noisy cell: integer noise of scale Δ/ε_u has lighter tails) or
 ``synthetic`` (below the sparse-vector threshold: the answer is within ``T + t_thr(α/4) +
 t_q(α/4) + grid`` of the truth, since the test passed only if ``|<w, x> - a| + ν < T + ρ``).
 Whichever way an answer goes, it misses only if one of three independent noises exceeds its
@@ -96,6 +109,7 @@ from dpcurator.interactive.pmw_updates import (
     MarginalMeasurement,
     Measurement,
     QueryMeasurement,
+    default_threshold,
     marginal_cell,
     pack,
     project,
@@ -112,13 +126,6 @@ from dpcurator.synth.domain import DEFAULT_MAX_BINS, SynthDomain
 from dpcurator.synth.measure import exact_marginals
 
 _OWNER = "PrivateMultiplicativeWeights"
-
-#: The marginal arrays of :func:`~dpcurator.interactive.pmw_updates.pack`, empty.
-_NO_MARGINALS = {
-    "axes": np.zeros(0, dtype=np.int64),
-    "axis_counts": np.zeros(0, dtype=np.int64),
-    "noisy": np.zeros(0),
-}
 
 #: Where an answer came from: a noisy measurement (an update round) or the synthetic distribution.
 SOURCES = ("update", "synthetic")
@@ -268,7 +275,7 @@ class PrivateMultiplicativeWeights:
             self.prior_epsilon, self.sensitivity * len(self.domain.columns)
         )
         self.threshold = (
-            _default_threshold(self.svt_epsilon, self.sensitivity, k, updates)
+            default_threshold(self.svt_epsilon, self.sensitivity, k, updates)
             if threshold is None
             else float(check_positive(_OWNER, "threshold", threshold))
         )
@@ -345,11 +352,7 @@ class PrivateMultiplicativeWeights:
             header = json.loads(str(saved["header"]))
             made._histogram = saved["histogram"].astype(np.float64)
             made._distribution = saved["distribution"].astype(np.float64)
-            if "marginal" in saved:
-                made._measured = unpack(saved, made._shape)
-            else:  # saved before marginal updates: every measurement is a single query
-                flags = np.zeros(saved["values"].size, dtype=bool)
-                made._measured = unpack({**saved, **_NO_MARGINALS, "marginal": flags}, made._shape)
+            made._measured = unpack(saved, made._shape)
         made.noisy_size = float(header["noisy_size"])
         made.updates_used = int(header["updates_used"])
         units = header["threshold_units"]
@@ -493,12 +496,3 @@ class PrivateMultiplicativeWeights:
         released = self._marginal.release_integers(exact.reshape(-1), self._rng)
         noisy_marginal = released.astype(np.float64).reshape(exact.shape)
         return float(released[cell]), MarginalMeasurement(axes, noisy_marginal)
-
-
-def _default_threshold(epsilon: Fraction, sensitivity: int, queries: int, updates: int) -> float:
-    """``T = b ln(2k/c)`` (at least ``b``), ``b`` the sparse vector's query-noise scale: on
-    ``k`` queries the synthetic distribution answers well, noise alone then sets off about
-    ``(k/2) exp(-T/b) = c/4`` updates, a quarter of the ``c`` paid for. Public inputs only."""
-    probe = AboveThreshold(epsilon, sensitivity, 0)
-    scale = math.ldexp(float(probe.query_scale), probe.grid)
-    return scale * max(math.log(2 * queries / updates), 1.0)

@@ -1,4 +1,5 @@
-"""The measurements private multiplicative weights keeps, and its multiplicative-weights steps.
+"""The measurements private multiplicative weights keeps, its multiplicative-weights steps and
+its default threshold.
 
 An update of :class:`~dpcurator.interactive.PrivateMultiplicativeWeights` releases one noisy
 vector at the round's ε. Two shapes are measured; which one is a function of the query alone
@@ -24,14 +25,17 @@ post-processing of released values.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from dpcurator.interactive.linear import Weights
+from dpcurator.mechanisms import AboveThreshold
 
 Array = npt.NDArray[np.float64]
 
@@ -120,7 +124,12 @@ def pack(measurements: list[Measurement]) -> dict[str, npt.NDArray[np.generic]]:
 
 
 def unpack(saved: Mapping[str, Any], shape: tuple[int, ...]) -> list[Measurement]:
-    """The measurements :func:`pack` wrote (``saved``: the loaded arrays, by name)."""
+    """The measurements :func:`pack` wrote (``saved``: the loaded arrays, by name; state saved
+    before marginal updates existed has single queries only)."""
+    if "marginal" not in saved:
+        empty = np.zeros(0, dtype=np.int64)
+        flags = np.zeros(len(saved["values"]), dtype=bool)
+        saved = {**saved, "marginal": flags, "axes": empty, "axis_counts": empty, "noisy": empty}
     get = saved.__getitem__
     bounds = np.cumsum(get("lengths"))[:-1]
     cells = np.split(get("cells").astype(np.intp), bounds)
@@ -139,3 +148,12 @@ def unpack(saved: Mapping[str, Any], shape: tuple[int, ...]) -> list[Measurement
         for axes, values in zip(all_axes, noisy, strict=False)
     )
     return [next(marginals) if flag else next(queries) for flag in get("marginal")]
+
+
+def default_threshold(epsilon: Fraction, sensitivity: int, queries: int, updates: int) -> float:
+    """``T = b ln(2k/c)`` (at least ``b``), ``b`` the sparse vector's query-noise scale: on
+    ``k`` queries the synthetic distribution answers well, noise alone then sets off about
+    ``(k/2) exp(-T/b) = c/4`` updates, a quarter of the ``c`` paid for. Public inputs only."""
+    probe = AboveThreshold(epsilon, sensitivity, 0)
+    scale = math.ldexp(float(probe.query_scale), probe.grid)
+    return scale * max(math.log(2 * queries / updates), 1.0)
