@@ -95,7 +95,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -311,13 +311,13 @@ class PrivateMultiplicativeWeights:
             # the open run's noisy threshold in grid units (a Python int, unbounded)
             "threshold_units": None if self._run is None else self._run._threshold,
         }
+        arrays: dict[str, Any] = {"histogram": self._histogram, **pack(self._measured)}
         buffer = io.BytesIO()
         np.savez(
             buffer,
             header=np.array(json.dumps(header)),
-            histogram=self._histogram,
             distribution=self._distribution,
-            **pack(self._measured),
+            **arrays,
         )
         return buffer.getvalue()
 

@@ -84,7 +84,7 @@ def marginal_cell(
 def project(distribution: Array, shape: tuple[int, ...], axes: tuple[int, ...]) -> Array:
     """The marginal of the (flat) ``distribution`` on ``axes``, in ``axes`` order."""
     others = tuple(a for a in range(len(shape)) if a not in axes)
-    return distribution.reshape(shape).sum(axis=others)
+    return np.asarray(distribution.reshape(shape).sum(axis=others), dtype=np.float64)
 
 
 def step(distribution: Array, shape: tuple[int, ...], measured: Measurement, size: float) -> None:
@@ -98,10 +98,10 @@ def step(distribution: Array, shape: tuple[int, ...], measured: Measurement, siz
         distribution /= 1.0 + float(after.sum()) - float(before.sum())
         return
     current = project(distribution, shape, measured.axes)
-    exponent = (measured.noisy - size * current) / (2 * size)
+    exponents = (measured.noisy - size * current) / (2 * size)
     view = [shape[a] if a in measured.axes else 1 for a in range(len(shape))]
     # a common shift cancels in the normalisation: it keeps exp from overflowing
-    factor = np.exp(exponent - exponent.max()).reshape(view)
+    factor = np.exp(exponents - exponents.max()).reshape(view)
     table = distribution.reshape(shape)
     table *= factor
     distribution /= float(distribution.sum())

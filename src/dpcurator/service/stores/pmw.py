@@ -158,7 +158,7 @@ class PmwStore:
         runtime = service.catalog.runtime(dataset)
         _domain(runtime.metadata, spec.columns)
         mode_id = f"pmw_{random_id(9)}"
-        public = {"epsilon": str(spec.epsilon), "threshold": spec.threshold}
+        public: dict[str, object] = {"epsilon": str(spec.epsilon), "threshold": spec.threshold}
         public.update(max_updates=spec.max_updates, queries=spec.queries, columns=spec.columns)
         text = json.dumps({"pmw": mode_id, **public}, sort_keys=True)
         template = ChargeRequest.owner_release(
