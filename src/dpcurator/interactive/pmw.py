@@ -3,7 +3,8 @@
 Hardt & Rothblum (2010), "A multiplicative weights mechanism for privacy-preserving data
 analysis" (the "HR10 ... log|Q| sqrt(n)" line of Ligett's tutorial); the online variant through
 the sparse vector test of Dwork & Roth (2014), section 4.2, with the noisy-answer update of
-Hardt, Ligett & McSherry (2012, MWEM).
+Hardt, Ligett & McSherry (2012, MWEM); the potential (KL) argument below is the MW analysis of
+Gupta, Roth & Ullman (2012), "Iterative constructions and private data release".
 
 The curator keeps a PUBLIC synthetic distribution ``p`` over the public domain ``X`` (product of
 the columns' public keys or bins, :class:`~dpcurator.synth.domain.SynthDomain`) and a noisy row
