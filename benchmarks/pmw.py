@@ -7,13 +7,21 @@ occupation, sex, income>50K: 60,480 cells). Workload: ``--queries`` (1,000) rand
 queries ``COUNT(*) WHERE a = u AND b = v`` (a random pair of columns, random keys), the same for
 every method. At total ε (1):
 
-* PMW: one curator (``--updates`` c, ``--threshold`` T), charged ε once, answers every query;
+* PMW: one curator, charged ε once, answers the queries online, with its defaults: c = d(d-1)
+  updates (two per pair of the d columns), T from ε, c and k = ``--queries``
+  (:class:`~dpcurator.interactive.PrivateMultiplicativeWeights`), each update measuring the
+  query's whole 2-way marginal; ``--updates`` and ``--threshold`` override c and T;
+* PMW as it was before marginal updates (``--before``: c = 60, T = 1,500, 10 passes, each
+  update measuring the query alone), for the before/after table of ``docs/pmw.md``;
 * independent Laplace: each query answered by the Laplace mechanism at ε / queries (basic
   composition; sensitivity 1);
 * MWEM synthetic data (``dpcurator.synth.mwem``, all 2-way marginals, ``--mwem-rounds``) at ε:
   every query is counted on the synthetic records (post-processing).
 
-Prints the mean and maximum absolute error (rows) over the queries, averaged over ``--runs``.
+Prints the mean and maximum absolute error (rows) over the answered queries (a PMW curator
+refuses once its updates are used up; the header says how many it answered), each averaged over
+``--runs`` workloads (seeds ``--seed``, ``--seed`` + 1, ...), and the spread of the means over
+the runs. ``--skip-mwem`` leaves MWEM out (its run is the slowest).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -84,61 +93,92 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--queries", type=int, default=1000)
-    parser.add_argument("--updates", type=int, default=60)
-    parser.add_argument("--threshold", type=float, default=1500.0)
+    parser.add_argument("--updates", type=int, default=None, help="c (default: d(d-1))")
+    parser.add_argument("--threshold", type=float, default=None, help="T (default: from c, k)")
     parser.add_argument("--svt-fraction", type=float, default=0.75)
     parser.add_argument("--passes", type=int, default=10)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--mwem-rounds", type=int, default=30)
+    parser.add_argument("--before", action="store_true", help="also run PMW as it was")
+    parser.add_argument("--seed", type=int, default=0, help="the first workload's seed")
+    parser.add_argument("--skip-mwem", action="store_true")
     args = parser.parse_args()
     frame, metadata = load()
     rng = SecureRng()
-    rows: dict[str, list[np.ndarray]] = {"PMW": [], "independent Laplace": [], "MWEM": []}
-    seconds = 0.0
-    answered = []
-    for run in range(args.runs):
+    pmw_kinds = {
+        "PMW": {"max_updates": args.updates, "threshold": args.threshold},
+        "PMW before (c=60, T=1500)": {"max_updates": 60, "threshold": 1500.0},
+    }
+    if not args.before:
+        del pmw_kinds["PMW before (c=60, T=1500)"]
+    rows: dict[str, list[np.ndarray]] = {name: [] for name in pmw_kinds}
+    rows["independent Laplace"] = []
+    if not args.skip_mwem:
+        rows["MWEM"] = []
+    seconds = dict.fromkeys(pmw_kinds, 0.0)
+    answered: dict[str, list[int]] = {name: [] for name in pmw_kinds}
+    for run in range(args.seed, args.seed + args.runs):
         queries = workload(frame, metadata, args.queries, seed=run)
         truths = np.array([truth(frame, q) for q in queries])
-        start = time.perf_counter()
-        session = Session.from_data(
-            frame, metadata=metadata, budget=Budget(args.epsilon), engine="duckdb", rng=rng
-        )
-        curator = PrivateMultiplicativeWeights(
-            session,
-            epsilon=args.epsilon,
-            max_updates=args.updates,
-            threshold=args.threshold,
-            svt_fraction=args.svt_fraction,
-            passes=args.passes,
-        )
-        pmw = []
-        for query in queries:
-            try:
-                pmw.append(curator.count(query))
-            except BudgetExceededError:  # updates used up: the rest are unanswered
-                break
-        seconds += time.perf_counter() - start
-        answered.append(len(pmw))
-        rows["PMW"].append(np.abs(np.array(pmw) - truths[: len(pmw)]))
+        for name, chosen in pmw_kinds.items():
+            start = time.perf_counter()
+            session = Session.from_data(
+                frame, metadata=metadata, budget=Budget(args.epsilon), engine="duckdb", rng=rng
+            )
+            curator = PrivateMultiplicativeWeights(
+                session,
+                epsilon=args.epsilon,
+                queries=args.queries,
+                svt_fraction=Fraction(args.svt_fraction).limit_denominator(1000),
+                passes=args.passes,
+                max_marginal_cells=0 if name != "PMW" else 1024,
+                **chosen,
+            )
+            pmw = []
+            for query in queries:
+                try:
+                    pmw.append(curator.count(query))
+                except BudgetExceededError:  # updates used up: the rest are unanswered
+                    break
+            seconds[name] += time.perf_counter() - start
+            answered[name].append(len(pmw))
+            rows[name].append(np.abs(np.array(pmw) - truths[: len(pmw)]))
         laplace = Laplace.for_epsilon(args.epsilon / args.queries, 1)
         rows["independent Laplace"].append(np.abs(laplace.release_integers(truths, rng) - truths))
+        if args.skip_mwem:
+            continue
         synth_session = Session.from_data(
             frame, metadata=metadata, budget=Budget(args.epsilon), engine="duckdb", rng=rng
         )
         records = mwem(synth_session, epsilon=args.epsilon, rounds=args.mwem_rounds).frame
         synthetic = np.array([truth(records, q) for q in queries])
         rows["MWEM"].append(np.abs(synthetic - truths))
+    report(args, len(frame), rows, answered, seconds)
+
+
+def report(
+    args: argparse.Namespace,
+    size: int,
+    rows: dict[str, list[np.ndarray]],
+    answered: dict[str, list[int]],
+    seconds: dict[str, float],
+) -> None:
+    """Print the table: mean and max absolute error per method, and how many PMW answered."""
     print(
-        f"adult (n = {len(frame):,}), {args.queries} random 2-way counting queries, total "
-        f"eps = {args.epsilon}, {args.runs} runs; PMW: c = {args.updates}, T = {args.threshold}"
-        f", answered {min(answered)}..{max(answered)} of {args.queries}, "
-        f"{seconds / args.runs:.1f} s per run"
+        f"adult (n = {size:,}), {args.queries} random 2-way counting queries, total "
+        f"eps = {args.epsilon}, {args.runs} runs (seeds {args.seed}..{args.seed + args.runs - 1})"
     )
-    print(f"{'method':<22} {'mean |err|':>11} {'max |err|':>10}")
+    for name, counts in answered.items():
+        print(
+            f"{name}: answered {min(counts)}..{max(counts)} of "
+            f"{args.queries}, {seconds[name] / args.runs:.1f} s per run"
+        )
+    print(f"{'method':<26} {'mean |err|':>11} {'(min..max over runs)':>21} {'max |err|':>10}")
     for method, errors in rows.items():
-        mean = np.mean([e.mean() for e in errors])
+        means = [e.mean() for e in errors]
+        spread = f"{min(means):.1f}..{max(means):.1f}"
         worst = np.mean([e.max() for e in errors])
-        print(f"{method:<22} {mean:>11.1f} {worst:>10.1f}")
+        print(f"{method:<26} {np.mean(means):>11.1f} {spread:>21} {worst:>10.1f}")
 
 
 if __name__ == "__main__":

@@ -187,8 +187,10 @@ def audit_pmw(broken: bool) -> float:
     victim = frame[frame["pid"] == 4322].iloc[0]
     where = {"sex": victim["sex"], "region": victim["region"]}
     start = _pmw_after_start(frame, threshold=1e-3)
-    if broken:  # the update's noise scale halved, the claim unchanged
+    if broken:  # the update's noise scale halved (a single query or, as here, a marginal's
+        # cell: the victim's cell is one cell of sex x region), the claim unchanged
         start._update = Laplace.for_epsilon_floats(2 * start.update_epsilon, start.sensitivity)
+        start._marginal = Laplace.for_epsilon(2 * start.update_epsilon, start.sensitivity)
     neighbour = copy.copy(start)
     weights = counting_query(start.domain, where)
     neighbour._histogram = start._histogram - weights  # the victim's row leaves its cell

@@ -68,13 +68,16 @@ def test_total_charge_equals_the_hand_computation() -> None:
         session, COLUMNS, epsilon=Fraction(3, 4), max_updates=5, threshold=100
     )
     # by hand: eps_n = 3/4 * 1/10 = 3/40 for the 4 one-way marginals (sensitivity 4); each of
-    # 5 rounds (3/4 - 3/40) / 5 = 27/200, half to the sparse vector, half to the update:
-    # 3/40 + 5 * (27/400 + 27/400) = 3/4
+    # 5 rounds (3/4 - 3/40) / 5 = 27/200, 3/4 to the sparse vector, 1/4 to the update (one
+    # query, or a whole marginal of integer counts, sensitivity 1):
+    # 3/40 + 5 * (81/800 + 27/800) = 3/4
     assert curator.prior_epsilon == Fraction(3, 40)
     assert curator._prior.epsilon(4) == Fraction(3, 40)
-    assert curator.svt_epsilon == curator.update_epsilon == Fraction(27, 400)
-    assert curator._svt.epsilon == Fraction(27, 400)
-    assert curator._update.epsilon_for_floats(1) <= Fraction(27, 400)
+    assert curator.svt_epsilon == Fraction(81, 800)
+    assert curator.update_epsilon == Fraction(27, 800)
+    assert curator._svt.epsilon == Fraction(81, 800)
+    assert curator._update.epsilon_for_floats(1) <= Fraction(27, 800)
+    assert curator._marginal.epsilon(1) == Fraction(27, 800)
     assert session.spent() == PureDP(Fraction(3, 4))
     _ask_until_refused(curator, _workload(200, seed=1))  # queries and updates spend nothing
     assert session.spent() == PureDP(Fraction(3, 4))
@@ -129,7 +132,7 @@ def test_error_bound_holds() -> None:
 
 def test_error_bound_check_fails_without_updates(monkeypatch: pytest.MonkeyPatch) -> None:
     """Power check: a mutant whose synthetic distribution never moves runs out of updates."""
-    monkeypatch.setattr(PrivateMultiplicativeWeights, "_step", lambda *args: None)
+    monkeypatch.setattr("dpcurator.interactive.pmw.step", lambda *args: None)
     holds, updates = _answers_within_bound(300, ALPHA)
     assert not holds
     assert updates == 100

@@ -209,3 +209,24 @@ def test_answers_are_free_entries_of_the_askers_history(kit: Kit) -> None:
     owner_view = kit.owner.get("/v1/datasets/people/queries").json()
     assert sum(e["kind"] == "pmw-answer" for e in owner_view) == 2
     assert _spent(kit.owner) == 10.0
+
+
+def test_threshold_and_updates_left_out_come_from_public_inputs(kit: Kit) -> None:
+    """The mode's c and T are the library's defaults for the same public inputs (2 columns:
+    c = 2; T from ε, c and the expected queries), whatever the data."""
+    response = kit.owner.post(
+        "/v1/datasets/people/pmw",
+        json={"epsilon": 2, "queries": 500, "columns": ["sex", "region"]},
+    )
+    assert response.status_code == 201, response.text
+    params = response.json()["params"]
+    other = pd.DataFrame({"age": [30], "sex": ["M"], "region": ["east"], "income": [1.0]})
+    local = PrivateMultiplicativeWeights(
+        Session.from_data(other, metadata=Metadata.from_dict(PEOPLE_METADATA), budget=Budget(2)),
+        ["sex", "region"],
+        epsilon=2,
+        queries=500,
+    )
+    assert params["max_updates"] == local.max_updates == 2
+    assert params["threshold"] == local.threshold
+    assert _spent(kit.owner) == pytest.approx(2)

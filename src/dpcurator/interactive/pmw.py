@@ -3,7 +3,8 @@
 Hardt & Rothblum (2010), "A multiplicative weights mechanism for privacy-preserving data
 analysis" (the "HR10 ... log|Q| sqrt(n)" line of Ligett's tutorial); the online variant through
 the sparse vector test of Dwork & Roth (2014), section 4.2, with the noisy-answer update of
-Hardt, Ligett & McSherry (2012, MWEM).
+Hardt, Ligett & McSherry (2012, MWEM); the potential (KL) argument below is the MW analysis of
+Gupta, Roth & Ullman (2012), "Iterative constructions and private data release".
 
 The curator keeps a PUBLIC synthetic distribution ``p`` over the public domain ``X`` (product of
 the columns' public keys or bins, :class:`~dpcurator.synth.domain.SynthDomain`) and a noisy row
@@ -25,7 +26,19 @@ the exact histogram:
    ``p_i <- p_i * exp(w_i * s) / Z`` with ``s = clip((y - a) / (2 n~), -1, 1)``, replayed
    ``passes`` times over every update so far (MWEM's replay: post-processing of released
    values, free; ``passes=1`` is HR10's single step); a new sparse vector run starts (fresh
-   threshold noise) for the next query.
+   threshold noise) for the next query. When the query counts ONE cell of a marginal of at
+   most ``max_marginal_cells`` cells (``a = u AND b = v``), the update releases that whole
+   marginal instead (integer discrete Laplace, same ε: its cells partition the histogram, so
+   its L1 sensitivity is the same Δ), answers the noisy cell and steps every cell of the
+   marginal (:mod:`~dpcurator.interactive.pmw_updates`). Which of the two runs is a function
+   of the query alone.
+
+**Defaults from public inputs.** ``c = d(d-1)`` for ``d`` columns (two updates per pair of
+columns: a 2-way marginal measured, then measured again if noise or a 3-way query needs it) and
+``T = b·ln(2k/c)`` (at least ``b``), ``b`` the sparse vector's query-noise scale ``4Δ/ε_s`` and
+``k`` the expected number of queries: when the synthetic answers are right, noise alone sets off
+an update with probability about ``exp(-T/b)/2``, so about ``c/4`` of the ``c`` updates over ``k``
+queries. The learning rate is MWEM's ``1/(2n~)`` (larger ones fitted the noise on Adult).
 
 After ``max_updates`` updates every further query is refused (BudgetExceededError, free): how
 many updates happened is a function of released sparse-vector outcomes, so the refusal is public.
@@ -42,11 +55,11 @@ analysis): the one-way marginals at ``ε_n = prior_fraction·ε`` (L1 sensitivit
 columns: each is a 0/1 map of the histogram), and ``c = max_updates`` rounds each of one
 AboveThreshold run at ``ε_s`` and one Laplace release at ``ε_u``, where ``ε_s = svt_fraction·ε_r``,
 ``ε_u = ε_r - ε_s``, ``ε_r = (ε - ε_n) / c``, each of sensitivity ``Δ = r·min(g, |X|)`` (a person
-moves the bounded histogram by at most ``Δ`` in L1, so any query with weights in [0, 1] by at
-most ``Δ``). Total ``ε_n + c(ε_s + ε_u) = ε``, charged once, as one PureEvent of ε, at
-construction, before the engine computes the histogram ONCE (one GROUP BY with the public cells
-as keys, through the session: user-level bounding and the budget filter apply). Queries never
-touch the engine again.
+moves the bounded histogram by at most ``Δ`` in L1, so any query with weights in [0, 1], and any
+marginal, by at most ``Δ``). Total ``ε_n + c(ε_s + ε_u) = ε``, charged once, as one PureEvent
+of ε, at construction, before the engine computes the histogram ONCE (one GROUP BY with the
+public cells as keys, through the session: user-level bounding and the budget filter apply).
+Queries never touch the engine again.
 
 **Accuracy** (:meth:`PrivateMultiplicativeWeights.error_bound`, exact discrete tails): with
 probability at least 1 - β, each of the first ``k`` answers is within
@@ -65,7 +78,8 @@ Independent Laplace answers at the same total ε have error of order ``k/ε``.
 **Per-answer intervals** (:meth:`~PrivateMultiplicativeWeights.ask`,
 :meth:`~PrivateMultiplicativeWeights.interval`): each answer comes with a (1 - α) interval for
 its exact answer and its ``source``:
-``update`` (a noisy measurement: ``y ± t_upd(α/2)``, the exact discrete Laplace tail) or
+``update`` (a noisy measurement: ``y ± t_upd(α/2)``, the exact discrete Laplace tail, which
+also covers a marginal's noisy cell: integer noise of scale Δ/ε_u has lighter tails) or
 ``synthetic`` (below the sparse-vector threshold: the answer is within ``T + t_thr(α/4) +
 t_q(α/4) + grid`` of the truth, since the test passed only if ``|<w, x> - a| + ν < T + ρ``).
 Whichever way an answer goes, it misses only if one of three independent noises exceeds its
@@ -82,7 +96,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -92,6 +106,17 @@ from dpcurator.accounting import PureEvent
 from dpcurator.core.numbers import to_fraction
 from dpcurator.errors import BudgetExceededError
 from dpcurator.interactive.linear import Weights, counting_query, linear_query
+from dpcurator.interactive.pmw_updates import (
+    MarginalMeasurement,
+    Measurement,
+    QueryMeasurement,
+    default_threshold,
+    marginal_cell,
+    pack,
+    project,
+    step,
+    unpack,
+)
 from dpcurator.mechanisms import AboveThreshold, Laplace
 from dpcurator.mechanisms.sparse_vector import AboveThresholdRun
 from dpcurator.query.plan.limits import MAX_PUBLIC_GROUPS
@@ -130,9 +155,14 @@ class PrivateMultiplicativeWeights:
         columns: the columns of the domain (default: all but the person column); each needs
             public keys or public bounds (binned into ``max_bins``).
         epsilon: the total ε, charged once at construction.
-        max_updates: ``c``, the number of updates (sparse vector rounds) the budget pays for.
+        max_updates: ``c``, the number of updates (sparse vector rounds) the budget pays for
+            (default ``d(d-1)`` for ``d`` columns: two per pair of columns).
         threshold: ``T``, in the units of the answers (rows): a query whose synthetic answer
-            is off by clearly less than ``T`` is answered from the synthetic distribution.
+            is off by clearly less than ``T`` is answered from the synthetic distribution
+            (default: ``b·ln(2k/c)``, at least ``b``, with ``b`` the sparse vector's
+            query-noise scale and ``k`` = ``queries``: noise alone then sets off about c/4
+            updates over k well-answered queries).
+        queries: ``k``, how many queries are expected (public; used only for the default T).
         prior_fraction: the share of ε spent on the noisy one-way marginals (the starting
             distribution and the noisy row count).
         svt_fraction: the share of each round's ε spent on the sparse vector test (the rest on
@@ -140,6 +170,9 @@ class PrivateMultiplicativeWeights:
         max_cells: the largest domain accepted (refused before any charge above it).
         passes: sweeps of multiplicative-weights steps over every measured update after each
             update (1: HR10's single step; more: MWEM's replay, post-processing, free).
+        max_marginal_cells: an update on a query that counts one cell of a marginal with at
+            most this many cells measures the whole marginal at the same ε
+            (:mod:`~dpcurator.interactive.pmw_updates`); 0 measures the query alone.
 
     Raises (all before the charge, free): ParameterError for a bad parameter or column,
     UnsupportedQueryError for a column without a public domain or a domain over ``max_cells``.
@@ -151,13 +184,15 @@ class PrivateMultiplicativeWeights:
         columns: Sequence[str] | None = None,
         *,
         epsilon: object,
-        max_updates: int,
-        threshold: object,
+        max_updates: int | None = None,
+        threshold: object = None,
+        queries: int = 1000,
         prior_fraction: object = Fraction(1, 10),
-        svt_fraction: object = Fraction(1, 2),
+        svt_fraction: object = Fraction(3, 4),
         max_bins: int = DEFAULT_MAX_BINS,
         max_cells: int = MAX_PUBLIC_GROUPS,
         passes: int = 10,
+        max_marginal_cells: int = 1024,
     ) -> None:
         if not isinstance(session, Session):
             raise fail(_OWNER, "session", "a Session", session)
@@ -167,11 +202,13 @@ class PrivateMultiplicativeWeights:
             epsilon=epsilon,
             max_updates=max_updates,
             threshold=threshold,
+            queries=queries,
             prior_fraction=prior_fraction,
             svt_fraction=svt_fraction,
             max_bins=max_bins,
             max_cells=max_cells,
             passes=passes,
+            max_marginal_cells=max_marginal_cells,
         )
         self._rng = session.rng
         clique = self.domain.names
@@ -185,7 +222,7 @@ class PrivateMultiplicativeWeights:
         self._histogram = histogram.reshape(-1).astype(np.float64)
         self.noisy_size, self._distribution = self._start(histogram)
         self._run: AboveThresholdRun | None = None
-        self._measured: list[tuple[npt.NDArray[np.intp], Weights, float]] = []
+        self._measured: list[Measurement] = []
         self.updates_used = 0
 
     def _configure(
@@ -194,19 +231,20 @@ class PrivateMultiplicativeWeights:
         columns: Sequence[str] | None,
         *,
         epsilon: object,
-        max_updates: int,
+        max_updates: int | None,
         threshold: object,
+        queries: int,
         prior_fraction: object,
         svt_fraction: object,
         max_bins: int,
         max_cells: int,
         passes: int,
+        max_marginal_cells: int,
     ) -> None:
         """Check every public parameter and build every mechanism (a noise scale over 2^52 is
         refused here): before any charge, from public inputs only."""
         eps = to_fraction(check_positive(_OWNER, "epsilon", epsilon))
-        updates = check_int(_OWNER, "max_updates", max_updates, minimum=1)
-        self.threshold = float(check_positive(_OWNER, "threshold", threshold))
+        k = check_int(_OWNER, "queries", queries, minimum=1)
         self.prior_fraction = to_fraction(
             check_probability(
                 _OWNER, "prior_fraction", prior_fraction, open_low=True, open_high=True
@@ -218,10 +256,16 @@ class PrivateMultiplicativeWeights:
         self.max_bins = max_bins
         self.max_cells = check_int(_OWNER, "max_cells", max_cells, minimum=1)
         self.passes = check_int(_OWNER, "passes", passes, minimum=1)
+        self.max_marginal_cells = check_int(
+            _OWNER, "max_marginal_cells", max_marginal_cells, minimum=0
+        )
         self.domain = SynthDomain.from_metadata(metadata, columns, max_bins=max_bins)
         self.domain.check_marginal(self.domain.names, self.max_cells)
         self.cells = self.domain.cells(self.domain.names)
         self.sensitivity = metadata.unit.count_l1(self.cells)
+        d = len(self.domain.columns)  # default: two updates per pair of columns
+        chosen = max(d * (d - 1), 2) if max_updates is None else max_updates
+        updates = check_int(_OWNER, "max_updates", chosen, minimum=1)
         self.epsilon = eps
         self.max_updates = updates
         self.prior_epsilon = eps * self.prior_fraction
@@ -231,8 +275,14 @@ class PrivateMultiplicativeWeights:
         self._prior = Laplace.for_epsilon(
             self.prior_epsilon, self.sensitivity * len(self.domain.columns)
         )
+        self.threshold = (
+            default_threshold(self.svt_epsilon, self.sensitivity, k, updates)
+            if threshold is None
+            else float(check_positive(_OWNER, "threshold", threshold))
+        )
         self._svt = AboveThreshold(self.svt_epsilon, self.sensitivity, self.threshold)
         self._update = Laplace.for_epsilon_floats(self.update_epsilon, self.sensitivity)
+        self._marginal = Laplace.for_epsilon(self.update_epsilon, self.sensitivity)
 
     # -- persistence (a service keeps the curator between requests) ------------------------------
 
@@ -249,6 +299,7 @@ class PrivateMultiplicativeWeights:
             "max_bins": self.max_bins,
             "max_cells": self.max_cells,
             "passes": self.passes,
+            "max_marginal_cells": self.max_marginal_cells,
         }
 
     def to_bytes(self) -> bytes:
@@ -261,17 +312,13 @@ class PrivateMultiplicativeWeights:
             # the open run's noisy threshold in grid units (a Python int, unbounded)
             "threshold_units": None if self._run is None else self._run._threshold,
         }
-        supports = [cells for cells, _, _ in self._measured]
+        arrays: dict[str, Any] = {"histogram": self._histogram, **pack(self._measured)}
         buffer = io.BytesIO()
         np.savez(
             buffer,
             header=np.array(json.dumps(header)),
-            histogram=self._histogram,
             distribution=self._distribution,
-            cells=np.concatenate([np.zeros(0, dtype=np.intp), *supports]),
-            weights=np.concatenate([np.zeros(0), *(w for _, w, _ in self._measured)]),
-            lengths=np.array([s.size for s in supports], dtype=np.int64),
-            values=np.array([v for _, _, v in self._measured], dtype=np.float64),
+            **arrays,
         )
         return buffer.getvalue()
 
@@ -292,24 +339,23 @@ class PrivateMultiplicativeWeights:
             epsilon=Fraction(cast("str", parameters["epsilon"])),
             max_updates=cast("int", parameters["max_updates"]),
             threshold=parameters["threshold"],
+            queries=1,  # unused: the threshold is given
             prior_fraction=Fraction(cast("str", parameters["prior_fraction"])),
             svt_fraction=Fraction(cast("str", parameters["svt_fraction"])),
             max_bins=cast("int", parameters["max_bins"]),
             max_cells=cast("int", parameters["max_cells"]),
             passes=cast("int", parameters["passes"]),
+            # a mode saved before marginal updates existed measured queries alone
+            max_marginal_cells=cast("int", parameters.get("max_marginal_cells", 0)),
         )
         made._rng = rng or default_rng()
         with np.load(io.BytesIO(state), allow_pickle=False) as saved:
             header = json.loads(str(saved["header"]))
             made._histogram = saved["histogram"].astype(np.float64)
             made._distribution = saved["distribution"].astype(np.float64)
-            bounds = np.cumsum(saved["lengths"])[:-1]
-            cells = np.split(saved["cells"].astype(np.intp), bounds)
-            weights = np.split(saved["weights"].astype(np.float64), bounds)
-            values = [float(v) for v in saved["values"]]
+            made._measured = unpack(saved, made._shape)
         made.noisy_size = float(header["noisy_size"])
         made.updates_used = int(header["updates_used"])
-        made._measured = list(zip(cells, weights, values, strict=True)) if values else []
         units = header["threshold_units"]
         made._run = None if units is None else AboveThresholdRun(made._svt, made._rng, int(units))
         return made
@@ -425,23 +471,29 @@ class PrivateMultiplicativeWeights:
             return synthetic
         self._run = None
         self.updates_used += 1
-        noisy = float(self._update.release_floats([exact], self._rng)[0])
-        support = np.flatnonzero(weights)
-        self._measured.append((support, weights[support], noisy))
+        noisy, measured = self._measure(weights)
+        self._measured.append(measured)
         for _ in range(self.passes):
-            for cells, cell_weights, value in self._measured:
-                self._step(cells, cell_weights, value)
+            for each in self._measured:
+                step(self._distribution, self._shape, each, self.noisy_size)
         return noisy
 
-    def _step(self, cells: npt.NDArray[np.intp], weights: Weights, measured: float) -> None:
-        """One multiplicative-weights step towards the measured answer of the query with
-        ``weights`` on ``cells`` (zero elsewhere); only those cells are touched, then all are
-        renormalised."""
-        distribution = self._distribution
-        before = distribution[cells]
-        synthetic = self.noisy_size * float(weights @ before)
-        step = min(max((measured - synthetic) / (2 * self.noisy_size), -1.0), 1.0)
-        after = before * np.exp(step * weights)
-        total = 1.0 + float(after.sum()) - float(before.sum())
-        distribution[cells] = after
-        distribution /= total
+    @property
+    def _shape(self) -> tuple[int, ...]:
+        return self.domain.shape(self.domain.names)
+
+    def _measure(self, weights: Weights) -> tuple[float, Measurement]:
+        """The noisy answer of an update and what it measured: the query's whole marginal when
+        it counts one cell of a small one (public: from the query), else the query alone."""
+        found = marginal_cell(weights, self._shape, self.max_marginal_cells)
+        if found is None:
+            noisy = float(
+                self._update.release_floats([float(weights @ self._histogram)], self._rng)[0]
+            )
+            support = np.flatnonzero(weights)
+            return noisy, QueryMeasurement(support, weights[support], noisy)
+        axes, cell = found
+        exact = project(self._histogram, self._shape, axes).round().astype(np.int64)
+        released = self._marginal.release_integers(exact.reshape(-1), self._rng)
+        noisy_marginal = released.astype(np.float64).reshape(exact.shape)
+        return float(released[cell]), MarginalMeasurement(axes, noisy_marginal)

@@ -348,14 +348,16 @@ class CuratorClient(JobCalls):
         dataset_id: str,
         *,
         epsilon: float,
-        threshold: float,
-        max_updates: int,
+        threshold: float | None = None,
+        max_updates: int | None = None,
+        queries: int = 1000,
         columns: list[str] | None = None,
         when_exhausted: str = "refuse",
     ) -> dict[str, Any]:
         """Open a private multiplicative weights mode on a dataset (owners; its whole ε is
-        charged to the dataset's cap now); the answer has its ``id``."""
-        body: dict[str, Any] = {"epsilon": epsilon, "threshold": threshold}
+        charged to the dataset's cap now); the answer has its ``id``. ``threshold`` and
+        ``max_updates`` left out are set from public inputs (``queries``: how many to expect)."""
+        body: dict[str, Any] = {"epsilon": epsilon, "threshold": threshold, "queries": queries}
         body.update(max_updates=max_updates, columns=columns, when_exhausted=when_exhausted)
         result: dict[str, Any] = self._call("POST", f"/v1/datasets/{dataset_id}/pmw", json=body)
         return result

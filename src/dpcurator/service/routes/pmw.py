@@ -26,11 +26,13 @@ Values = Scalar | Annotated[list[Scalar], Field(max_length=1_000)]
 
 
 class PmwIn(s.RequestModel):
-    """A new PMW mode: columns (public keys), total ε, threshold T (rows), max updates c."""
+    """A new PMW mode: columns (public keys), total ε, threshold T (rows), max updates c; T and
+    c left out are set from public inputs, k = ``queries`` (the expected number of queries)."""
 
     epsilon: s.Epsilon
-    threshold: Annotated[float, Field(gt=0, le=s.BOUND_MAX, allow_inf_nan=False)]
-    max_updates: Annotated[int, Field(ge=1, le=10_000)]
+    threshold: Annotated[float, Field(gt=0, le=s.BOUND_MAX, allow_inf_nan=False)] | None = None
+    max_updates: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    queries: Annotated[int, Field(ge=1, le=10_000_000)] = 1000
     columns: Annotated[list[s.Name], Field(min_length=1, max_length=32)] | None = None
     when_exhausted: Annotated[str, Field(pattern=r"^(refuse|synthetic)$")] = "refuse"
 
@@ -57,6 +59,7 @@ def open_pmw(
         epsilon=s.exact(body.epsilon),
         threshold=body.threshold,
         max_updates=body.max_updates,
+        queries=body.queries,
         columns=body.columns,
         when_exhausted=body.when_exhausted,
     )

@@ -89,8 +89,9 @@ class PmwSpec:
     """The public parameters of a new mode (see the module docstring)."""
 
     epsilon: Fraction
-    threshold: float
-    max_updates: int
+    threshold: float | None = None
+    max_updates: int | None = None
+    queries: int = 1000
     columns: list[str] | None = None
     when_exhausted: str = "refuse"
 
@@ -157,8 +158,8 @@ class PmwStore:
         runtime = service.catalog.runtime(dataset)
         _domain(runtime.metadata, spec.columns)
         mode_id = f"pmw_{random_id(9)}"
-        public = {"epsilon": str(spec.epsilon), "threshold": spec.threshold}
-        public.update(max_updates=spec.max_updates, columns=spec.columns)
+        public: dict[str, object] = {"epsilon": str(spec.epsilon), "threshold": spec.threshold}
+        public.update(max_updates=spec.max_updates, queries=spec.queries, columns=spec.columns)
         text = json.dumps({"pmw": mode_id, **public}, sort_keys=True)
         template = ChargeRequest.owner_release(
             identity.principal_id,
@@ -181,6 +182,7 @@ class PmwStore:
                 epsilon=spec.epsilon,
                 max_updates=spec.max_updates,
                 threshold=spec.threshold,
+                queries=spec.queries,
             )
             mode = PmwMode(
                 id=mode_id,
