@@ -25,10 +25,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from synth_adult import load, metadata  # noqa: E402
+from synth_adult import load, metadata
 
-from dpcurator import Budget, Metadata, Session  # noqa: E402
-from dpcurator.random import SeededRng  # noqa: E402
+from dpcurator import Budget, Metadata, Session
+from dpcurator.random import SeededRng
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> None:
@@ -64,16 +64,15 @@ def medians(frame: pd.DataFrame, meta: Metadata, seed: int) -> None:
             low, high = got["m_ci_low"], got["m_ci_high"]
             # the interval in ranks: how many of the group's values it spans (ties included)
             ranks = int(np.searchsorted(ages, high, "right") - np.searchsorted(ages, low, "left"))
-            rows.append(
-                [by, got[by], epsilon, len(ages), got["m"], f"[{low:g}, {high:g}]",
-                 float(np.median(ages)), ranks]  # fmt: skip
-            )
+            interval = f"[{low:g}, {high:g}]"
+            exact = float(np.median(ages))
+            rows.append([by, got[by], epsilon, len(ages), got["m"], interval, exact, ranks])
     _table(["by", "group", "ε", "n", "median", "CI", "exact", "values in CI"], rows)
 
 
 def fits(frame: pd.DataFrame, meta: Metadata, seed: int, count: int) -> None:
-    """``count`` logistic (ε = 0.5) and linear (ε = 0.5, δ = 1e-7) fits: coefficients outside their own interval
-    (must be 0), coefficients at the public box, and the public MLE for reference."""
+    """``count`` logistic (ε = 0.5) and linear (ε = 0.5, δ = 1e-7) fits: coefficients outside
+    their own interval (must be 0) and coefficients at the public box."""
     rows = []
     for model, sql, delta in (
         ("logistic", "SELECT LOGISTIC(high_income, age, hours-per-week) FROM adult", 0.0),
