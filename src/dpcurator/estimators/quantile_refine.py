@@ -262,6 +262,26 @@ class RefinedQuantile:
         ± half-width bins, shifted inside [lower, upper] (see :func:`_neighbourhood`)."""
         return _neighbourhood(bins, index, self.levels[level], self.lower, self.upper)
 
+    def fine_bins(
+        self, code: tuple[int, int] | None, index: int, level: int
+    ) -> tuple[int, int] | None:
+        """Where the bins of ``level`` (>= 1) around edge ``index`` lie among equal-width bins of
+        [lower, upper]: ``(resolution, first)`` when they are the ``bins`` consecutive bins from
+        ``first`` of ``resolution`` bins of the bounds, given the previous level's ``code`` (the
+        first level's is ``(bins, 0)``), else None (a width that does not divide the bins).
+        Mathematically the same bins as :meth:`next_bins` (which names their edges); counted
+        this way, every level is a window of one fine binning of the bounds
+        (:mod:`dpcurator.query.plan.quantile`)."""
+        current = self.levels[level]
+        if code is None:
+            return None
+        resolution, first = code
+        start, width = _window(self.levels[level - 1].bins, index, current)
+        if current.bins % width:
+            return None
+        factor = current.bins // width
+        return resolution * factor, (first + start) * factor
+
     def finish(
         self,
         bins: QuantileBins,
@@ -303,12 +323,18 @@ class RefinedQuantile:
         return self.finish(bins, counts, index, rng, alpha, first=first)
 
 
+def _window(bins: int, edge: int, level: Level) -> tuple[int, int]:
+    """(first bin, bins): ± ``level.half_width`` of ``bins`` bins around ``edge``, shifted
+    inside them."""
+    width = min(2 * level.half_width, bins)
+    return min(max(edge - level.half_width, 0), bins - width), width
+
+
 def _neighbourhood(
     bins: QuantileBins, edge: int, level: Level, lower: float, upper: float
 ) -> QuantileBins:
     """± ``level.half_width`` bins of ``bins`` around ``edge``, shifted inside [lower, upper]."""
-    width = min(2 * level.half_width, bins.bins)
-    start = min(max(edge - level.half_width, 0), bins.bins - width)
+    start, width = _window(bins.bins, edge, level)
     edges = bin_edges(bins)
     low = lower if start == 0 else float(edges[start])
     high = upper if start + width == bins.bins else float(edges[start + width])
