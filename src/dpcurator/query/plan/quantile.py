@@ -64,6 +64,8 @@ class QuantileStep:
         epsilon_per_group: each group's ε (the output's share over groups per person).
         rows_per_person: r, the rows one person adds to a group.
         integer: whether the value is an integer (unit bins when the bounds fit).
+        one_sided: neighbours add or remove rows, never both (MIN and MAX then spend their
+            whole ε: :class:`RefinedQuantile`).
     """
 
     exact: str
@@ -73,6 +75,7 @@ class QuantileStep:
     epsilon_per_group: Fraction
     rows_per_person: int
     integer: bool
+    one_sided: bool = False
 
     @property
     def bins(self) -> QuantileBins:
@@ -90,6 +93,7 @@ class QuantileStep:
             epsilon_per_group=self.epsilon_per_group * factor,
             rows_per_person=self.rows_per_person,
             integer=self.integer,
+            one_sided=self.one_sided,
         )
 
     def describe(self) -> str:
@@ -115,6 +119,7 @@ def plan_step(
     epsilon_per_group: Fraction,
     rows_per_person: int,
     integer: bool,
+    one_sided: bool = False,
 ) -> QuantileStep:
     """The public plan of one quantile output (mechanisms built now: refusals are free)."""
     refined = RefinedQuantile.plan(
@@ -126,8 +131,11 @@ def plan_step(
         alpha=PLANNED_ALPHA,
         integer=integer,
         max_bins=MAX_HISTOGRAM_BINS,
+        one_sided=one_sided,
     )
-    return QuantileStep(name, expr, refined, p, epsilon_per_group, rows_per_person, integer)
+    return QuantileStep(
+        name, expr, refined, p, epsilon_per_group, rows_per_person, integer, one_sided
+    )
 
 
 def first_histogram(step: QuantileStep) -> ir.ExactAggregate:
