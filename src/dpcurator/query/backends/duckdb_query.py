@@ -105,7 +105,7 @@ def build_query(
     precomputed = (
         {}
         if bound_here
-        else fixed_point_sums(plan, hidden.fixed_point) | coded_bins(sql, plan, hidden.bin_codes)
+        else fixed_point_sums(plan, hidden.fixed_point) | coded_bins(sql, plan, hidden)
     )
     coded = coded_groups(plan, hidden)
     if cube_serves(plan, hidden):
