@@ -21,6 +21,7 @@ from dpcurator.query.ir import (
     AggregatePlan,
     And,
     Between,
+    BinCodeColumn,
     BinOp,
     BoundingColumn,
     Case,
@@ -29,6 +30,7 @@ from dpcurator.query.ir import (
     ContributionBound,
     ExactAggregate,
     ExactResult,
+    Expr,
     FixedPointColumn,
     Func,
     GroupColumn,
@@ -123,7 +125,27 @@ def precomputed_for(table: str) -> PrecomputedColumns:
         exact.get(column, KeyCodeColumn(column, tuple(found)))  # type: ignore[arg-type]
         for column, found in keys.items()
     ]
-    return PrecomputedColumns(tuple(specs.values()), tuple(codes), tuple(bounding))
+    return PrecomputedColumns(
+        tuple(specs.values()), tuple(codes), tuple(bounding), _bin_codes(plans, table)
+    )
+
+
+def _bin_codes(plans: list[AggregatePlan], table: str) -> tuple[BinCodeColumn, ...]:
+    """A bin-code column per bare column of ``table`` a plan takes a histogram of with 2^b bins
+    (the first such histogram's bounds)."""
+    bins: dict[str, BinCodeColumn] = {}
+    for plan in [p for p in plans if p.table == table]:
+        for agg in plan.aggregates:
+            if (
+                agg.kind == "histogram"
+                and isinstance(agg.expr, Col)
+                and agg.bins & (agg.bins - 1) == 0
+            ):
+                assert agg.lower is not None
+                assert agg.upper is not None
+                spec = BinCodeColumn(agg.expr.name, float(agg.lower), float(agg.upper), 30)
+                bins.setdefault(agg.expr.name, spec)
+    return tuple(bins.values())
 
 
 def normalise(result: ExactResult) -> dict[tuple[object, ...], dict[str, object]]:
@@ -151,6 +173,14 @@ def total(name: str, expr: object, lower: float, upper: float, **kw: object) -> 
 
 
 AGE, INCOME, SEX, EDUC = Col("age"), Col("income"), Col("sex"), Col("educ")
+
+
+def fine_bin(expr: Expr, lower: float, upper: float, resolution: int, first: int) -> Expr:
+    """floor((expr - lower) / (upper - lower) * resolution) - first: a quantile window's value."""
+    unit = BinOp("/", BinOp("-", expr, Lit(lower)), Lit(upper - lower))
+    return BinOp("-", Func("floor", (BinOp("*", unit, Lit(float(resolution))),)), Lit(float(first)))
+
+
 AGE_BANDS = Case(
     ((Compare("<", AGE, Lit(30)), Lit("young")), (Compare("<", AGE, Lit(60)), Lit("middle"))),
     Lit("old"),
@@ -204,6 +234,38 @@ PLANS: dict[str, AggregatePlan] = {
     ),
     "histogram_missing": AggregatePlan(  # NULL and NaN without fill: in no bin, still rows
         "nan", (ExactAggregate("h", "histogram", Col("x"), -5, 5, None, 0, 3), count())
+    ),
+    # A quantile's levels (dpcurator.query.plan.quantile): 2^b bins of the bounds, then windows
+    # of fine bins (floor((x - lower) / (upper - lower) * 2^m) - first over [0, bins]), which
+    # duckdb_fixed reads from a bin-code column: NaN, NULL, ±inf and values out of the bounds.
+    "quantile_levels": AggregatePlan(
+        "nan",
+        (
+            ExactAggregate("h", "histogram", Col("x"), -5, 5, None, 0, 4),
+            ExactAggregate("w", "histogram", fine_bin(Col("x"), -5.0, 5.0, 64, 16), 0, 8, bins=8),
+            ExactAggregate("f", "histogram", Col("x"), -5, 5, 1.0, 0, 8),
+        ),
+    ),
+    "quantile_levels_grouped": AggregatePlan(
+        "pums",
+        (
+            ExactAggregate("h", "histogram", AGE, 0, 100, None, 0, 16),
+            ExactAggregate(
+                "w",
+                "histogram",
+                Case(
+                    (
+                        (Compare("=", SEX, Lit(0)), fine_bin(AGE, 0.0, 100.0, 128, 16)),
+                        (Compare("=", SEX, Lit(1)), fine_bin(AGE, 0.0, 100.0, 128, 48)),
+                    )
+                ),
+                0,
+                16,
+                bins=16,
+            ),
+        ),
+        group_by=(GroupColumn("sex", SEX),),
+        group_keys=((0,), (1,)),
     ),
     "histogram_empty": AggregatePlan(
         "pums",

@@ -118,6 +118,30 @@ def test_fixed_point_columns_serve_the_sums_they_match(
     assert "__dp_fp" not in build_query(bounded, None, hidden)[0]
 
 
+def test_bin_codes_serve_the_quantile_levels_they_match(
+    backends: Callable[[str, str], Backend],
+) -> None:
+    """The duckdb_fixed engine reads its bin-code columns for a quantile's levels (so the oracle
+    comparisons above test them: every histogram of both plans, the grouped CASE included), and
+    not for other bounds, bins that are no power of two, or rows the query bounds itself."""
+    for name in ("quantile_levels", "quantile_levels_grouped"):
+        plan = PLANS[name]
+        backend = backends("duckdb_fixed", plan.table)
+        assert isinstance(backend, DuckDBBackend)
+        hidden = backend._hidden[plan.table]
+        sql, _ = build_query(plan, None, hidden)
+        assert sql.count("__dp_bc") >= len(plan.aggregates), name
+        assert "floor" not in sql  # no histogram scales a value
+        bounded = replace(plan, bound=ContributionBound("pid", 1, 1, 3))
+        assert "__dp_bc" not in build_query(bounded, None, hidden)[0]
+    hidden = backends("duckdb_fixed", "pums")._hidden["pums"]
+    for other in (
+        ExactAggregate("h", "histogram", AGE, 0, 99, None, 0, 16),
+        replace(PLANS["quantile_levels_grouped"].aggregates[0], bins=12),
+    ):
+        assert "__dp_bc" not in build_query(AggregatePlan("pums", (other,)), None, hidden)[0]
+
+
 def test_key_codes_serve_the_groups_whose_keys_they_hold(
     backends: Callable[[str, str], Backend],
 ) -> None:
@@ -274,7 +298,9 @@ def test_plans_grouped_by_key_codes_group_the_codes_alone(
     coded = [
         plan
         for plan in grouped
-        if len(coded_groups(plan, hidden)) == len(plan.group_by) and not cube_serves(plan, hidden)
+        if len(coded_groups(plan, hidden)) == len(plan.group_by)
+        and not cube_serves(plan, hidden)
+        and all(agg.kind != "histogram" for agg in plan.aggregates)  # histograms: row-wise
     ]
     assert coded
     for plan in coded:

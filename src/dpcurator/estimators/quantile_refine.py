@@ -35,6 +35,19 @@ value is below e, so q moves by at most 2·max(num, den - num); r values per per
 by r. Each level is ε_l-DP (permute-and-flip with that sensitivity), the interval ε_ci-DP, and the
 release is ε-DP with ε = Σ ε_l + ε_ci by basic composition.
 
+MIN and MAX (p = 0 and p = 1) under add/remove neighbours (``one_sided``): the score of an edge
+is -|2L - 1| for p = 0 and -|2(n - L) - 1| for p = 1. Adding one person adds r values; each
+raises L (p = 0) or n - L (p = 1) by at most r for every edge, and since L >= 0 (n - L >= 0)
+the distance |2L - 1| can only stay or grow (from L = 0 to 1 it stays 1): every score moves down
+or stays; removing moves them all up or keeps them. The scores are then monotone, so
+permute-and-flip is ε_l-DP with coins exp(-ε_l·gap / Δ) instead of exp(-ε_l·gap / (2Δ))
+(McKenna & Sheldon 2020, Theorem 1 and its monotone case; McSherry & Talwar 2007): each level
+spends its whole charge, where the general rule reached ε_l / 2 (issue 27 item 3). A later
+level's interior edges count the values clamped into its window's end bins, so their L is exact
+and the same holds. Under replace-one neighbours (a person removed and one added), some scores
+rise and others fall: the general rule stays. Unit bins (scores of bin centres) are not monotone
+either (a value entering an empty bin raises its score and lowers those above): they keep it too.
+
 Interval: :mod:`dpcurator.estimators.quantile_interval`, from discrete Laplace counts around the
 final edge (its ε is part of the same basic composition).
 """
@@ -190,9 +203,12 @@ class RefinedQuantile:
         interval_share: Fraction = DEFAULT_INTERVAL_SHARE,
         levels: tuple[tuple[Fraction, int, int], ...] | None = None,
         max_bins: int | None = None,
+        one_sided: bool = False,
     ) -> RefinedQuantile:
         """Split ``epsilon`` over the levels (and the interval when ``alpha`` is given); levels
         default to :func:`choose_levels` (``max_bins``: its bound on one level's bins);
+        ``one_sided``: neighbours add or remove rows, never both (add/remove), so that the
+        selections of p = 0 and p = 1 over edges are monotone (module docstring);
         ``integer`` data whose bounds fit
         :data:`~dpcurator.estimators.quantiles.DEFAULT_MAX_BINS` unit bins gets one level over the
         integers."""
@@ -223,6 +239,7 @@ class RefinedQuantile:
             outer = levels[0][2].bit_length() if len(levels) > 1 else 0
             interval = IntervalPlan(laplace, shells, a, outer, width, growth)
         factor = 1 if unit else 2  # centre scores (quantiles.py) or edge scores (above)
+        monotonic = one_sided and not unit and level in (0, 1)  # MIN, MAX: see the docstring
         num, den = level.numerator, level.denominator
         sensitivity = factor * rows_per_person * max(num, den - num)
         planned = tuple(
@@ -233,6 +250,7 @@ class RefinedQuantile:
                     dyadic_down(selection * share, _EPSILON_BITS),
                     sensitivity,
                     bins if unit else bins + 1 if i == 0 else bins - 1,
+                    monotonic=monotonic,
                 ),
             )
             for i, (share, half_width, bins) in enumerate(levels)
@@ -261,6 +279,26 @@ class RefinedQuantile:
         """The bins of ``level`` (>= 1) around edge ``index`` of the previous level's ``bins``:
         ± half-width bins, shifted inside [lower, upper] (see :func:`_neighbourhood`)."""
         return _neighbourhood(bins, index, self.levels[level], self.lower, self.upper)
+
+    def fine_bins(
+        self, code: tuple[int, int] | None, index: int, level: int
+    ) -> tuple[int, int] | None:
+        """Where the bins of ``level`` (>= 1) around edge ``index`` lie among equal-width bins of
+        [lower, upper]: ``(resolution, first)`` when they are the ``bins`` consecutive bins from
+        ``first`` of ``resolution`` bins of the bounds, given the previous level's ``code`` (the
+        first level's is ``(bins, 0)``), else None (a width that does not divide the bins).
+        Mathematically the same bins as :meth:`next_bins` (which names their edges); counted
+        this way, every level is a window of one fine binning of the bounds
+        (:mod:`dpcurator.query.plan.quantile`)."""
+        current = self.levels[level]
+        if code is None:
+            return None
+        resolution, first = code
+        start, width = _window(self.levels[level - 1].bins, index, current)
+        if current.bins % width:
+            return None
+        factor = current.bins // width
+        return resolution * factor, (first + start) * factor
 
     def finish(
         self,
@@ -303,12 +341,18 @@ class RefinedQuantile:
         return self.finish(bins, counts, index, rng, alpha, first=first)
 
 
+def _window(bins: int, edge: int, level: Level) -> tuple[int, int]:
+    """(first bin, bins): ± ``level.half_width`` of ``bins`` bins around ``edge``, shifted
+    inside them."""
+    width = min(2 * level.half_width, bins)
+    return min(max(edge - level.half_width, 0), bins - width), width
+
+
 def _neighbourhood(
     bins: QuantileBins, edge: int, level: Level, lower: float, upper: float
 ) -> QuantileBins:
     """± ``level.half_width`` bins of ``bins`` around ``edge``, shifted inside [lower, upper]."""
-    width = min(2 * level.half_width, bins.bins)
-    start = min(max(edge - level.half_width, 0), bins.bins - width)
+    start, width = _window(bins.bins, edge, level)
     edges = bin_edges(bins)
     low = lower if start == 0 else float(edges[start])
     high = upper if start + width == bins.bins else float(edges[start + width])

@@ -258,6 +258,26 @@ class FixedPointColumn:
 
 
 @dataclass(frozen=True)
+class BinCodeColumn:
+    """A column whose fine histogram bins an engine may compute once, when it opens the table.
+
+    Per row: ``floor((clamp(column, lower, upper) - lower) / (upper - lower) * 2**bits)`` (in
+    [0, 2**bits]; NULL where the column is NULL or NaN), with the float operations of a
+    ``histogram``'s bin rule. Scaling by a power of two is exact and floor commutes with it, so
+    the code shifted right by ``bits - b`` is exactly the bin of a histogram of 2**b bins over the
+    same bounds (the code 2**bits of the upper bound becoming the last bin), and likewise the
+    value of the quantile windows' ``floor((x - lower) / (upper - lower) * 2**b)`` clamped to a
+    window inside [0, 2**b) (:mod:`dpcurator.query.plan.quantile`). Bounds are public metadata,
+    so computing the column reads nothing a query would not read.
+    """
+
+    column: str
+    lower: float
+    upper: float
+    bits: int
+
+
+@dataclass(frozen=True)
 class KeyCodeColumn:
     """A column whose public keys an engine may encode once, when it opens the table.
 
@@ -304,6 +324,7 @@ class PrecomputedColumns:
     fixed_point: tuple[FixedPointColumn, ...] = ()
     key_codes: tuple[KeyCodeColumn, ...] = ()
     bounding: tuple[BoundingColumn, ...] = ()
+    bin_codes: tuple[BinCodeColumn, ...] = ()
 
 
 @dataclass(frozen=True)

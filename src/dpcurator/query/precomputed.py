@@ -1,12 +1,13 @@
-"""The columns an engine may precompute when it opens a table (fixed-point values, public key
-codes, contribution-bounding ranks), each on the grid or with the bound that
-:func:`~dpcurator.query.plan.planner.plan_query` gives plans of that shape, so precomputing them
-changes no result."""
+"""The columns an engine may precompute when it opens a table (fixed-point values, fine
+histogram bin codes, public key codes, contribution-bounding ranks), each on the grid, bins or
+bound that :func:`~dpcurator.query.plan.planner.plan_query` gives plans of that shape, so
+precomputing them changes no result."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from dpcurator.estimators.quantiles import QuantileBins
 from dpcurator.query import ir
 from dpcurator.query.frontend.builder import Aggregate
 from dpcurator.query.plan.analysis import infer_bounds
@@ -30,6 +31,24 @@ def fixed_point_columns(metadata: Metadata) -> tuple[ir.FixedPointColumn, ...]:
         lower, upper = value_bounds(aggregate, metadata)
         k = choose_grid_exponent(lower, upper, integer=unit_grid(column, metadata, lower, upper))
         columns.append(ir.FixedPointColumn(name, lower, upper, k))
+    return tuple(columns)
+
+
+#: The resolution 2**bits of a :class:`~dpcurator.query.ir.BinCodeColumn`: finer than every
+#: quantile level (the query layer's finest is 2**18 bins of the bounds), and its codes, up to
+#: 2**30, fit a 32-bit INTEGER.
+BIN_CODE_BITS = 30
+
+
+def bin_code_columns(metadata: Metadata) -> tuple[ir.BinCodeColumn, ...]:
+    """One :class:`~dpcurator.query.ir.BinCodeColumn` per bounded numeric column whose quantiles
+    are refined over equal-width bins of its bounds (not unit bins over its integers), on the
+    bounds a quantile of the bare column is planned with (engines may precompute them)."""
+    columns = []
+    for spec in fixed_point_columns(metadata):
+        integer = unit_grid(ir.Col(spec.column), metadata, spec.lower, spec.upper)
+        if QuantileBins.for_bounds(spec.lower, spec.upper, integer=integer).lower == spec.lower:
+            columns.append(ir.BinCodeColumn(spec.column, spec.lower, spec.upper, BIN_CODE_BITS))
     return tuple(columns)
 
 
@@ -66,9 +85,12 @@ def bounding_columns(
 
 
 def precomputed_columns(metadata: Metadata) -> ir.PrecomputedColumns:
-    """The fixed-point, key-code and bounding columns an engine may compute when it opens the
-    table."""
+    """The fixed-point, key-code, bounding and bin-code columns an engine may compute when it
+    opens the table."""
     codes = key_code_columns(metadata)
     return ir.PrecomputedColumns(
-        fixed_point_columns(metadata), codes, bounding_columns(metadata, codes)
+        fixed_point_columns(metadata),
+        codes,
+        bounding_columns(metadata, codes),
+        bin_code_columns(metadata),
     )

@@ -120,6 +120,12 @@ class PrivacyUnit:
         return self.person_column is not None
 
     @property
+    def one_sided(self) -> bool:
+        """Whether neighbouring tables differ by rows added only, or removed only (add/remove):
+        a score that moves one way with each added row is then monotone between neighbours."""
+        return not self.replace_one
+
+    @property
     def sides(self) -> int:
         """The persons whose rows differ between neighbours: 1 (added or removed) or 2 (one
         removed and one added, under replace-one)."""

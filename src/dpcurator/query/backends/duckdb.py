@@ -257,12 +257,11 @@ class DuckDBBackend:
         types = self._types(source)
         casts = needed_casts(declared, types, table=table)
         specs = precomputed or PrecomputedColumns()
-        numeric = [
-            spec
-            for spec in specs.fixed_point
-            if spec.column in types
-            and declared.get(spec.column, type_class(types[spec.column])) in ("int", "float")
-        ]
+        numbers = {
+            c for c, t in types.items() if declared.get(c, type_class(t)) in ("int", "float")
+        }
+        numeric = [spec for spec in specs.fixed_point if spec.column in numbers]
+        binned = [spec for spec in specs.bin_codes if spec.column in numbers]
         coded = [spec for spec in specs.key_codes if spec.column in types]
         bounding = [
             spec
@@ -276,13 +275,14 @@ class DuckDBBackend:
             {spec.column: (f"{HIDDEN_PREFIX}kc{i}", spec) for i, spec in enumerate(coded)},
             tuple((f"{HIDDEN_PREFIX}bk{i}", spec) for i, spec in enumerate(bounding)),
             Cube(f"{HIDDEN_PREFIX}cube_{relation}", dimensions) if dimensions else None,
+            {spec.column: (f"{HIDDEN_PREFIX}bc{i}", spec) for i, spec in enumerate(binned)},
         )
         if not self._owned:  # the caller's connection: leave its objects alone
-            if casts or numeric or coded or bounding:
+            if casts or numeric or binned or coded or bounding:
                 self._relations[table] = relation
                 self._create(source, self._relations[table], casts, types, table, temporary=True)
             return
-        if not (casts or materialise or numeric or coded or bounding):
+        if not (casts or materialise or numeric or binned or coded or bounding):
             self._connection.execute(f"CREATE VIEW {quote(table)} AS SELECT * FROM {quote(source)}")
             return
         self._create(source, table, casts, types, table, temporary=False)
@@ -311,9 +311,9 @@ class DuckDBBackend:
         columns = f"* REPLACE ({replaced})" if replaced else "*"
         translator = SqlBuilder()
         hidden = self._hidden[table]
-        for name, spec in hidden.fixed_point.values():
+        for name, spec in hidden.numeric():
             value = expressions.get(spec.column, quote(spec.column))
-            columns += f", {translator.fixed_point(spec, value)} AS {quote(name)}"
+            columns += f", {translator.precomputed(spec, value)} AS {quote(name)}"
         select = f"SELECT {columns} FROM {quote(source)}"
         if hidden.key_codes:  # a join per key-code column (see SqlBuilder.key_table)
             codes, joins = [], []

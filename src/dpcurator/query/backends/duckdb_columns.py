@@ -1,13 +1,14 @@
 """What a DuckDB table's precomputed columns answer, and how a query's result comes back.
 
 A materialised private copy carries hidden columns computed once from public metadata
-(:class:`Hidden`): fixed-point values of bounded numeric columns, key codes of columns with public
-keys, bounding flags of user-level tables (:class:`~dpcurator.query.ir.BoundingColumn`) and a
-:class:`Cube` of row-level counts and sums. The functions here decide, from the plan and the
-metadata only, which of them a plan reads (:func:`precomputed_bounding`, :func:`coded_groups`,
-:func:`bounded_codes`, :func:`fixed_point_sums`), and turn the rows or columns the query returns
-back into the plan's exact result (:func:`decode_groups`, :func:`unbin`, :func:`columnar`,
-:func:`collect_columns`). The SQL itself is built by :mod:`.duckdb_query`.
+(:class:`Hidden`): fixed-point values and fine bin codes of bounded numeric columns, key codes
+of columns with public keys, bounding flags of user-level tables
+(:class:`~dpcurator.query.ir.BoundingColumn`) and a :class:`Cube` of row-level counts and sums.
+The functions here decide, from the plan and the metadata only, which of them a plan reads
+(:func:`precomputed_bounding`, :func:`coded_groups`, :func:`bounded_codes`,
+:func:`fixed_point_sums`; bin codes: :mod:`.duckdb_bins`), and turn the rows or columns the
+query returns back into the plan's exact result (:func:`decode_groups`, :func:`unbin`,
+:func:`columnar`, :func:`collect_columns`). The SQL itself is built by :mod:`.duckdb_query`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dpcurator.query.backends.duckdb_sql import fixed_point_aggregate, quote
 from dpcurator.query.backends.results import collect_groups
 from dpcurator.query.ir import (
     AggregatePlan,
+    BinCodeColumn,
     BoundingColumn,
     Col,
     ExactAggregate,
@@ -56,6 +58,11 @@ class Hidden:
     key_codes: Mapping[str, tuple[str, KeyCodeColumn]] = field(default_factory=dict)
     bounding: tuple[tuple[str, BoundingColumn], ...] = ()
     cube: Cube | None = None
+    bin_codes: Mapping[str, tuple[str, BinCodeColumn]] = field(default_factory=dict)
+
+    def numeric(self) -> list[tuple[str, FixedPointColumn | BinCodeColumn]]:
+        """The fixed-point and bin-code columns: (hidden column name, spec)."""
+        return [*self.fixed_point.values(), *self.bin_codes.values()]
 
 
 def binned_histogram(plan: AggregatePlan) -> ExactAggregate | None:

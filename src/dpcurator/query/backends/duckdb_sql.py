@@ -18,6 +18,7 @@ from dpcurator.query.backends.plan_checks import expr_type
 from dpcurator.query.ir import (
     And,
     Between,
+    BinCodeColumn,
     BinOp,
     BoundingColumn,
     Case,
@@ -198,6 +199,12 @@ class SqlBuilder:
         narrow = max_grid_value(agg) < 2**31
         return f"TRY_CAST({value} AS {'INTEGER' if narrow else 'BIGINT'})"
 
+    def precomputed(self, spec: FixedPointColumn | BinCodeColumn, column: str) -> str:
+        """The SQL of a fixed-point or bin-code column over ``column``."""
+        if isinstance(spec, FixedPointColumn):
+            return self.fixed_point(spec, column)
+        return self.bin_code(spec, column)
+
     def key_table(self, spec: KeyCodeColumn) -> str:
         """A SELECT of ``spec``'s keys ``__dp_key`` with their codes ``__dp_code`` (see
         :class:`~dpcurator.query.ir.KeyCodeColumn`): the 0-based position of each key's first
@@ -263,13 +270,27 @@ class SqlBuilder:
 
     def bin(self, agg: ExactAggregate, value: str) -> str:
         """The histogram bin of an in-range DOUBLE ``value`` (the last bin includes ``upper``)."""
+        scaled = self._scaled(agg, value, self.literal(agg.bins))
+        return f"least(TRY_CAST(floor({scaled}) AS BIGINT), {self.literal(agg.bins - 1)})"
+
+    def _scaled(self, agg: ExactAggregate, value: str, bins: str) -> str:
         assert agg.lower is not None
         assert agg.upper is not None
-        scaled = (
-            f"({value} - {self.literal(float(agg.lower))}) / "
-            f"{self.literal(float(agg.upper - agg.lower))} * {self.literal(agg.bins)}"
+        lower, width = self.literal(float(agg.lower)), self.literal(float(agg.upper - agg.lower))
+        return f"({value} - {lower}) / {width} * {bins}"
+
+    def bin_code(self, spec: BinCodeColumn, column: str) -> str:
+        """The SQL of a bin-code column (see :class:`~dpcurator.query.ir.BinCodeColumn`): the
+        bin rule's scaled value times 2**bits (a double: exactly), floored, as an INTEGER."""
+        agg = ExactAggregate("", "histogram", Col(spec.column), spec.lower, spec.upper)
+        top = float(2**spec.bits)
+        value = self.clamped(
+            agg,
+            column,
+            lambda v: f"floor({self._scaled(agg, v, self.literal(top))})",
+            lambda x: self.literal(0.0 if x == spec.lower else top),
         )
-        return f"least(TRY_CAST(floor({scaled}) AS BIGINT), {self.literal(agg.bins - 1)})"
+        return f"TRY_CAST({value} AS INTEGER)"
 
     def histogram_bin(self, agg: ExactAggregate, column: str) -> str:
         """The bin of each row of a histogram over ``column`` (NULL, which no bin counts, for a

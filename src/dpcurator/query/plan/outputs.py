@@ -261,6 +261,7 @@ def plan_aggregate(
             epsilon_per_group=share / context.groups,
             rows_per_person=context.unit.rows_changed,
             integer=integer,
+            one_sided=context.unit.one_sided,
         )
         output = OutputPlan(name, "quantile", share, (), lower, upper, quantile=step)
         return output, [first_histogram(step)]

@@ -64,6 +64,8 @@ class QuantileStep:
         epsilon_per_group: each group's ε (the output's share over groups per person).
         rows_per_person: r, the rows one person adds to a group.
         integer: whether the value is an integer (unit bins when the bounds fit).
+        one_sided: neighbours add or remove rows, never both (MIN and MAX then spend their
+            whole ε: :class:`RefinedQuantile`).
     """
 
     exact: str
@@ -73,6 +75,7 @@ class QuantileStep:
     epsilon_per_group: Fraction
     rows_per_person: int
     integer: bool
+    one_sided: bool = False
 
     @property
     def bins(self) -> QuantileBins:
@@ -90,6 +93,7 @@ class QuantileStep:
             epsilon_per_group=self.epsilon_per_group * factor,
             rows_per_person=self.rows_per_person,
             integer=self.integer,
+            one_sided=self.one_sided,
         )
 
     def describe(self) -> str:
@@ -115,6 +119,7 @@ def plan_step(
     epsilon_per_group: Fraction,
     rows_per_person: int,
     integer: bool,
+    one_sided: bool = False,
 ) -> QuantileStep:
     """The public plan of one quantile output (mechanisms built now: refusals are free)."""
     refined = RefinedQuantile.plan(
@@ -126,8 +131,11 @@ def plan_step(
         alpha=PLANNED_ALPHA,
         integer=integer,
         max_bins=MAX_HISTOGRAM_BINS,
+        one_sided=one_sided,
     )
-    return QuantileStep(name, expr, refined, p, epsilon_per_group, rows_per_person, integer)
+    return QuantileStep(
+        name, expr, refined, p, epsilon_per_group, rows_per_person, integer, one_sided
+    )
 
 
 def first_histogram(step: QuantileStep) -> ir.ExactAggregate:
@@ -154,10 +162,12 @@ def release_quantiles(
     Level 1 reads ``exact``; each later level is one ``compute`` pass over all outputs and keys.
     """
     state: dict[str, list[tuple[QuantileBins, npt.NDArray[np.int64], int]]] = {}
+    codes: dict[str, list[tuple[int, int] | None]] = {}  # (resolution, first) per key
     for name, step in steps.items():
         bins = step.bins
         counts = read(exact, keys, step.exact, bins.bins)
         state[name] = [(bins, row, step.refined.select(0, row, rng)) for row in counts]
+        codes[name] = [None if step.refined.unit else (bins.bins, 0)] * len(keys)
     first = {name: [(bins, row) for bins, row, _ in rows] for name, rows in state.items()}
     depth = max((len(s.refined.levels) for s in steps.values()), default=1)
     for level in range(1, depth):
@@ -166,10 +176,22 @@ def release_quantiles(
             n: [s.refined.next_bins(bins, index, level) for bins, _, index in state[n]]
             for n, s in active.items()
         }
+        for n, s in active.items():
+            codes[n] = [
+                s.refined.fine_bins(code, index, level)
+                for code, (_, _, index) in zip(codes[n], state[n], strict=True)
+            ]
         if compute is None or not keys:  # nothing released (or a caller without an engine)
             break
         aggregates = tuple(
-            _window_histogram(f"__q{level}_{i}", step.expr, windows[n], keys, plan.group_by)
+            _window_histogram(
+                f"__q{level}_{i}",
+                step,
+                windows=windows[n],
+                codes=codes[n],
+                keys=keys,
+                groups=plan.group_by,
+            )
             for i, (n, step) in enumerate(active.items())
         )
         result = compute(replace(plan, aggregates=aggregates))
@@ -190,23 +212,54 @@ def release_quantiles(
 
 def _window_histogram(
     name: str,
-    expr: ir.Expr,
+    step: QuantileStep,
+    *,
     windows: Sequence[QuantileBins],
+    codes: Sequence[tuple[int, int] | None],
     keys: Sequence[tuple[ir.ScalarValue, ...]],
     groups: tuple[ir.GroupColumn, ...],
 ) -> ir.ExactAggregate:
-    """The histogram of each key's window: directly when ungrouped, else of the value mapped to
-    [0, 1] by its group's window (NULL, which no bin counts, for groups not released)."""
+    """The histogram of each key's window (NULL, which no bin counts, for groups not released,
+    picked by a CASE on the group key): of the value's fine bin minus the window's first when
+    every window is a run of fine bins of the bounds (:meth:`RefinedQuantile.fine_bins`), else
+    of the value itself (ungrouped) or mapped to [0, 1] by its group's window."""
     bins = windows[0].bins if windows else 1
-    if not groups:
+    # power-of-two bins: a bin's number i over [0, bins] is exactly i (i / bins · bins = i)
+    fine = bins & (bins - 1) == 0 and all(code is not None for code in codes)
+    if not groups and not fine:
         (window,) = windows
-        return ir.ExactAggregate(name, "histogram", expr, window.lower, window.upper, None, 0, bins)
-    whens = tuple(
-        (_key_match(groups, key), _scaled(expr, window))
-        for key, window in zip(keys, windows, strict=True)
+        return ir.ExactAggregate(
+            name, "histogram", step.expr, window.lower, window.upper, None, 0, bins
+        )
+    values = (
+        [_fine_bin(step, code) for code in codes if code is not None]
+        if fine
+        else [_scaled(step.expr, window) for window in windows]
     )
-    mapped: ir.Expr = ir.Case(whens) if whens else ir.Lit(None)
-    return ir.ExactAggregate(name, "histogram", mapped, 0.0, 1.0, None, 0, bins)
+    mapped: ir.Expr
+    if not groups:
+        (mapped,) = values
+    else:
+        whens = tuple(
+            (_key_match(groups, key), value) for key, value in zip(keys, values, strict=True)
+        )
+        mapped = ir.Case(whens) if whens else ir.Lit(None)
+    upper = float(bins) if fine else 1.0
+    return ir.ExactAggregate(name, "histogram", mapped, 0.0, upper, None, 0, bins)
+
+
+def _fine_bin(step: QuantileStep, code: tuple[int, int]) -> ir.Expr:
+    """floor((x - lower) / (upper - lower) · resolution) - first: a histogram of ``bins`` bins
+    over [0, bins] then counts x in the window's bin, the values below it in its first bin and
+    those above in its last, exactly like the window's own histogram (the same fine bins) but
+    computed with the operations of the first level's bin rule (an engine may read them from a
+    :class:`~dpcurator.query.ir.BinCodeColumn`)."""
+    resolution, first = code
+    lower, upper = step.refined.lower, step.refined.upper
+    shifted = ir.BinOp("-", step.expr, ir.Lit(float(lower)))
+    unit = ir.BinOp("/", shifted, ir.Lit(float(upper - lower)))
+    index = ir.Func("floor", (ir.BinOp("*", unit, ir.Lit(float(resolution))),))
+    return ir.BinOp("-", index, ir.Lit(float(first)))
 
 
 def _scaled(expr: ir.Expr, window: QuantileBins) -> ir.Expr:
