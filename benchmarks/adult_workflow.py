@@ -110,7 +110,7 @@ def cli_costs(calls: int) -> None:
         for line in server.stdout:
             if line.startswith("analyst token:"):
                 token = line.split(":", 1)[1].strip()
-            if line.startswith("http"):
+            if "http://" in line:  # the server answers
                 break
         env = os.environ | {"DPCURATOR_URL": f"http://127.0.0.1:{port}", "DPCURATOR_TOKEN": token}
         rows = []
