@@ -31,7 +31,7 @@ DEFAULT_ITERS = 1000
 
 #: XLA options for mbi's many small programs: compiling them dominates (MST on adult: 160 s ->
 #: 80 s); the programs run no slower that matters. XLA's CPU fusion emitters off halves the
-#: compile of a new model structure again (titanic, 19 measured cliques: 5.8 s -> 3.1 s of CPU),
+#: compile of a new model structure again (titanic, 15 measured cliques: 5.8 s -> 3.1 s of CPU),
 #: which AIM pays every round. Only set when XLA_FLAGS is unset.
 FAST_COMPILE_FLAGS = (
     "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
