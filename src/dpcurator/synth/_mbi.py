@@ -120,7 +120,7 @@ def model_marginal(model: Any, clique: Clique) -> npt.NDArray[np.float64]:
 @dataclass(frozen=True)
 class Beliefs:
     """A fitted model's marginals over the maximal cliques of its junction tree, as numpy
-    arrays (each sums to the model's total): one mbi belief propagation (HUGIN) per model.
+    arrays (each sums to the model's total): one belief propagation (in numpy) per model.
 
     Any marginal of the model follows from them in numpy, without a JAX program per marginal
     shape: the junction tree factorises the model's distribution as P(root) times
