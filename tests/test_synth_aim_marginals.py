@@ -4,11 +4,14 @@ tests/test_synth_synthesizers.py."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
 import dpcurator as dpc
 from dpcurator.synth import _mbi
+from dpcurator.synth.aim import _scored, candidates_of
 from dpcurator.synth.domain import SynthDomain
 
 pytest.importorskip("mbi")
@@ -51,3 +54,18 @@ def test_numpy_marginal_equals_mbi_inference(fitted: object, clique: tuple[str, 
     got = _mbi.Beliefs.of(fitted).marginal(clique)
     assert got.shape == expected.shape
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9)
+
+
+def test_aim_size_check_shortcut_allows_what_the_full_check_allows(fitted: object) -> None:
+    """AIM skips mbi's model-size computation for a candidate inside a measured clique (the
+    junction tree is unchanged); the candidates it allows are exactly those whose model, by
+    the full computation, fits the limit (one chosen between the sizes, so both kinds occur)."""
+    domain = SynthDomain.from_metadata(META)
+    weights = candidates_of(list(itertools.combinations(SIZES, 2)))
+    sizes = {r: _mbi.model_size_mb(domain, [*CLIQUES, r]) for r in weights}
+    limit = sorted(set(sizes.values()))[1]
+    exact = {r: np.zeros(domain.shape(r)) for r in weights}
+    beliefs = _mbi.Beliefs.of(fitted)
+    allowed, _ = _scored(domain, weights, exact, beliefs, list(CLIQUES), limit=limit, bias=0.0)
+    assert set(allowed) == {r for r, size in sizes.items() if size <= limit}
+    assert 0 < len(allowed) < len(weights)

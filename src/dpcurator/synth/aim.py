@@ -129,7 +129,18 @@ def _scored(
 ) -> tuple[list[Clique], list[float]]:
     """The candidates whose model fits within ``limit`` MB (the 1-way ones when none does) and
     their AIM scores w_r·(‖M_r(D) - M_r(model)‖₁ - bias·n_r)."""
-    allowed = [r for r in weights if _mbi.model_size_mb(domain, [*cliques, r]) <= limit]
+    # a candidate inside a measured clique leaves the junction tree (and its size) unchanged
+    current = _mbi.model_size_mb(domain, cliques)
+    allowed = [
+        r
+        for r in weights
+        if (
+            current
+            if any(set(r) <= set(c) for c in cliques)
+            else _mbi.model_size_mb(domain, [*cliques, r])
+        )
+        <= limit
+    ]
     allowed = allowed or [r for r in weights if len(r) == 1]
     scores = [
         weights[r] * (float(np.abs(exact[r] - beliefs.marginal(r)).sum()) - bias * domain.cells(r))
@@ -249,8 +260,8 @@ def aim(
         measured.append(_measure(gaussian, exact, r, source))
         steps.append(Step("measure", r, gaussian.rho(l2)))
         spent += gaussian.rho(l2) + epsilon**2 / 8
+        _mbi.release_compiled()  # before the fit: the last round's program serves the final fit
         model = _mbi.estimate(domain, measured, iters=round_iters, warm_start=model)
-        _mbi.release_compiled()
         beliefs = _mbi.Beliefs.of(model)
         moved = float(np.abs(beliefs.marginal(r) - before).sum())
         if not final and moved <= bias * domain.cells(r):
