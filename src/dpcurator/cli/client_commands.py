@@ -114,15 +114,14 @@ def _client(args: argparse.Namespace, *, anonymous: bool = False) -> Iterator[Cu
     CliErrors."""
     import json  # noqa: PLC0415 (deferred, as every command's dependencies)
 
-    import httpx  # noqa: PLC0415
-
     from dpcurator.service.client import CuratorClient  # noqa: PLC0415
+    from dpcurator.service.http_transport import TransportError  # noqa: PLC0415
 
     token = args.token if anonymous else cli_args.require_token(args)
     try:
         with CuratorClient(args.url, token) as client:
             yield client
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+    except TransportError as exc:
         raise CliError(f"cannot reach the curator at --url {args.url}: {exc}") from None
     except json.JSONDecodeError:
         raise CliError(f"--url {args.url} did not answer as a dpcurator curator") from None

@@ -18,8 +18,6 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from dpcurator.errors import (
     AuthError,
     BudgetExceededError,
@@ -29,6 +27,7 @@ from dpcurator.errors import (
 )
 from dpcurator.service.client_jobs import JobCalls
 from dpcurator.service.errors import ConflictError, NotFoundError
+from dpcurator.service.http_transport import Response, Transport
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,7 +35,7 @@ if TYPE_CHECKING:
     from dpcurator.random import Rng
 
 
-def _error(response: httpx.Response) -> DPError:
+def _error(response: Response) -> DPError:
     try:
         problem = response.json()
     except ValueError:
@@ -77,14 +76,10 @@ class CuratorClient(JobCalls):
         *,
         timeout: float = 30.0,
     ) -> None:
-        base = url.rstrip("/")
-        self._http = httpx.Client(
-            base_url=base,
+        self._http = Transport(
+            url.rstrip("/"),
             headers={} if token is None else {"Authorization": f"Bearer {token}"},
             timeout=timeout,
-            # Certificates are loaded (~0.1 s CPU) only for an https curator: a plain-http
-            # client never makes a TLS connection (it follows no redirect).
-            verify=httpx.URL(base).scheme == "https",
         )
 
     def close(self) -> None:
@@ -97,7 +92,7 @@ class CuratorClient(JobCalls):
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _error(self, response: httpx.Response) -> DPError:
+    def _error(self, response: Response) -> DPError:
         return _error(response)
 
     def _call(

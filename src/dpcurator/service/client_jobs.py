@@ -12,9 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
-
 from dpcurator.errors import BackendError, DPError
+from dpcurator.service.http_transport import Response, Transport
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -22,14 +21,14 @@ Progress = Callable[[dict[str, Any]], None]
 class JobCalls:
     """The job calls of the client (it provides ``_http``, ``_call`` and ``_error``)."""
 
-    _http: httpx.Client
+    _http: Transport
 
     def _call(
         self, method: str, path: str, *, json: Any = None, headers: dict[str, str] | None = None
     ) -> Any:
         raise NotImplementedError
 
-    def _error(self, response: httpx.Response) -> DPError:
+    def _error(self, response: Response) -> DPError:
         raise NotImplementedError
 
     def _submit(

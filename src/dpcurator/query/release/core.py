@@ -80,6 +80,12 @@ if TYPE_CHECKING:
 _I64_MAX = 2**63 - 1
 
 
+def _json_number(value: float) -> float | None:
+    """``value``, or None for NaN (strict JSON has no NaN: a fit's p-value where no test
+    applies; a PostgreSQL ledger refuses to store it)."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
 def _json_value(value: object) -> object:
     item = getattr(value, "item", None)
     return item() if callable(item) else value
@@ -224,8 +230,9 @@ class Release:
         raise KeyError(key)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable form: columns, rows (value/ci_low/ci_high), cost, mechanisms, and
-        per value column what its interval covers and whether it was clamped (``columns``)."""
+        """A JSON-serialisable form: columns, rows (value/ci_low/ci_high; a value with no number,
+        NaN in the table, is None), cost, mechanisms, and per value column what its interval
+        covers and whether it was clamped (``columns``)."""
         return {
             "group_columns": list(self.group_columns),
             "value_columns": list(self.value_columns),
@@ -235,7 +242,11 @@ class Release:
                         c: _json_value(k) for c, k in zip(self.group_columns, key, strict=True)
                     },
                     "values": {
-                        c: {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high}
+                        c: {
+                            "value": _json_number(e.value),
+                            "ci_low": e.ci_low,
+                            "ci_high": e.ci_high,
+                        }
                         for c, e in zip(self.value_columns, estimates, strict=True)
                     },
                     **({"at_box_bound": self.at_bound[i]} if self.at_bound else {}),
