@@ -339,3 +339,22 @@ def test_phone_width_keeps_the_new_views_inside_the_window(page: Page) -> None:
         assert widths[0] <= widths[1], widths
     finally:
         page.set_viewport_size({"width": 1100, "height": 900})
+
+
+def test_a_hypothesis_test_shows_its_report(page: Page) -> None:
+    """A SQL test's release is its report (test, H0, statistic, p-value, estimate) and its
+    released figures as rows, with no bar chart mixing a p-value with sums."""
+    run(page, "SELECT TTEST(age, sex) FROM people")
+    report = page.locator("#result table.test-report")
+    expect(report.locator("thead th")).to_have_text(
+        ["test", "H0", "statistic", "p-value", "estimate"]
+    )
+    expect(report.locator("tbody td").first).to_contain_text("t")
+    p_value = report.locator("td.p-value").inner_text()
+    assert p_value == "< 0.0001" or 0 <= float(p_value) <= 1, p_value
+    figures = page.locator("#result table.test-figures tbody tr")
+    expect(figures.first.locator("td").first).to_have_text("statistic")
+    expect(page.locator("#result svg")).to_have_count(0)
+    expect(page.locator("#result .release-note").last).to_contain_text("privacy noise")
+    assert not RAW_FLOAT.search(page.locator("#result").inner_text())
+    shot(page, "hypothesis-test")

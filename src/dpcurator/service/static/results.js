@@ -29,6 +29,7 @@ function costNote(release, replayed) {
 // The view a statistician reads: a fit's coefficient table, a histogram's bins as rows, a
 // two-way table as a crosstab, one row of statistics as a column; otherwise one row per group.
 function releaseView(release, level) {
+  if (release.test) return testView(release);
   if (isFit(release)) return fitView(release, level);
   if (isHistogram(release)) return histogramView(release, level);
   if (release.group_columns.length === 2 && release.rows.length > 0) return crosstabView(release, level);

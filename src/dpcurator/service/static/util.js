@@ -60,6 +60,8 @@ function fillHead(tableId, names) {
 }
 
 const fmt = (x) => (typeof x === "number" ? Number(x.toPrecision(6)).toString() : String(x));
+// Four significant digits (the stated rule for a number without an interval); "—" for none.
+const fmt4 = (x) => (typeof x === "number" && Number.isFinite(x) ? Number(x.toPrecision(4)).toString() : "—");
 
 // A released number's precision, stated once on the page: the value and its interval ends are
 // rounded to two significant digits of the interval's half-width; without an interval, to

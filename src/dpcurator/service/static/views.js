@@ -50,6 +50,36 @@ function fitView(release, level) {
   return { node, draw: () => undefined };
 }
 
+// ---- hypothesis tests ---------------------------------------------------------------------
+
+// The test's report (name, H0, method, statistic, p-value, estimate), then its released figures
+// as rows: no chart, since the figures (counts, sums, a p-value) share no scale.
+function testView(release) {
+  const test = release.test;
+  const node = el("div", null, "test-view");
+  const p = test.p_value;
+  const report = el("table", null, "release-table test-report");
+  const body = headRow(report, ["test", "H0", "statistic", "p-value", "estimate"]);
+  const tr = el("tr");
+  tr.append(el("td", test.name), el("td", test.null), el("td", fmt4(test.statistic), "num"),
+    el("td", p < 1e-4 ? "< 0.0001" : fmt4(p), "num p-value"), el("td", fmt4(test.estimate), "num"));
+  body.append(tr);
+  node.append(scrolled(report));
+  node.append(el("p", `${test.method}. The p-value is valid under the privacy noise (it accounts for `
+    + "the noise added to the released figures below).", "release-note"));
+  const figures = el("table", null, "release-table test-figures");
+  const rows = headRow(figures, ["released figure", "value"]);
+  for (const row of release.rows) {
+    for (const column of release.value_columns) {
+      const line = el("tr");
+      line.append(el("td", String(row.group[release.group_columns[0]] ?? column)), el("td", fmt4(row.values[column].value), "num"));
+      rows.append(line);
+    }
+  }
+  node.append(scrolled(figures));
+  return { node, draw: () => undefined };
+}
+
 // ---- histograms ---------------------------------------------------------------------------
 
 // Rows: the bins; columns: the groups (one "count" column without GROUP BY); a bar chart of one.
