@@ -22,7 +22,9 @@ from dpcurator.service.server import build_service
 from tests.service_fixtures import PEOPLE_METADATA, ThreadServer, cheap_hasher
 from tests.test_console_browser import ARGS, ARTIFACTS, CHROMIUM
 
-pytestmark = pytest.mark.browser
+#: One worker runs the module: its tests share the server (a later test previews the synthetic
+#: release an earlier one published).
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("console_views")]
 
 METADATA = {
     "table": "people",
