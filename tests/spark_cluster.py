@@ -58,10 +58,20 @@ CLASSIC_APP = "dpcurator-cluster-tests"
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on 127.0.0.1 now (all held open while they are picked,
+    so the OS cannot hand the same one out twice)."""
+    probes = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 def spark_home() -> Path:
@@ -222,14 +232,16 @@ def start_cluster(root: Path, *, worker_memory: str = "2g", connect: bool = True
     root = root.resolve()
     for sub in ("logs", "work", "local"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    cluster = SparkCluster(root, free_port(), free_port(), free_port())
+    cluster = SparkCluster(root, *free_ports(3))
     try:
         master = "org.apache.spark.deploy.master.Master"
         cluster.launch(
             "master", "spark-class", master, "--host", "127.0.0.1",
             "--port", str(cluster.master_port), "--webui-port", str(cluster.ui_port),
         )  # fmt: skip
-        cluster.wait("up", lambda: _port_open(cluster.master_port))
+        # the web UI too: a worker's free port picked before it bound could be the UI's, and the
+        # master's JSON state would then be read from that worker's HTML page
+        cluster.wait("up", lambda: _port_open(cluster.master_port) and _port_open(cluster.ui_port))
         for index in range(WORKERS):
             cluster.launch(
                 f"worker{index}", "spark-class", "org.apache.spark.deploy.worker.Worker",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json as json_module
+import ssl
 import time
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -66,8 +67,7 @@ class Transport:
             return self._connection
         self.close()
         if self._https:
-            import ssl  # noqa: PLC0415 (certificates are loaded only for an https curator)
-
+            # certificates are loaded only for an https curator
             self._connection = http.client.HTTPSConnection(
                 self._host, self._port, timeout=self._timeout, context=ssl.create_default_context()
             )
