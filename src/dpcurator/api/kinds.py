@@ -23,6 +23,7 @@ conformance matrix has a row for each (tests/test_privacy_matrix.py, ``session: 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -36,10 +37,10 @@ from dpcurator.estimators.hypothesis import (
     HypothesisTestResult,
     goodness_of_fit_from_table,
     independence_from_table,
-    two_proportion_from_table,
 )
-from dpcurator.estimators.hypothesis.core import Setup, as_tuple, clipped_cells, release_counts
-from dpcurator.estimators.hypothesis.means import BOOTSTRAP, check_alternative
+from dpcurator.estimators.hypothesis.core import Setup, as_tuple, release_counts
+from dpcurator.estimators.hypothesis.means import check_alternative
+from dpcurator.estimators.hypothesis.proportions import two_proportion_result
 from dpcurator.interactive.pmw import PrivateMultiplicativeWeights
 from dpcurator.mining import ID3, PCA, GaussianNB, KMeans
 from dpcurator.query.session import Session as QuerySession
@@ -260,17 +261,8 @@ def two_proportions(  # noqa: PLR0917 (the test's public inputs)
     event = ZCDPEvent(plan.budget) if plan.concentrated else PureEvent(plan.budget)
     counts = exact_marginals(session, domain, [clique], event, description=f"z-test {clique}")
     table, noise = release_counts(plan, counts[clique][np.ix_(rows, cells)])
-    z, p = two_proportion_from_table(table, noise, plan, side)
-    successes, sizes = clipped_cells(table)
-    rates = successes[:, 0] / sizes
-    return HypothesisTestResult(
-        "two-proportion z", z, p, plan.cost, f"pooled z with the noise, {BOOTSTRAP}",
-        f"equal rates of {outcome} in {by} = {chosen[0]!r} and {chosen[1]!r} ({side})",
-        {"successes": as_tuple(table[:, 0]), "failures": as_tuple(table[:, 1]),
-         "rate": as_tuple(rates)},
-        {"successes": noise.scale, "failures": noise.scale},
-        float(rates[0] - rates[1]), plan.simulations,
-    )  # fmt: skip
+    null = f"equal rates of {outcome} in {by} = {chosen[0]!r} and {chosen[1]!r} ({side})"
+    return replace(two_proportion_result(table, noise, plan, side), null=null)
 
 
 def hypothesis_result(result: HypothesisTestResult, events: list[PrivacyEvent]) -> Result:
