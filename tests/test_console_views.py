@@ -15,15 +15,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 
 from dpcurator.service.app import create_app
 from dpcurator.service.server import build_service
 from tests.service_fixtures import PEOPLE_METADATA, ThreadServer, cheap_hasher
 from tests.test_console_browser import ARGS, ARTIFACTS, CHROMIUM
 
-#: One worker runs the module: its tests share the server (a later test previews the synthetic
-#: release an earlier one published).
+#: One worker runs the module: its tests share one server and one signed-in page.
 pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("console_views")]
 
 METADATA = {
@@ -251,7 +250,9 @@ def test_replay_states_no_charge_without_a_cost(page: Page) -> None:
     expect(note).not_to_contain_text("; cost")
 
 
-def test_synthetic_history_preview_and_dropped_column(page: Page, server: Server) -> None:
+@pytest.fixture(scope="module")
+def synthetic_id(server: Server) -> str:
+    """An MWEM release of sex and age (40 rows) published by the owner through the API."""
     job = server.owner_client.post(
         "/v1/datasets/people/synthetic",
         json={"kind": "mwem", "epsilon": 1, "delta": 0, "columns": ["sex", "age"], "rows": 40},
@@ -259,18 +260,27 @@ def test_synthetic_history_preview_and_dropped_column(page: Page, server: Server
     while job["status"] == "running":  # a few hundred ms; polled, not slept
         job = server.owner_client.get(f"/v1/synthetic/{job['id']}").json()
     assert job["status"] == "done"
+    return str(job["id"])
+
+
+def preview_button(page: Page, synthetic_id: str) -> Locator:
+    """The preview button of one release in the Synthetic card's list."""
+    return page.locator("#synthetic tbody tr", has_text=synthetic_id).locator("button.preview")
+
+
+def test_synthetic_history_preview_and_dropped_column(page: Page, synthetic_id: str) -> None:
     expect(page.locator("#s-dropped")).to_contain_text("Not offered: note (no public keys")
     expect(page.locator("#s-columns input[value=note]")).to_have_count(0)
     page.reload()
     expect(page.locator("#history")).to_contain_text(
-        f"Synthetic MWEM of sex, age, 40 rows, ε 1, δ 0 → {job['id']}"
+        f"Synthetic MWEM of sex, age, 40 rows, ε 1, δ 0 → {synthetic_id}"
     )
     expect(page.locator("#history")).not_to_contain_text('{"columns"')
     history_row = page.locator("#history tbody tr", has_text="Synthetic MWEM")
     history_row.locator("button.preview").click()  # History previews it too
-    expect(page.locator("#s-preview h3")).to_have_text(f"Preview of {job['id']}")
+    expect(page.locator("#s-preview h3")).to_have_text(f"Preview of {synthetic_id}")
     page.locator("#s-preview").evaluate("(node) => node.replaceChildren()")
-    page.locator("#synthetic tbody tr").first.locator("button.preview").click()
+    preview_button(page, synthetic_id).click()
     preview = page.locator("#s-preview")
     expect(preview.locator("table.preview-table tbody tr")).to_have_count(10)
     expect(preview.locator("table.preview-table thead th")).to_have_text(["sex", "age"])
@@ -326,7 +336,7 @@ def test_favicon_is_served(page: Page) -> None:
     assert text.startswith("<svg")
 
 
-def test_phone_width_keeps_the_new_views_inside_the_window(page: Page) -> None:
+def test_phone_width_keeps_the_new_views_inside_the_window(page: Page, synthetic_id: str) -> None:
     """At 390 px wide the crosstab, the fit table and a synthetic preview scroll inside their
     cards; the page is never wider than the window."""
     page.set_viewport_size({"width": 390, "height": 844})
@@ -335,7 +345,8 @@ def test_phone_width_keeps_the_new_views_inside_the_window(page: Page) -> None:
             run(page, sql, "0.5", "1e-6")
             widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
             assert widths[0] <= widths[1], (sql, widths)
-        page.locator("#synthetic tbody tr").first.locator("button.preview").click()
+        page.reload()  # the release list is read on sign-in, whichever test published it
+        preview_button(page, synthetic_id).click()
         expect(page.locator("#s-preview .preview-chart svg").first).to_be_visible()
         widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
         assert widths[0] <= widths[1], widths
