@@ -167,7 +167,7 @@ def test_refined_plan_is_public_and_validated() -> None:
     # ε rounded down to a dyadic: permute-and-flip's coins take the int64 path
     assert all(level.mechanism.epsilon.denominator < 2**45 for level in plan.levels)
     assert plan.interval is not None
-    assert plan.interval.laplace.epsilon(2) == Fraction(1, 2)
+    assert plan.interval.epsilon(plan.p, 1) == Fraction(1, 2)
     with pytest.raises(ParameterError, match="'upper'"):
         RefinedQuantile.plan(0.5, 1.0, 1.0, 1.0)
     with pytest.raises(ParameterError, match="'lower'"):

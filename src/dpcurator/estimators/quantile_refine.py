@@ -78,7 +78,7 @@ from dpcurator.estimators.release import (
     check_bounds,
     clamp_fill,
 )
-from dpcurator.mechanisms import Laplace, PermuteAndFlip
+from dpcurator.mechanisms import PermuteAndFlip
 from dpcurator.random import Rng
 
 #: ``(share of the selection budget, half-width in bins of the previous level, bins)`` per level.
@@ -230,14 +230,22 @@ class RefinedQuantile:
             raise fail("RefinedQuantile.plan", "levels", "shares summing to 1", levels)
         if alpha is not None:
             a = float(check_probability("quantile", "alpha", alpha, open_low=True, open_high=True))
-            laplace = Laplace.for_epsilon(eps * interval_share, 2 * rows_per_person)
             # integers: shells reaching 1, g, g², ... values from the choice (g = UNIT_GROWTH)
             width, growth = (1, UNIT_GROWTH) if unit else (SHELL_WIDTH, 2)
             shells, reach = 1, width
             while reach < levels[-1][2]:
                 shells, reach = shells + 1, reach * growth
             outer = levels[0][2].bit_length() if len(levels) > 1 else 0
-            interval = IntervalPlan(laplace, shells, a, outer, width, growth)
+            interval = IntervalPlan.for_epsilon(
+                eps * interval_share,
+                level,
+                rows_per_person,
+                a,
+                shells=shells,
+                outer=outer,
+                first_width=width,
+                growth=growth,
+            )
         factor = 1 if unit else 2  # centre scores (quantiles.py) or edge scores (above)
         monotonic = one_sided and not unit and level in (0, 1)  # MIN, MAX: see the docstring
         num, den = level.numerator, level.denominator
