@@ -82,7 +82,7 @@ def test_coverage_test_has_power() -> None:
 def test_continuous_width_against_the_oracle() -> None:
     # Continuous data (n = 10^4 from N(50, 10²) on [0, 100], ε = 1): the interval certifies
     # counts of its own at half of ε and stays wider than the released values' spread; measured
-    # 8.5× this oracle, 0.20 wide (before issue 28 item 1, with L and U noised instead of the
+    # 6.6× this oracle, 0.15 wide (before issue 28 item 1, with L and U noised instead of the
     # rank offset and Chernoff tail bounds: 21×, 0.39 wide; before issue 28: 120×). Guarded at
     # 12× so a regression to the old width fails.
     x = np.random.default_rng(5).normal(50, 10, 10_000)
@@ -158,8 +158,9 @@ def test_grid_coverage_test_has_power(grid_runs: list[tuple[float, float, float,
 def test_small_group_interval_is_not_the_whole_range() -> None:
     # Issue 28 item 1 (c): n = 300 Adult-like ages at ε = 0.3 (a small group of
     # benchmarks/adult_workflow.py). Before, the interval was the whole range [18, 90] in most
-    # runs; now its ends' medians over 30 runs are 29 and 44 around 37 (the oracle, the spread
-    # of the released values, is [36, 37.55]: the interval is still about 10× wider).
+    # runs; now its ends' medians over 30 runs are 29 and 44 around 37, 15 ages wide (the
+    # oracle, the spread of the released values, is [36, 37.55]: the interval is still about
+    # 10× wider).
     x = _ages(300, 1)
     rng = SeededRng(2)
     runs = [

@@ -20,10 +20,9 @@ With S_m the first m shells below e_k (m = 0, 1, ..., M; m = 0 is e_k itself) an
 of shell m, F(e_m) = L - S_m values lie below e_m, and x_(⌊ρ⌋) >= e_m (ρ = p·(n - 1)) as soon as
 F(e_m) <= ρ, i.e. G_m = T - den·S_m + num <= 0. Its noisy version is G_m + N_m with
 N_m = Z_T - den·(Z_1 + ... + Z_m), and the lower end is the first e_m with
-G̃_m + den·t_m <= 0, t_m a tail bound (in ranks) at level β_m of Z_T/den + Z_1 + ... + Z_m (a
-Chernoff bound from the discrete Laplace moment generating functions, or the union bound over
-its m + 1 terms when smaller; the noise is symmetric): a wrong certification needs G_m > 0 and
-N_m < -den·t_m, of probability <= β_m. The upper end likewise: x_(⌈ρ⌉) < e'_m once
+G̃_m + den·t_m <= 0, t_m a tail bound (in ranks) at level β_m of Z_T/den + Z_1 + ... + Z_m
+(:func:`summed_noise_thresholds`; the noise is symmetric): a wrong certification needs G_m > 0
+and N_m < -den·t_m, of probability <= β_m. The upper end likewise: x_(⌈ρ⌉) < e'_m once
 F(e'_m) = L + S'_m >= ρ + 1 (F is an integer >= ⌈ρ⌉ + 1), i.e. T + den·S'_m + num - den >= 0.
 The last level's shells stop at its window (its outer bins hold the values clamped from outside
 it); with more than one level the shells go on over the first level's bins outside the window
@@ -37,24 +36,30 @@ part in the guarantee (only the noisy counts' tails do), and every threshold is 
 public inputs (ε, r, p, α and the plan's shells).
 
 Before issue 28 item 1 the noisy statistics were L and U themselves (with the shells, L1
-sensitivity 2r at one scale): T costs max(p, 1-p)·r instead of 2r, so at a quarter of ε_ci its
-noise in ranks is that of L and U at all of it for the median, and the shells keep three
-quarters; the upper end also asked for ρ + 2 values below it where ρ + 1 suffices.
+sensitivity 2r at one scale): T costs r·max(p, 1-p) instead of 2r, so for the median at a third
+of ε_ci its noise in ranks is about that of L and U at two thirds, and the shells keep two
+thirds; the upper end also asked for ρ + 2 values below it where ρ + 1 suffices.
+
+Tail bounds: :func:`summed_noise_thresholds`, the exact tail of a rounded-up upper bound of the
+summed noise (before: the smaller of a Chernoff and a union bound, up to 1.6 times larger once a
+shell joins the offset, since Chernoff loses a log factor at Laplace tails).
 
 Width (α = 0.1; ``python benchmarks/quantile_intervals.py``, 100 runs on one data set against the
-oracle: the 5% and 95% points of the released values plus the gap between x_(⌊ρ⌋) and x_(⌈ρ⌉)):
-N(50, 10²) on [0, 100], n = 10^4, ε = 1, median: 0.29 against an oracle of 0.042 (7×; before
-0.39-0.49, 10-13×); UCI Adult's ages of its 311 American-Indian/Eskimo people at ε = 0.3 (the
-grouped median of benchmarks/adult_workflow.py): [19, 66] against an oracle of 3 ages (before
-[17, 90], the whole range); Adult-like ages at n = 10^4, ε = 1: the released age itself or it
-and the next (the oracle's width). The interval stays several times the oracle on continuous and
-small data because certifying ranks needs counts of their own: the selection (permute-and-flip
-on exact scores, :mod:`dpcurator.estimators.quantile_refine`) releases no counts whose noise an
-interval could reuse, and a selection made of noisy counts instead (a noisy CDF over the window)
-has rank noise growing with the square root of the bins summed (or log^1.5 with a tree), several
-times permute-and-flip's ~1/ε ranks at these resolutions; covering is measured at
-n ∈ {200, 2000, 10^4}, ε ∈ {0.3, 1}, integer and continuous data, p ∈ {0.25, 0.5, 0.9}
-(tests/test_quantile_interval_oracle.py).
+oracle: the 5% and 95% points of the released values plus the gap between x_(⌊ρ⌋) and x_(⌈ρ⌉);
+the shares :data:`OFFSET_SHARE` and :data:`SHELL_WIDTH` were chosen there): N(50, 10²) on
+[0, 100], n = 10^4, ε = 1, median: 0.20 against an oracle of 0.042 (4.7×; before, with L and U
+noised and Chernoff bounds, 0.39-0.49: 10-13×); p = 0.9: 0.39 (5.6×; before 0.78); n = 2,000,
+ε = 0.3, p = 0.25: 4.7 (6.4×; before 9.4); UCI Adult's ages of its 311 American-Indian/Eskimo
+people at ε = 0.3 (the grouped median of benchmarks/adult_workflow.py): [27, 50] against an
+oracle of 3 ages (before [17, 90], the whole range); Adult-like ages at n = 10^4, ε = 1: the
+released age itself or it and the next (the oracle's width). At n = 200, ε = 0.3 an end still
+reaches its bound in most runs. The interval stays several times the oracle because certifying
+ranks needs counts of their own: the selection (permute-and-flip on exact scores,
+:mod:`dpcurator.estimators.quantile_refine`) releases no counts an interval could reuse, and a
+selection made of noisy counts instead (a noisy CDF over the window) has rank noise growing with
+the square root of the bins summed (or log^1.5 with a tree), several times permute-and-flip's
+~1/ε ranks at these resolutions. Coverage is tested at n ∈ {200, 2000, 10^4}, ε ∈ {0.3, 1},
+integer and continuous data, p ∈ {0.25, 0.5, 0.9} (tests/test_quantile_interval_oracle.py).
 """
 
 from __future__ import annotations
@@ -73,7 +78,7 @@ from dpcurator.mechanisms import Laplace
 from dpcurator.random import Rng
 
 #: Width, in final-level bins, of the two innermost shells of the interval (then doubling).
-SHELL_WIDTH = 32
+SHELL_WIDTH = 64
 
 #: Most grid points per side of one rounded noise term in :func:`summed_noise_thresholds`.
 _MAX_GRID_POINTS = 2**15
@@ -82,7 +87,7 @@ _MAX_GRID_POINTS = 2**15
 _ROUNDING_SLACK = 1e-9
 
 #: Share of the interval's ε spent on the chosen edge's rank offset T (the rest on its shells).
-OFFSET_SHARE = Fraction(1, 4)
+OFFSET_SHARE = Fraction(1, 3)
 
 #: Share γ of the interval's α its shells outside the last level's window get (they are reached
 #: only when the window's shells do not suffice, so the window keeps most of α).
@@ -96,12 +101,13 @@ def summed_noise_thresholds(
     """t_m (in ranks) with P[N_m > t_m] <= ``levels[m]`` for N_m = Z_T / den + Z_1 + ... + Z_m,
     independent discrete Laplace variables, Z_T of scale ``offset_scale`` and the Z_i of scale
     ``shell_scale``, computed from the distribution of an upper bound of N_m: each term V is
-    rounded UP to a grid of u ranks (a power of two, 1/2 unless the noise is wide; integer shells stay exact when u <= 1), its lower
-    tail below -J·u moved up to -J·u (both only raise N_m) and its mass above J·u counted as
-    exceeding every t (at most 10^-6 of the level); the rounded terms' probabilities come from the
-    discrete Laplace distribution function in closed form and are convolved (FFT; the tail
-    gets :data:`_ROUNDING_SLACK` for its floating-point error). Exact up to the grid, so
-    tighter than a Chernoff bound (which loses a log factor at Laplace tails). Public inputs
+    rounded UP to a grid of u ranks (a power of two, 1/2 unless the noise is wide; the integer
+    shells stay exact while u <= 1), its lower tail below -J·u moved up to -J·u (both only
+    raise N_m) and its mass above J·u counted as exceeding every t (at most 10^-6 of the
+    level); the rounded terms' probabilities come from the discrete Laplace distribution
+    function in closed form and are convolved (FFT; the tail gets :data:`_ROUNDING_SLACK` for
+    its floating-point error). Exact up to the grid, so tighter than a Chernoff bound (which
+    loses a log factor at Laplace tails). Public inputs
     only; cached (every group of a release asks for the same thresholds)."""
     widest = max(float(offset_scale) / den, float(shell_scale))
     reach = widest * (math.log(1 / min(levels)) + math.log(1e6 * len(levels)) + 2)

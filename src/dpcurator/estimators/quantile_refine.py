@@ -112,11 +112,13 @@ SMALL_EPSILON = Fraction(1, 2)
 UNIT_GROWTH = 2
 
 #: Share of a quantile's ε spent on its interval when one is asked for. Half: the interval's
-#: half-width in ranks is several times its counts' noise scale 2r/ε_ci (Chernoff and union
-#: bounds over its tests), the selection's rank error about 1/ε_sel, so at a fifth (before issue
-#: 28) the interval was ~15 times wider in ranks than the value's own error (Adult's median age
-#: at ε = 1: exact value, interval [19, 50]); halving the selection's ε costs the value a few
-#: ranks and narrows the interval about 2.5 times (tests/test_quantile_interval_oracle.py).
+#: half-width in ranks is several times its counts' noise scale (tail bounds over its tests),
+#: the selection's rank error about 1/ε_sel, so at a fifth (before issue 28) the interval was
+#: ~15 times wider in ranks than the value's own error (Adult's median age at ε = 1: exact
+#: value, interval [19, 50]); halving the selection's ε costs the value a few ranks and narrows
+#: the interval about 2.5 times (tests/test_quantile_interval_oracle.py). Two thirds would
+#: narrow the continuous median's interval by a further ~25% but cost its value ~40% more
+#: error (benchmarks/quantile_intervals.py), so half stays.
 DEFAULT_INTERVAL_SHARE = Fraction(1, 2)
 
 #: A refined level's bins must be wider than this fraction of the bounds' magnitude (float
