@@ -34,7 +34,8 @@ positive: the true design is unknown and the bootstrap's draws of it, made posit
 the released one, so the interval is too narrow: its Wald test rejected 0.08 of null data sets at
 n = 100, ε = 0.1) the release is marked not ``testable`` (:mod:`dpcurator.estimators.wald`).
 Clamping bias is not included in the interval; with ``clipping_share`` > 0 that share of ρ
-releases the share of rows clamping changed (:mod:`dpcurator.estimators.clipping`, ρ-zCDP, composed) as the release's ``clipping``.
+releases the share of rows clamping changed (:mod:`dpcurator.estimators.clipping`, ρ-zCDP,
+composed) as the release's ``clipping``.
 """
 
 from __future__ import annotations
