@@ -76,6 +76,8 @@ VERBS: dict[str, Callable[[Session], Result]] = {
     ),
     "ttest": lambda s: s.ttest("x", mean=5.0, epsilon=1.0, simulations=49),
     "ttest welch": lambda s: s.ttest("x", by="h", epsilon=1.0, simulations=49),
+    "ttest paired": lambda s: s.ttest("x", paired="z", epsilon=1.0, simulations=49),
+    "ks": lambda s: s.ks("x", "h", cuts=[2.5, 5, 7.5], epsilon=1.0, simulations=49),
     "anova": lambda s: s.anova("z", "g", epsilon=1.0, simulations=49),
     "synthesize mwem": lambda s: s.synthesize("mwem", columns=["g", "h"], epsilon=1.0),
     "pmw": lambda s: s.pmw(["g", "h"], epsilon=1.0, max_updates=2, threshold=20.0),
@@ -178,6 +180,14 @@ def test_refusals_of_the_algorithm_come_before_the_charge() -> None:
             s.ttest("x", by="g", epsilon=1.0)  # g has three keys: name two
         with pytest.raises(DPError, match="'groups'"):
             s.anova("x", "g", groups=["a", "nope"], epsilon=1.0)
+        with pytest.raises(DPError, match="'paired'"):
+            s.ttest("x", paired="z", by="h", epsilon=1.0)  # a pair is two columns of one row
+        with pytest.raises(UnsupportedQueryError, match="'free'"):
+            s.ttest("x", paired="free", epsilon=1.0)  # no public bounds
+        with pytest.raises(DPError, match="'cuts'"):
+            s.ks("x", "h", cuts=[5, 2.5], epsilon=1.0)
+        with pytest.raises(UnsupportedQueryError, match="3 public keys"):
+            s.ks("x", "g", cuts=[5], epsilon=1.0)
         assert s._filter.events() == ()
 
 
@@ -284,6 +294,36 @@ def test_the_mean_test_verbs_compute_what_the_array_tests_compute_at_their_resol
         assert result.values["p_value"] == oracle.p_value
         assert result.cost == oracle.cost
     assert abs(x.mean() - frame.x.mean()) < 10 / RESOLUTION_BINS
+
+
+@pytest.mark.parametrize("budget", ["epsilon", "rho"])
+def test_the_paired_and_ks_verbs_are_the_array_tests(budget: str) -> None:
+    """``ttest(x, paired=z)`` is the one-sample t of the rows' x - z read at the resolution of
+    [-5, 15] (the bounds of x - z from those of x and z), and ``ks`` the array KS test of x in
+    h's two keys at the same cuts: same statistic, p-value and cost on the same seed."""
+    frame = _table()
+    diffs = np.clip(frame.x, 0, 10) - np.clip(frame.z, -5, 5)
+    common: dict[str, Any] = {"simulations": 99, budget: 0.5}
+    paired = hypothesis.one_sample_t_test(
+        _read_at_resolution(diffs, -5.0, 15.0), mean=0.0, lower=-5, upper=15, rng=SeededRng(8),
+        **common,
+    )  # fmt: skip
+    ks = hypothesis.ks_test(
+        frame.x[frame.h == "u"], frame.x[frame.h == "v"], edges=[2.5, 5, 7.5], rng=SeededRng(8),
+        **common,
+    )  # fmt: skip
+    verbs: list[Callable[[Session], Result]] = [
+        lambda s: s.ttest("x", paired="z", **common),
+        lambda s: s.ks("x", "h", cuts=[2.5, 5, 7.5], **common),
+    ]
+    for verb, oracle in zip(verbs, [paired, ks], strict=True):
+        zcdp = PrivacyFilter(ZCDP(5), ZCDPAccountant())
+        opened = _session(seed=8) if budget == "epsilon" else _session(budget_filter=zcdp, seed=8)
+        with opened as s:
+            result = verb(s)
+        assert result.values["statistic"] == pytest.approx(oracle.statistic, rel=1e-9)
+        assert result.values["p_value"] == oracle.p_value
+        assert result.cost == oracle.cost
 
 
 def test_the_sql_and_fit_releases_have_the_common_shape() -> None:

@@ -112,6 +112,10 @@ def _verb(name: str, budget: str) -> Kind:
             return session.ttest("x", mean=5.0, simulations=9, **amount)
         if name == "ttest welch":
             return session.ttest("x", by="g", groups=["a", "b"], simulations=9, **amount)
+        if name == "ttest paired":
+            return session.ttest("x", paired="y", simulations=9, **amount)
+        if name == "ks":
+            return session.ks("x", "y", cuts=[2.5, 5, 7.5], simulations=9, **amount)
         if name == "anova":
             return session.anova("x", "g", simulations=9, **amount)
         return session.proportions_ztest("y", "g", groups=["a", "b"], simulations=9, **amount)
@@ -234,7 +238,7 @@ KINDS: dict[str, Kind] = {
         Kind("pmw", _pmw),
         *(_verb(name, budget)
           for name in ("chi2", "chi2 goodness of fit", "proportions_ztest", "ttest",
-                       "ttest welch", "anova")
+                       "ttest welch", "ttest paired", "ks", "anova")
           for budget in ("epsilon", "rho")),
         _sparse(numeric=False),
         _sparse(numeric=True),

@@ -28,6 +28,7 @@ KINDS = {
     for kind in [
         _test("SELECT TTEST(x, y) FROM t"),
         _test("SELECT TTEST(x, 5.0) FROM t"),
+        _test("SELECT TTEST(x - y) FROM t"),
         _test("SELECT ANOVA(x, g) FROM t"),
         _test("SELECT PROPTEST(y, y) FROM t"),
         _test("SELECT CHI2(g, h) FROM t"),

@@ -61,6 +61,7 @@ def test_a_test_is_estimated_free_then_charged_and_serialised(served: ServedTabl
         "SELECT CHI2(sex, region) FROM people",
         "SELECT ANOVA(age, education) FROM people",
         "SELECT KS(hours, sex, 20, 40, 60) FROM people",
+        "SELECT TTEST(hours - age) FROM people",
     ],
 )
 def test_other_tests_answer_over_http(served: ServedTable, sql: str) -> None:

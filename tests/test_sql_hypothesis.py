@@ -24,7 +24,7 @@ from dpcurator.errors import DPError
 from dpcurator.estimators import hypothesis as ht
 from dpcurator.estimators.hypothesis.chi_square import independence_result
 from dpcurator.estimators.hypothesis.core import Setup, release_counts
-from dpcurator.estimators.hypothesis.means import welch_result
+from dpcurator.estimators.hypothesis.means import one_sample_result, welch_result
 from dpcurator.estimators.hypothesis.moments import noisy_moments
 from dpcurator.query.privacy_unit import PrivacyUnit
 from dpcurator.random import SeededRng
@@ -66,6 +66,7 @@ def _session(table: pd.DataFrame, seed: int = 1, **meta: Any) -> dpc.Session:
 QUERIES = {
     "SELECT TTEST(x, g) FROM t": "two-sample t (Welch)",
     "SELECT TTEST(x, 5.0, 'less') FROM t": "one-sample t",
+    "SELECT TTEST(x - y) FROM t": "paired t",
     "SELECT ANOVA(x, h) FROM t": "one-way ANOVA",
     "SELECT PROPTEST(y, g) FROM t": "two-proportion z",
     "SELECT CHI2(g, h) FROM t": "chi-square independence",
@@ -116,6 +117,10 @@ REFUSED = {
     "SELECT TTEST(x, free) FROM t": "declare 'keys' for 'free'",
     "SELECT TTEST(raw, g) FROM t": "declare lower and upper for 'raw'",
     "SELECT TTEST(x, 20) FROM t": "in the bounds [0, 10]",
+    "SELECT TTEST(x - y, 20) FROM t": "in the bounds [-1, 10]",
+    "SELECT TTEST(x - raw) FROM t": "declare lower and upper for 'raw'",
+    "SELECT TTEST(x - 1) FROM t": "TTEST(x - y, mean)",
+    "SELECT TTEST(x - y, g) FROM t": "TTEST(x - y, mean)",
     "SELECT TTEST(x, g), COUNT(*) FROM t": "must be the only item",
     "SELECT TTEST(x, g) FROM t WHERE x > 1": "with WHERE is not supported",
     "SELECT TTEST(x, g, 'sideways') FROM t": "'greater' or 'less'",
@@ -167,6 +172,31 @@ def test_a_person_column_is_served_with_its_contribution_bound() -> None:
         assert sum(test["released"]["table (row-major)"]) < 200 - 20  # persons bounded to 2 rows
 
 
+def test_the_paired_form_is_the_library_paired_test() -> None:
+    """``TTEST(x - w)`` on two columns bounded in [0, 10] is the library's paired t-test (the
+    differences' bounds [-10, 10] come from the columns' public bounds): same noisy statistics
+    and p-value on the same seed; ``TTEST(x - w, d, side)`` names its H0."""
+    gen = np.random.default_rng(4)
+    x = np.clip(gen.normal(5, 2, 500), 0, 10)
+    frame = pd.DataFrame({"x": x, "w": np.clip(x - 0.2 + gen.normal(0, 1, 500), 0, 10)})
+    bounded = {"type": "float", "lower": 0, "upper": 10}
+    metadata = dpc.Metadata.from_dict({"table": "t", "columns": {"x": bounded, "w": bounded}})
+    with dpc.Session.from_data(frame, metadata=metadata, budget=dpc.Budget(3.0),
+                               rng=SeededRng(7)) as session:  # fmt: skip
+        paired = session.sql("SELECT TTEST(x - w) FROM t", epsilon=1.0).to_dict()["test"]
+        side = session.sql("SELECT TTEST(x - w, 0.5, 'less') FROM t", epsilon=1.0)
+        assert session.spent().epsilon == pytest.approx(2.0)
+    library = ht.paired_t_test(frame.x, frame.w, lower=0, upper=10, epsilon=1.0, rng=SeededRng(7))
+    for name, values in library.released.items():  # the engine sums on a fine grid
+        assert paired["released"][name] == pytest.approx(list(values), rel=1e-6)
+    assert paired["statistic"] == pytest.approx(library.statistic, rel=1e-6)
+    assert paired["p_value"] == library.p_value
+    assert paired["null"] == "mean of x - w = 0 (two-sided)"
+    assert side.to_dict()["test"]["null"] == "mean of x - w = 0.5 (less)"
+    assert side.result is not None
+    assert side.result.p_value < 0.05  # the mean difference is about 0.2 < 0.5
+
+
 # ----------------------------------------------------------------------------------------------
 # Type-I error and power of the SQL tests' post-processing (the library path SQL calls)
 
@@ -195,10 +225,25 @@ def _chi2_p(n: int, eps: float, shift: float, gen: np.random.Generator, rng: See
     return independence_result(table, noise, setup).p_value
 
 
+def _paired_p(n: int, eps: float, shift: float, gen: np.random.Generator, rng: SeededRng) -> float:
+    """TTEST(x - w)'s release from the exact moments of the differences of two columns bounded
+    in [0, 10] (so in [-10, 10]: centre 0, half-width 10), correlated pairs."""
+    x = np.clip(gen.normal(5, 2, n), 0, 10)
+    diffs = x - np.clip(x - shift + gen.normal(0, 1, n), 0, 10)
+    exact = (np.array([n], np.int64), np.array([diffs.sum()]), np.array([(diffs**2 - 50).sum()]))
+    setup = Setup(to_fraction(eps), False, PrivacyUnit(), 99, rng)
+    return one_sample_result("paired t", noisy_moments(setup, exact, 0.0, 10.0), 0.0, setup,
+                             "two-sided").p_value  # fmt: skip
+
+
 #: (name, run, alternative effect at which power is checked, n, ε) — the alternatives are sized
 #: so that the DP test's power at α = 0.05 is well above 0.5 at that n and ε.
 GRID = [(n, eps) for n in (100, 10_000) for eps in (0.1, 1.0)]
-RUNS = {"TTEST": (_welch_p, {100: 1.5, 10_000: 0.15}), "CHI2": (_chi2_p, {100: 0.45, 10_000: 0.05})}
+RUNS = {
+    "TTEST": (_welch_p, {100: 1.5, 10_000: 0.15}),
+    "TTEST paired": (_paired_p, {100: 1.5, 10_000: 0.1}),
+    "CHI2": (_chi2_p, {100: 0.45, 10_000: 0.05}),
+}
 REPS = 120
 
 

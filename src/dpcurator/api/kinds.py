@@ -16,7 +16,8 @@ Laplace, ε-DP) and Δ₂² ``count_l2_squared(cells)`` under ρ (discrete Gauss
 Kamath & Steinke 2020), asked of ``metadata.unit`` whose per-person bounds the engine enforces;
 rows outside the compared cells (another group of the z-test) fall in none. Statistic and
 p-value are post-processing: the noise-aware parametric bootstrap of Gaboardi, Lim, Rogers &
-Vadhan (2016) for χ², of Ferrando, Wang & Sheldon (2022) for the two proportions. The
+Vadhan (2016) for χ², of Ferrando, Wang & Sheldon (2022) for the two proportions and the
+binned Kolmogorov–Smirnov test (its cells: a group's key × a bin of public cut points). The
 conformance matrix has a row for each (tests/test_privacy_matrix.py, ``session: ...``).
 """
 
@@ -39,10 +40,12 @@ from dpcurator.estimators.hypothesis import (
     independence_from_table,
 )
 from dpcurator.estimators.hypothesis.core import Setup, as_tuple, release_counts
+from dpcurator.estimators.hypothesis.ks import ks_result
 from dpcurator.estimators.hypothesis.means import check_alternative
 from dpcurator.estimators.hypothesis.proportions import two_proportion_result
 from dpcurator.interactive.pmw import PrivateMultiplicativeWeights
 from dpcurator.mining import ID3, PCA, GaussianNB, KMeans
+from dpcurator.query.hypothesis.plan import TestRequest, plan_test
 from dpcurator.query.session import Session as QuerySession
 from dpcurator.random import default_rng
 from dpcurator.synth.aim import aim
@@ -263,6 +266,37 @@ def two_proportions(  # noqa: PLR0917 (the test's public inputs)
     table, noise = release_counts(plan, counts[clique][np.ix_(rows, cells)])
     null = f"equal rates of {outcome} in {by} = {chosen[0]!r} and {chosen[1]!r} ({side})"
     return replace(two_proportion_result(table, noise, plan, side), null=null)
+
+
+def kolmogorov_smirnov(  # noqa: PLR0917 (the test's public inputs)
+    session: QuerySession,
+    cost: Cost,
+    column: str,
+    by: str,
+    cuts: Sequence[float],
+    simulations: int,
+) -> HypothesisTestResult:
+    """Binned two-sample Kolmogorov–Smirnov test of ``column`` between the two public keys of
+    ``by`` at the public ``cuts``: the engine's counts of the (key, bin) cells that SQL
+    ``KS(x, g, c1, ...)`` plans (:mod:`dpcurator.query.hypothesis.plan`; its refusals are free),
+    one charge, then the test's own noise at ε or ρ (module docstring: each row in one cell)."""
+    owner = "Session.ks"
+    try:
+        numbers = tuple(float(c) for c in cuts)
+    except (TypeError, ValueError):
+        raise fail(owner, "cuts", "a sequence of increasing finite numbers", cuts) from None
+    if not numbers or not all(np.isfinite(numbers)) or any(np.diff(numbers) <= 0):
+        raise fail(owner, "cuts", "a sequence of increasing finite numbers", cuts)
+    exact = plan_test(
+        session.metadata, TestRequest("ks", column, by, numbers=numbers), epsilon=1.0
+    ).exact  # fmt: skip  (the engine plan: no ε in it)
+    plan = hypothesis_setup(owner, session, cost, simulations)
+    event = ZCDPEvent(plan.budget) if plan.concentrated else PureEvent(plan.budget)
+    (result,) = session.compute_exact([exact], event, description=f"ks {column} by {by}")
+    cells = exact.group_keys or ()
+    found = [int(result.groups.get(cell, {}).get("n", 0)) for cell in cells]  # type: ignore[call-overload]
+    table, noise = release_counts(plan, np.asarray(found, np.int64).reshape(2, -1))
+    return ks_result(table, noise, plan, (str(cells[0][0]), str(cells[-1][0])))
 
 
 def hypothesis_result(result: HypothesisTestResult, events: list[PrivacyEvent]) -> Result:

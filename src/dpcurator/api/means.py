@@ -35,6 +35,7 @@ from dpcurator.estimators.hypothesis import (
 from dpcurator.estimators.hypothesis.core import FloatArray, Setup
 from dpcurator.estimators.hypothesis.means import BOOTSTRAP, check_alternative
 from dpcurator.query import ir
+from dpcurator.query.fit.columns import scaled_column
 from dpcurator.query.session import Session as QuerySession
 from dpcurator.synth.domain import SynthDomain
 
@@ -53,18 +54,27 @@ def grouped_values(
     *,
     least: int = 1,
     most: int | None = None,
+    minus: str | None = None,
 ) -> tuple[list[FloatArray], float, float]:
     """Check the public inputs (free; between ``least`` and ``most`` groups), charge, then each
     group's values at the bins' midpoints (one group when ``groups`` is None; else the column
-    ``by`` and the keys compared) and the public bounds."""
+    ``by`` and the keys compared) and the public bounds. With ``minus`` the values are each
+    row's ``column - minus`` (both clamped to their bounds), in [L - U', U - L']."""
     metadata = session.metadata
-    meta = metadata.column(column)
-    if meta.type not in ("int", "float") or meta.lower is None or meta.upper is None:
-        raise UnsupportedQueryError(
-            f"{owner}: column {column!r} needs a numeric type with public bounds (lower and "
-            "upper) in the metadata."
-        )
-    low, high = float(meta.lower), float(meta.upper)
+    metas = [metadata.column(name) for name in (column, *([minus] if minus else []))]
+    for meta in metas:
+        if meta.type not in ("int", "float") or meta.lower is None or meta.upper is None:
+            raise UnsupportedQueryError(
+                f"{owner}: column {meta.name!r} needs a numeric type with public bounds (lower "
+                "and upper) in the metadata."
+            )
+    meta = metas[0]
+    low, high = float(meta.lower), float(meta.upper)  # type: ignore[arg-type]
+    value: ir.Expr = ir.Col(meta.name)
+    if minus is not None:
+        other = metas[1]
+        low, high = low - float(other.upper), high - float(other.lower)  # type: ignore[arg-type]
+        value = ir.BinOp("-", scaled_column(meta, 0.0, 1.0), scaled_column(other, 0.0, 1.0))
     grouping: tuple[ir.GroupColumn, ...] = ()
     keys: list[tuple[ir.ScalarValue, ...]] = [()]
     if groups is not None:
@@ -85,7 +95,7 @@ def grouped_values(
     histogram = ir.ExactAggregate(
         _HISTOGRAM,
         "histogram",
-        ir.Col(meta.name),
+        value,
         low,
         high,
         (low + high) / 2,
@@ -118,24 +128,37 @@ def t_test(  # noqa: PLR0917 (the test's public inputs)
     groups: tuple[str, Sequence[object] | None] | None,
     alternative: str,
     simulations: int,
+    paired: str | None = None,
 ) -> HypothesisTestResult:
-    """One-sample t of H0: mean(column) = ``mean`` (``groups`` None), or Welch's t of H0: equal
-    means in the two compared groups."""
+    """One-sample t of H0: mean(column) = ``mean`` (``groups`` None), Welch's t of H0: equal
+    means in the two compared groups, or (``paired``) the one-sample t of each row's
+    ``column - paired`` against ``mean`` (default 0)."""
     owner = "Session.ttest"
     side = check_alternative(owner, alternative)
+    if paired is not None:
+        if groups is not None:
+            raise fail(
+                owner, "paired", "not given with by (a pair is two columns of a row)", paired
+            )
+        mean = 0.0 if mean is None else mean
     if (mean is None) == (groups is None):
         raise fail(owner, "mean", "given for a one-sample test, or by given (exactly one)", mean)
     if mean is not None:
         check_real(owner, "mean", mean)
     plan = hypothesis_setup(owner, session, cost, simulations)
-    values, low, high = grouped_values(owner, session, plan, column, groups, least=2, most=2)
+    values, low, high = grouped_values(
+        owner, session, plan, column, groups, least=2, most=2, minus=paired
+    )
     moments = release_moments(plan, values, low, high)
     _, estimate, _, mean_var = moments.summary()
     if mean is not None:
         t, p = one_sample_from_moments(moments, float(mean), plan, side)
+        name, of = (
+            ("one-sample t", column) if paired is None else ("paired t", f"{column} - {paired}")
+        )
         return HypothesisTestResult(
-            "one-sample t", t, p, plan.cost, f"studentised noisy mean, {BOOTSTRAP}",
-            f"mean of {column} = {mean:g} ({side})", moments.released(),
+            name, t, p, plan.cost, f"studentised noisy mean, {BOOTSTRAP}",
+            f"mean of {of} = {mean:g} ({side})", moments.released(),
             moments.noise_scales(), float(estimate[0] + moments.centre), plan.simulations,
             {"standard error (sampling and noise)": float(np.sqrt(mean_var[0]))},
         )  # fmt: skip

@@ -7,7 +7,7 @@
     s.kmeans(["age", "income"], k=3, epsilon=1.0)                  # mining
     s.pca(...), s.naive_bayes(...), s.decision_tree(...)
     s.chi2(["sex", "smoker"], epsilon=0.5)                        # hypothesis tests
-    s.proportions_ztest(...), s.ttest(...), s.anova(...)
+    s.proportions_ztest(...), s.ttest(...), s.anova(...), s.ks(...)
     s.pmw(["sex", "age"], epsilon=1.0, max_updates=20, threshold=50)   # interactive
 
 Every verb takes the same budget arguments, ``epsilon`` (with ``delta``) or ``rho``, converted
@@ -221,6 +221,7 @@ class Session(QuerySession):
         mean: float | None = None,
         by: str | None = None,
         groups: Sequence[object] | None = None,
+        paired: str | None = None,
         alternative: str = "two-sided",
         epsilon: float | None = None,
         delta: float | None = None,
@@ -228,8 +229,10 @@ class Session(QuerySession):
         simulations: int = 999,
     ) -> Result:
         """A t-test of a numeric column with public bounds: one-sample of H0: mean = ``mean``,
-        or with ``by`` (public keys) Welch's two-sample test of the two ``groups`` (default: its
-        two keys). ε-DP or ρ-zCDP; ``values["estimate"]``: the noisy mean or difference."""
+        with ``by`` (public keys) Welch's two-sample test of the two ``groups`` (default: its
+        two keys), or with ``paired`` (a second bounded column) the paired test: one-sample of
+        each row's ``column - paired`` against ``mean`` (default 0), its bounds from the two
+        columns'. ε-DP or ρ-zCDP; ``values["estimate"]``: the noisy mean or difference."""
         result, events = self._charged(
             "Session.ttest",
             EITHER,
@@ -242,6 +245,32 @@ class Session(QuerySession):
                 None if by is None else (by, groups),
                 alternative,
                 simulations,
+                paired,
+            ),
+        )
+        return kinds.hypothesis_result(result, events)
+
+    def ks(
+        self,
+        column: str,
+        by: str,
+        *,
+        cuts: Sequence[float],
+        epsilon: float | None = None,
+        delta: float | None = None,
+        rho: float | None = None,
+        simulations: int = 999,
+    ) -> Result:
+        """A binned two-sample Kolmogorov–Smirnov test: has ``column`` one distribution in the
+        two public keys of ``by``? Rows are counted in the bins of the public ``cuts`` (as SQL
+        ``KS(x, g, c1, ...)``). ε-DP or ρ-zCDP; ``values``: ``statistic``, ``p_value`` and each
+        group's noisy bin counts."""
+        result, events = self._charged(
+            "Session.ks",
+            EITHER,
+            (epsilon, delta, rho),
+            lambda session, cost: kinds.kolmogorov_smirnov(
+                session, cost, column, by, cuts, simulations
             ),
         )
         return kinds.hypothesis_result(result, events)

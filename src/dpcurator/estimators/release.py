@@ -71,6 +71,10 @@ class Estimate:
     #: Per coordinate, whether a public box clamped the released value or an interval end
     #: (post-processing of the noisy release; None when no box applies).
     at_bound: npt.NDArray[np.bool_] | None = None
+    #: Whether the interval may carry a Wald test (:mod:`dpcurator.estimators.wald`): False where
+    #: the estimator's released inputs were too noisy for its interval's approximation (decided
+    #: on the noisy release: post-processing).
+    testable: bool = True
 
     @property
     def replied(self) -> bool:

@@ -13,8 +13,10 @@ interval's coverage (tests/test_wald.py measures its type-I error under the nois
 is post-processing of the release: free, and safe to publish.
 
 No test is reported (NaN) where the public coefficient box clamped a coefficient's value or
-interval (``at_bound``: the clamped width would understate the standard error), and none at all
-for NR or for intervals that cover the noise only (they say nothing about the population).
+interval (``at_bound``: the clamped width would understate the standard error), nor where the
+estimator marked its release not ``testable`` (linear regression: a released design diagonal not
+significantly above its noise, where the bootstrap interval is too narrow), and none at all for
+NR or for intervals that cover the noise only (they say nothing about the population).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def wald_test(estimate: Estimate) -> WaldTest | None:
     se = (highs - lows) / (2 * float(ndtri(1 - estimate.alpha / 2)))
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(se > 0, (lows + highs) / 2 / se, np.nan)
+    if not estimate.testable:
+        z = np.full_like(z, np.nan)
     if estimate.at_bound is not None:
         z = np.where(np.asarray(estimate.at_bound, bool), np.nan, z)
     return WaldTest(np.asarray(z, np.float64), np.asarray(2 * ndtr(-np.abs(z)), np.float64))

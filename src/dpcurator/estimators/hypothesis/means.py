@@ -184,16 +184,18 @@ def _one_sample(  # noqa: PLR0917 (the test's public inputs)
     return one_sample_result(test, moments, mean, plan, alternative)
 
 
-def one_sample_result(
-    test: str, moments: Moments, mean: float, plan: Setup, alternative: str
+def one_sample_result(  # noqa: PLR0917 (the test's public inputs)
+    test: str, moments: Moments, mean: float, plan: Setup, alternative: str, of: str = ""
 ) -> HypothesisTestResult:
     """The result of the one-sample test ``test`` of H0: E[x] = ``mean`` from released moments
-    of one group (post-processing: the array tests and the query layer's ``TTEST``)."""
+    of one group (post-processing: the array tests and the query layer's ``TTEST``); ``of``
+    names x in H0's text."""
     t, p = one_sample_from_moments(moments, mean, plan, alternative)
     _, estimate, _, mean_var = moments.summary()
     return HypothesisTestResult(
         test, t, p, plan.cost, f"studentised noisy mean, {BOOTSTRAP}",
-        f"mean = {mean:g} ({alternative})", moments.released(), moments.noise_scales(),
+        f"mean{of and ' of ' + of} = {mean:g} ({alternative})", moments.released(),
+        moments.noise_scales(),
         float(estimate[0] + moments.centre), plan.simulations,
         {"standard error (sampling and noise)": float(np.sqrt(mean_var[0]))},
     )  # fmt: skip

@@ -2,6 +2,7 @@
 
     SELECT TTEST(x, g) FROM t            -- Welch two-sample t: mean of x in g's 2 public keys
     SELECT TTEST(x, 5.0) FROM t          -- one-sample t: H0 mean(x) = 5.0
+    SELECT TTEST(x - y) FROM t           -- paired t: H0 mean(x - y) = 0 (or TTEST(x - y, d))
     SELECT ANOVA(x, g) FROM t            -- one-way ANOVA over g's public keys (>= 2)
     SELECT PROPTEST(y, g) FROM t         -- two-proportion z: rate of y = 1 in g's 2 keys
     SELECT CHI2(a, b) FROM t             -- chi-square independence of a and b (public keys)
@@ -11,7 +12,8 @@
 
 ``TTEST`` and ``PROPTEST`` take a last string argument ``'greater'`` or ``'less'`` for a
 one-sided test (default two-sided; ``greater``: the first key's mean or rate is the larger).
-Arguments are plain column names and numeric literals; the groups are the BY column's public
+Arguments are plain column names and numeric literals (the paired form's first argument is the
+difference of two columns, measured on the same row); the groups are the BY column's public
 keys, in the metadata's order. Planned by :mod:`dpcurator.query.hypothesis.plan`; anything else
 is refused at parse time, free, naming the function.
 """
@@ -29,7 +31,7 @@ from dpcurator.query.schema import Metadata
 #: The one-sided alternatives a last string argument may name.
 _SIDES = ("two-sided", "greater", "less")
 _USAGE = {
-    "t": "TTEST(x, g) or TTEST(x, mean)",
+    "t": "TTEST(x, g), TTEST(x, mean) or TTEST(x - y, mean)",
     "anova": "ANOVA(x, g)",
     "proportions": "PROPTEST(y, g)",
     "chi_square": "CHI2(a, b), CHI2(a) or CHI2(a, p1, ..., pk)",
@@ -60,6 +62,8 @@ def parse_test_sql(sql: object, metadata: Metadata) -> TestRequest | None:
                 f"{name}'s last argument names the alternative: 'two-sided', 'greater' or "
                 f"'less'; got {alternative!r}."
             )
+    if kind == "t" and args and isinstance(args[0], exp.Sub):
+        return _paired(call, args, metadata, alternative)
     numbers = [_number(name, kind, a) for a in args[1:] if not isinstance(a, exp.Column)]
     columns = [column_argument(name, a, metadata) for a in args if isinstance(a, exp.Column)]
     if not args or not isinstance(args[0], exp.Column) or not _shape_ok(kind, args, columns):
@@ -68,6 +72,18 @@ def parse_test_sql(sql: object, metadata: Metadata) -> TestRequest | None:
     if kind == "t" and by is None:
         return TestRequest(kind, columns[0], mean=numbers[0], alternative=alternative)
     return TestRequest(kind, columns[0], by, numbers=tuple(numbers), alternative=alternative)
+
+
+def _paired(
+    call: exp.Expression, args: list[exp.Expression], metadata: Metadata, alternative: str
+) -> TestRequest:
+    """``TTEST(x - y)`` or ``TTEST(x - y, mean)``: the one-sample t of the rows' x - y."""
+    difference = args[0]
+    if len(args) > 2 or not all(isinstance(a, exp.Column) for a in difference.iter_expressions()):
+        raise UnsupportedQueryError(f"TTEST takes {_USAGE['t']}; got {call.sql()!r}.")
+    first, second = (column_argument("TTEST", a, metadata) for a in difference.iter_expressions())
+    mean = _number("TTEST", "t", args[1]) if len(args) == 2 else 0.0
+    return TestRequest("t", first, mean=mean, minus=second, alternative=alternative)
 
 
 def _shape_ok(kind: str, args: list[exp.Expression], columns: list[str]) -> bool:

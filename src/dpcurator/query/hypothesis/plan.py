@@ -79,8 +79,9 @@ class TestRequest:
 
     ``kind`` is ``t``, ``anova``, ``proportions``, ``chi_square`` or ``ks``; ``value`` the tested
     column and ``by`` the grouping (or second categorical) column; ``mean`` the one-sample t's
-    H0 mean; ``numbers`` the χ² goodness-of-fit probabilities or the KS cut points;
-    ``alternative`` the t and two-proportion tests' side.
+    H0 mean; ``minus`` the paired t's second column (the test is the one-sample t of the rows'
+    ``value - minus`` against ``mean``); ``numbers`` the χ² goodness-of-fit probabilities or the
+    KS cut points; ``alternative`` the t and two-proportion tests' side.
     """
 
     __test__ = False  # not a pytest class
@@ -91,10 +92,12 @@ class TestRequest:
     mean: float | None = None
     numbers: tuple[float, ...] = ()
     alternative: str = "two-sided"
+    minus: str | None = None
 
     def describe(self) -> str:
         """The request as one line (the ledger's text)."""
-        args = [self.value, *([self.by] if self.by else [])]
+        first = self.value if self.minus is None else f"{self.value} - {self.minus}"
+        args = [first, *([self.by] if self.by else [])]
         args += [f"{v:g}" for v in ((self.mean,) if self.mean is not None else self.numbers)]
         side = "" if self.alternative == "two-sided" else f" [{self.alternative}]"
         return f"TEST {FUNCTION[self.kind]}({', '.join(args)}){side}"
@@ -220,6 +223,11 @@ def _moments_plan(metadata: Metadata, request: TestRequest, eps: Fraction) -> Te
     function = _function(request)
     meta = _bounded(metadata, request.value, function)
     low, high = float(meta.lower), float(meta.upper)  # type: ignore[arg-type]
+    z = scaled_column(meta, 0.0, 1.0)  # clamped (NULL -> the column's fill)
+    if request.minus is not None:  # paired: each row's x - y, in [Lx - Uy, Ux - Ly]
+        other = _bounded(metadata, request.minus, function)
+        low, high = low - float(other.upper), high - float(other.lower)  # type: ignore[arg-type]
+        z = ir.BinOp("-", z, scaled_column(other, 0.0, 1.0))
     centre, half = (low + high) / 2, (high - low) / 2
     if request.mean is not None and not low <= request.mean <= high:
         raise fail(OWNER, "query", f"a TTEST mean in the bounds [{low:g}, {high:g}]", request.mean)
@@ -228,7 +236,7 @@ def _moments_plan(metadata: Metadata, request: TestRequest, eps: Fraction) -> Te
         keys: tuple[object, ...] = ()
     else:
         keys = _keys(metadata, request.by, function, "two" if request.kind == "t" else "many")
-    z = scaled_column(meta, centre, half)  # in [-1, 1]
+    z = ir.BinOp("*", ir.BinOp("-", z, ir.Lit(centre)), ir.Lit(1.0 / half))  # in [-1, 1]
     aggregates = (
         ir.ExactAggregate("n", "count"),
         ir.ExactAggregate("s", "sum", z, -1.0, 1.0, 0.0, GRAM_GRID_EXPONENT),
@@ -251,8 +259,12 @@ def _moments_plan(metadata: Metadata, request: TestRequest, eps: Fraction) -> Te
         moments = noisy_moments(setup, (counts, sums, squares), centre, half)
         if one_sample:
             assert request.mean is not None
-            return one_sample_result("one-sample t", moments, request.mean, setup,
-                                     request.alternative)  # fmt: skip
+            if request.minus is None:
+                return one_sample_result("one-sample t", moments, request.mean, setup,
+                                         request.alternative)  # fmt: skip
+            pair = f"{request.value} - {request.minus}"
+            return one_sample_result("paired t", moments, request.mean, setup,
+                                     request.alternative, pair)  # fmt: skip
         if request.kind == "t":
             first, second = names
             return welch_result(moments, setup, request.alternative, (first, second))
