@@ -21,12 +21,15 @@ from dpcurator.random.samplers.chunks import CHUNK, in_chunks
 from dpcurator.random.samplers.inversion import (
     FloatArray,
     UIntArray,
+    bexp_of_word,
     bexp_scalar,
     bexp_words,
     inversion_float,
+    magnitude_of_word,
 )
 from dpcurator.random.samplers.laplace import (
     _INVERSION_RATIO,
+    CACHED_TYPES,
     _SCALAR_MAX,
     _discrete_laplace_core,
     _discrete_laplace_python,
@@ -60,16 +63,45 @@ class _Target:
         self.mu = float(mu)
         self.inv_sd = 1.0 / math.sqrt(float(two_var)) if self.vectorised else math.inf
         self.acceptance = _acceptance(float(sigma), self.t / self.s) if self.vectorised else 0.5
+        # one-value trials: inversion proposals and a float acceptance test (else exact Python)
+        self.one_word = self.vectorised and self.s * _INVERSION_RATIO >= self.t
 
     def exponent(self, magnitude: int) -> tuple[int, int]:
         """The exact exponent for |Y| = magnitude, as (numerator, denominator)."""
         a = magnitude * self.mq - self.mp
         return a * a * self.vq, self.mq * self.mq * self.vp
 
+    def draw_python(self, rng: Rng) -> int | None:
+        """One trial of Algorithm 3 in Python: the proposal if accepted, else None."""
+        if not self.one_word:
+            proposal = _discrete_laplace_python(rng, self.t, self.s)
+            return proposal if bexp_scalar(rng, *self.exponent(abs(proposal))) else None
+        # The proposal's and the test's words under one lock; the test as in the vectorised path
+        proposal_word, test_word = rng._words64(2)
+        proposal = magnitude_of_word(rng, proposal_word, self.s, self.t, True)
+        magnitude = abs(proposal)
+        a = (magnitude - self.mu) * self.inv_sd
+        if bexp_of_word(rng, test_word, a * a, lambda: self.exponent(magnitude)):
+            return proposal
+        return None
+
 
 @functools.lru_cache(maxsize=64)
 def _target(sigma: Fraction) -> _Target:
     return _Target(sigma)
+
+
+def _checked_target(sigma: object) -> _Target:
+    """The validated :class:`_Target` of ``sigma`` (see :func:`discrete_gaussian`)."""
+    owner = "discrete_gaussian"
+    exact = Fraction(check_positive(owner, "sigma", sigma))  # floats are exact binary rationals
+    if exact > MAX_SIGMA:
+        raise fail(owner, "sigma", "<= 2**31 (larger noise would not fit in int64)", sigma)
+    return _target(exact)
+
+
+#: :func:`_checked_target` once per int, float or Fraction σ (a public input).
+_cached_target = functools.lru_cache(maxsize=256, typed=True)(_checked_target)
 
 
 def _acceptance(sigma: float, tau: float) -> float:
@@ -106,9 +138,9 @@ def _discrete_gaussian_core(rng: Rng, target: _Target, n: int) -> IntArray:
     if n <= _SCALAR_MAX or not target.vectorised:
         values: list[int] = []
         while len(values) < n:
-            proposal = _discrete_laplace_python(rng, target.t, target.s)
-            if bexp_scalar(rng, *target.exponent(abs(proposal))):
-                values.append(proposal)
+            value = target.draw_python(rng)
+            if value is not None:
+                values.append(value)
         return np.array(values, dtype=np.int64)
     if n > CHUNK:
         return in_chunks(lambda m: _discrete_gaussian_core(rng, target, m), n)
@@ -164,9 +196,7 @@ def discrete_gaussian(rng: Rng, sigma: int | float | Fraction, size: int) -> Int
     Returns:
         An int64 array of shape ``(size,)``.
     """
-    owner = "discrete_gaussian"
-    exact = Fraction(check_positive(owner, "sigma", sigma))  # floats are exact binary rationals
-    if exact > MAX_SIGMA:
-        raise fail(owner, "sigma", "<= 2**31 (larger noise would not fit in int64)", sigma)
-    size = check_int(owner, "size", size, minimum=0)
-    return _discrete_gaussian_core(rng, _target(exact), size)
+    target = _cached_target(sigma) if type(sigma) in CACHED_TYPES else _checked_target(sigma)
+    if type(size) is not int or size < 0:
+        size = check_int("discrete_gaussian", "size", size, minimum=0)
+    return _discrete_gaussian_core(rng, target, size)
