@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 
 from dpcurator._validation import check_int, check_positive, fail
 from dpcurator.random.rng import Rng
@@ -25,6 +27,7 @@ from dpcurator.random.samplers.inversion import (
     bexp_scalar,
     bexp_words,
     inversion_float,
+    lazy_below_exp,
     magnitude_of_word,
 )
 from dpcurator.random.samplers.laplace import (
@@ -65,6 +68,7 @@ class _Target:
         self.acceptance = _acceptance(float(sigma), self.t / self.s) if self.vectorised else 0.5
         # one-value trials: inversion proposals and a float acceptance test (else exact Python)
         self.one_word = self.vectorised and self.s * _INVERSION_RATIO >= self.t
+        self.table = _threshold_table(self.mu, self.inv_sd) if self.one_word else None
 
     def exponent(self, magnitude: int) -> tuple[int, int]:
         """The exact exponent for |Y| = magnitude, as (numerator, denominator)."""
@@ -86,6 +90,38 @@ class _Target:
         return None
 
 
+_SIGN_BIT: Final = np.uint64(63)
+#: Acceptance thresholds are tabulated per magnitude when the table has at most this many rows.
+_TABLE_MAX: Final = 2**15
+#: Relative margin of the tabulated thresholds: it covers the float errors of x (below 2^-43
+#: absolute for x <= 64, see _discrete_gaussian_core) and of exp (2^-44 relative) with room.
+_TABLE_MARGIN: Final = 2.0**-40
+
+
+def _threshold_table(mu: float, inv_sd: float) -> tuple[UIntArray, UIntArray] | None:
+    """Integer brackets of the acceptance probabilities e^(-x_m), x_m = ((m - μ)/sqrt(2σ²))², for
+    magnitudes m = 0 .. L-1, as (lo, width) with lo <= 2^64·e^(-x_m) < lo + width (modulo 2^64:
+    width = 2^64 - lo when the upper end reaches 2^64). A 64-bit word w, U ∈ [w/2^64, (w+1)/2^64),
+    then gives U < e^(-x_m) for certain when w < lo, U > e^(-x_m) when w - lo >= width (mod 2^64);
+    the rest (probability about 2^-39) is decided exactly. The last row (x > 64, so
+    e^-x < 2^-92) serves every m >= L - 1: w < 1 is undecided, everything else a rejection.
+    ``None`` when more than :data:`_TABLE_MAX` rows would be needed (σ above about 2600)."""
+    rows = math.ceil(mu + 11.4 / inv_sd) + 2  # x > 64 from row rows - 1 on
+    if rows > _TABLE_MAX:
+        return None
+    a = np.arange(rows, dtype=np.float64) - mu
+    a *= inv_sd
+    x = a * a
+    top = np.exp(-x) * 2.0**64
+    lo = np.floor(top * (1 - _TABLE_MARGIN))
+    hi = np.ceil(top * (1 + _TABLE_MARGIN)) + 1
+    far = x > 64
+    lo[far], hi[far] = 0.0, 1.0
+    lo_words = lo.astype(np.uint64)
+    hi_words = np.where(hi >= 2.0**64, 0.0, hi).astype(np.uint64)  # 2^64 wraps to 0
+    return lo_words, hi_words - lo_words
+
+
 @functools.lru_cache(maxsize=64)
 def _target(sigma: Fraction) -> _Target:
     return _Target(sigma)
@@ -101,7 +137,7 @@ def _checked_target(sigma: object) -> _Target:
 
 
 #: :func:`_checked_target` once per int, float or Fraction σ (a public input).
-_cached_target = functools.lru_cache(maxsize=256, typed=True)(_checked_target)
+_cached_target = functools.lru_cache(maxsize=64, typed=True)(_checked_target)
 
 
 def _acceptance(sigma: float, tau: float) -> float:
@@ -125,6 +161,27 @@ def _proposals_laplace(rng: Rng, t: int, s: int, n: int) -> tuple[FloatArray, UI
         return inversion_float(rng, s, t, n, two_sided=True)
     y = _discrete_laplace_core(rng, t, s, n)
     return np.abs(y).astype(np.float64), (y < 0).astype(np.uint64)
+
+
+def _accept_tabulated(
+    rng: Rng,
+    table: tuple[UIntArray, UIntArray],
+    magnitude: FloatArray,
+    exact: Callable[[int], tuple[int, int]],
+) -> npt.NDArray[np.bool_]:
+    """The acceptance tests of :func:`_discrete_gaussian_core` by :func:`_threshold_table`: one
+    word each, compared with the bracket of its magnitude's row (the last row for larger ones)."""
+    lo, width = table
+    rows = np.minimum(magnitude, lo.size - 1).astype(np.intp)
+    words = rng._uint64(magnitude.size)
+    low = lo[rows]
+    accept = words < low
+    words -= low  # modulo 2^64
+    undecided = words < width[rows]
+    for i in np.flatnonzero(undecided) if np.count_nonzero(undecided) else ():
+        word = (int(words[i]) + int(low[i])) % 2**64
+        accept[i] = lazy_below_exp(rng, word, 64, *exact(int(i)))
+    return accept
 
 
 def _discrete_gaussian_core(rng: Rng, target: _Target, n: int) -> IntArray:
@@ -151,18 +208,21 @@ def _discrete_gaussian_core(rng: Rng, target: _Target, n: int) -> IntArray:
         magnitude, signs = _proposals_laplace(
             rng, target.t, target.s, _proposals(need, target.acceptance)
         )
-        x = magnitude - target.mu
-        x *= target.inv_sd
-        x *= x
 
         def exact(i: int, magnitude: FloatArray = magnitude) -> tuple[int, int]:
             return target.exponent(int(magnitude[i]))
 
-        accept = bexp_words(rng, x, exact)
-        signed = np.left_shift(signs, np.uint64(63))  # the sign bit of a float64
+        if target.table is None:
+            x = magnitude - target.mu
+            x *= target.inv_sd
+            x *= x
+            accept = bexp_words(rng, x, exact)
+        else:
+            accept = _accept_tabulated(rng, target.table, magnitude, exact)
+        signed = np.left_shift(signs, _SIGN_BIT, out=signs)  # the sign bit of a float64
         signed |= magnitude.view(np.uint64)
-        accepted = signed.view(np.float64)[accept][:need].astype(np.int64)
-        out[filled : filled + accepted.size] = accepted
+        accepted = signed.view(np.float64)[accept][:need]
+        out[filled : filled + accepted.size] = accepted  # exact integers, cast to int64
         filled += accepted.size
     return out
 

@@ -243,7 +243,7 @@ def inversion_float(
     z -= 0.5
     np.abs(z, out=z)
     bad |= z > _inversion_margin(inv)
-    for i in np.flatnonzero(bad) if bad.any() else ():
+    for i in np.flatnonzero(bad) if np.count_nonzero(bad) else ():
         v = int(words[i]) >> 1
         k[i] = _magnitude_exact(rng, v, 63, s, t, two_sided=two_sided)
     return k, words
@@ -294,7 +294,7 @@ def bexp_words(rng: Rng, x: FloatArray, exact: Callable[[int], tuple[int, int]])
     sure_true = d > _BEXP_DELTA
     np.abs(d, out=d)
     undecided |= d <= _BEXP_DELTA
-    for i in np.flatnonzero(undecided) if undecided.any() else ():
+    for i in np.flatnonzero(undecided) if np.count_nonzero(undecided) else ():
         num, den = exact(int(i))
         sure_true[i] = lazy_below_exp(rng, int(words[i]) >> 1, 63, num, den)
     return sure_true
