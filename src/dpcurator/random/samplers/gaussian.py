@@ -105,7 +105,7 @@ def _threshold_table(mu: float, inv_sd: float) -> tuple[UIntArray, UIntArray] | 
     then gives U < e^(-x_m) for certain when w < lo, U > e^(-x_m) when w - lo >= width (mod 2^64);
     the rest (probability about 2^-39) is decided exactly. The last row (x > 64, so
     e^-x < 2^-92) serves every m >= L - 1: w < 1 is undecided, everything else a rejection.
-    ``None`` when more than :data:`_TABLE_MAX` rows would be needed (σ above about 2600)."""
+    ``None`` when more than :data:`_TABLE_MAX` rows would be needed (σ above about 1900)."""
     rows = math.ceil(mu + 11.4 / inv_sd) + 2  # x > 64 from row rows - 1 on
     if rows > _TABLE_MAX:
         return None
@@ -172,12 +172,12 @@ def _accept_tabulated(
     """The acceptance tests of :func:`_discrete_gaussian_core` by :func:`_threshold_table`: one
     word each, compared with the bracket of its magnitude's row (the last row for larger ones)."""
     lo, width = table
-    rows = np.minimum(magnitude, lo.size - 1).astype(np.intp)
+    rows = magnitude.astype(np.intp)  # rows beyond the last are clipped to it
     words = rng._uint64(magnitude.size)
-    low = lo[rows]
+    low = lo.take(rows, mode="clip")
     accept = words < low
     words -= low  # modulo 2^64
-    undecided = words < width[rows]
+    undecided = words < width.take(rows, mode="clip")
     for i in np.flatnonzero(undecided) if np.count_nonzero(undecided) else ():
         word = (int(words[i]) + int(low[i])) % 2**64
         accept[i] = lazy_below_exp(rng, word, 64, *exact(int(i)))
