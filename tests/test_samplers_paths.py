@@ -107,7 +107,7 @@ def test_tabulated_acceptance_with_forced_exact_fallback(monkeypatch: pytest.Mon
     # Widen the table's brackets so that about a third of the acceptance tests are decided by the
     # exact fallback (lazy_below_exp on the word's 64 bits); the sample must fit the exact pmf.
     calls = [0]
-    lazy = gaussian.lazy_below_exp
+    lazy = inversion.lazy_below_exp
 
     def counted(*args: int) -> bool:
         calls[0] += 1
@@ -120,7 +120,9 @@ def test_tabulated_acceptance_with_forced_exact_fallback(monkeypatch: pytest.Mon
     sample = discrete_gaussian(SeededRng(26), sigma, n)
     assert calls[0] > n / 10
     with mpmath.workdps(40):
-        assert_fits_and_has_power(sample, cells(-15, 15), lambda f: gaussian_cdf(sigma * Fraction(f)))
+        assert_fits_and_has_power(
+            sample, cells(-15, 15), lambda f: gaussian_cdf(sigma * Fraction(f))
+        )
 
 
 @pytest.mark.statistical
@@ -141,7 +143,9 @@ def test_one_value_gaussian_path_fits_the_exact_pmf() -> None:
     sigma = Fraction(7, 3)
     sample = np.concatenate([discrete_gaussian(rng, sigma, 5) for _ in range(8_000)])
     with mpmath.workdps(40):
-        assert_fits_and_has_power(sample, cells(-15, 15), lambda f: gaussian_cdf(sigma * Fraction(f)))
+        assert_fits_and_has_power(
+            sample, cells(-15, 15), lambda f: gaussian_cdf(sigma * Fraction(f))
+        )
 
 
 def test_float_exp_assumption_holds_on_this_platform() -> None:

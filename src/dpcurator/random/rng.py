@@ -22,6 +22,7 @@ import os
 import struct
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -118,7 +119,7 @@ class Rng(abc.ABC):
 
 
 @functools.lru_cache(maxsize=64)
-def _unpacker(count: int) -> Any:
+def _unpacker(count: int) -> Callable[..., tuple[int, ...]]:
     """The unpacker of ``count`` little-endian 64-bit words from a buffer (at an offset)."""
     return struct.Struct(f"<{count}Q").unpack_from
 

@@ -32,8 +32,8 @@ from dpcurator.random.samplers.inversion import (
 )
 from dpcurator.random.samplers.laplace import (
     _INVERSION_RATIO,
-    CACHED_TYPES,
     _SCALAR_MAX,
+    CACHED_TYPES,
     _discrete_laplace_core,
     _discrete_laplace_python,
     _laplace_parameters,
@@ -187,11 +187,14 @@ def _accept_tabulated(
 def _discrete_gaussian_core(rng: Rng, target: _Target, n: int) -> IntArray:
     """``n`` draws of CKS20 Algorithm 3 (:class:`_Target`).
 
-    The acceptance test is one exact Bernoulli(exp(-x)) decision per proposal
-    (:func:`~dpcurator.random.samplers.inversion.bexp_words`) with x computed in float64 as
-    ((|Y| - μ)/sqrt(2σ²))²: |Y| < 2^53 is an exact float, so for x <= 64 the error is below
-    2^-43 (a few roundings of numbers below 2^4), inside the decision's margin; the exact
-    integer exponent decides the rare uncertain cases."""
+    The acceptance test is one exact Bernoulli(exp(-x)) decision per proposal, x =
+    ((|Y| - μ)/sqrt(2σ²))² computed in float64: |Y| < 2^53 is an exact float, so for x <= 64 the
+    error is below 2^-43 (a few roundings of numbers below 2^4). For σ up to about 1900 the word
+    is compared with the integer bracket of e^(-x) tabulated for its |Y|
+    (:func:`_threshold_table`, no logarithm); for larger σ by
+    :func:`~dpcurator.random.samplers.inversion.bexp_words`. Either margin covers that error and
+    the exact integer exponent decides the rare uncertain cases, so both decide the same event
+    U < e^(-x) from the same word."""
     if n <= _SCALAR_MAX or not target.vectorised:
         values: list[int] = []
         while len(values) < n:
