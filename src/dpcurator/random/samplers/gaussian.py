@@ -119,7 +119,10 @@ def _threshold_table(mu: float, inv_sd: float) -> tuple[UIntArray, UIntArray] | 
     lo[far], hi[far] = 0.0, 1.0
     lo_words = lo.astype(np.uint64)
     hi_words = np.where(hi >= 2.0**64, 0.0, hi).astype(np.uint64)  # 2^64 wraps to 0
-    return lo_words, hi_words - lo_words
+    width = hi_words - lo_words
+    lo_words.setflags(write=False)  # shared by every call with this σ
+    width.setflags(write=False)
+    return lo_words, width
 
 
 @functools.lru_cache(maxsize=64)

@@ -322,8 +322,9 @@ def magnitude_scalar(rng: Rng, s: int, t: int, two_sided: bool) -> int:
 
 def bexp_of_word(rng: Rng, word: int, x: float, exact: Callable[[], tuple[int, int]]) -> bool:
     """One exact Bernoulli(exp(-x)) from the 64-bit ``word`` (the test of :func:`bexp_words`,
-    Python floats): ``x`` is a float within 2^-47·(x + 1) of the exponent, which ``exact()``
-    gives as (num, den) for the rare undecided case."""
+    Python floats): ``x`` approximates the exponent within the error that test's margin covers
+    (as the discrete Gaussian's float x does), and ``exact()`` gives the exponent as (num, den)
+    for the rare undecided case."""
     v = word >> 1
     if v >= _SMALL_WORD:
         y = _LN2_63 - math.log(v + 0.5)
