@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from dpcurator.random import Rng, SecureRng, SeededRng, discrete_gaussian, discrete_laplace
-from dpcurator.random.samplers import inversion
+from dpcurator.random.samplers import gaussian, inversion
 from tests.test_samplers import (
     MPF,
     assert_fits_and_has_power,
@@ -152,7 +152,12 @@ def test_forced_exact_paths_give_the_exact_distributions(monkeypatch: pytest.Mon
     assert calls["magnitude"] > n / 4
     sigma = Fraction(3)
     monkeypatch.setattr(inversion, "_LOG_MARGIN", 0.2 / 4)  # the proposals' scale is 4
+    monkeypatch.setattr(gaussian, "_TABLE_MAX", 0)  # the float test, not the table
+    gaussian._target.cache_clear()
+    gaussian._cached_target.cache_clear()
     sample = discrete_gaussian(rng, sigma, n)
+    gaussian._target.cache_clear()  # drop the table-less target
+    gaussian._cached_target.cache_clear()
     assert_fits_and_has_power(sample, cells(-15, 15), lambda f: gaussian_cdf(sigma * Fraction(f)))
     assert calls["bexp"] > n / 10
     gamma = Fraction(1, 5)

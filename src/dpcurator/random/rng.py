@@ -16,10 +16,13 @@ by a biased ``% bound`` or float scaling. Generators are thread-safe (one lock p
 from __future__ import annotations
 
 import abc
+import functools
 import hashlib
 import os
+import struct
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -61,11 +64,7 @@ class Rng(abc.ABC):
 
     def uint64(self, size: int) -> npt.NDArray[np.uint64]:
         """``size`` independent uniform 64-bit unsigned integers."""
-        size = check_int(type(self).__name__ + ".uint64", "size", size, minimum=0)
-        out = np.empty(size, dtype=np.uint64)
-        if size:
-            self._fill(out)
-        return out
+        return self._uint64(check_int(type(self).__name__ + ".uint64", "size", size, minimum=0))
 
     def _uint32(self, size: int) -> npt.NDArray[np.uint32]:
         """``size`` independent uniform 32-bit unsigned integers (internal, unvalidated)."""
@@ -94,9 +93,21 @@ class Rng(abc.ABC):
         size = check_int(owner, "size", size, minimum=0)
         return _integers_below(self, bound, size)
 
+    def _uint64(self, size: int) -> npt.NDArray[np.uint64]:
+        """``size`` independent uniform 64-bit unsigned integers (internal, unvalidated)."""
+        out = np.empty(size, dtype=np.uint64)
+        if size:
+            self._fill(out)
+        return out
+
+    def _words64(self, count: int) -> tuple[int, ...]:
+        """``count`` uniform 64-bit Python integers, the next ``8 * count`` bytes of the stream
+        read little-endian (internal: the samplers' one-value paths)."""
+        return _unpacker(count)(self.random_bytes(8 * count))
+
     def _word64(self) -> int:
         """One uniform 64-bit integer (internal: the samplers' one-value paths)."""
-        return int.from_bytes(self.random_bytes(8), "little")
+        return self._words64(1)[0]
 
     def coins(self, size: int) -> npt.NDArray[np.bool_]:
         """``size`` independent fair coins (each bit of the stream is one coin)."""
@@ -105,6 +116,12 @@ class Rng(abc.ABC):
         if raw.size:
             self._fill(raw)
         return np.unpackbits(raw, count=size).view(np.bool_)
+
+
+@functools.lru_cache(maxsize=64)
+def _unpacker(count: int) -> Callable[..., tuple[int, ...]]:
+    """The unpacker of ``count`` little-endian 64-bit words from a buffer (at an offset)."""
+    return struct.Struct(f"<{count}Q").unpack_from
 
 
 def _integers_below(rng: Rng, bound: int, size: int) -> npt.NDArray[np.int64]:
@@ -217,15 +234,18 @@ class _StreamRng(Rng):
                 return piece
             return self._keystream(n)
 
-    def _word64(self) -> int:
+    def _words64(self, count: int) -> tuple[int, ...]:
+        # The same bytes as random_bytes(8 * count) (one lock), unpacked from the buffer in place.
+        if 8 * count > _SMALL:
+            return super()._words64(count)
         with self._lock:
             self._check_state()
-            if self._pos + 8 > len(self._buffer):
-                self._buffer = self._keystream(_BUFFER)
-                self._pos = 0
             start = self._pos
-            self._pos = start + 8
-            return int.from_bytes(self._buffer[start : start + 8], "little")
+            if start + 8 * count > len(self._buffer):
+                self._buffer = self._keystream(_BUFFER)
+                start = 0
+            self._pos = start + 8 * count
+            return _unpacker(count)(self._buffer, start)
 
     def _fill(self, out: npt.NDArray[np.generic]) -> None:
         view = out.data.cast("B")

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 
 from dpcurator._validation import check_int, check_positive, fail
 from dpcurator.random.rng import Rng
@@ -21,13 +23,17 @@ from dpcurator.random.samplers.chunks import CHUNK, in_chunks
 from dpcurator.random.samplers.inversion import (
     FloatArray,
     UIntArray,
+    bexp_of_word,
     bexp_scalar,
     bexp_words,
     inversion_float,
+    lazy_below_exp,
+    magnitude_of_word,
 )
 from dpcurator.random.samplers.laplace import (
     _INVERSION_RATIO,
     _SCALAR_MAX,
+    CACHED_TYPES,
     _discrete_laplace_core,
     _discrete_laplace_python,
     _laplace_parameters,
@@ -60,16 +66,81 @@ class _Target:
         self.mu = float(mu)
         self.inv_sd = 1.0 / math.sqrt(float(two_var)) if self.vectorised else math.inf
         self.acceptance = _acceptance(float(sigma), self.t / self.s) if self.vectorised else 0.5
+        # one-value trials: inversion proposals and a float acceptance test (else exact Python)
+        self.one_word = self.vectorised and self.s * _INVERSION_RATIO >= self.t
+        self.table = _threshold_table(self.mu, self.inv_sd) if self.one_word else None
 
     def exponent(self, magnitude: int) -> tuple[int, int]:
         """The exact exponent for |Y| = magnitude, as (numerator, denominator)."""
         a = magnitude * self.mq - self.mp
         return a * a * self.vq, self.mq * self.mq * self.vp
 
+    def draw_python(self, rng: Rng) -> int | None:
+        """One trial of Algorithm 3 in Python: the proposal if accepted, else None."""
+        if not self.one_word:
+            proposal = _discrete_laplace_python(rng, self.t, self.s)
+            return proposal if bexp_scalar(rng, *self.exponent(abs(proposal))) else None
+        # The proposal's and the test's words under one lock; the test as in the vectorised path
+        proposal_word, test_word = rng._words64(2)
+        proposal = magnitude_of_word(rng, proposal_word, self.s, self.t, True)
+        magnitude = abs(proposal)
+        a = (magnitude - self.mu) * self.inv_sd
+        if bexp_of_word(rng, test_word, a * a, lambda: self.exponent(magnitude)):
+            return proposal
+        return None
+
+
+_SIGN_BIT: Final = np.uint64(63)
+#: Acceptance thresholds are tabulated per magnitude when the table has at most this many rows.
+_TABLE_MAX: Final = 2**15
+#: Relative margin of the tabulated thresholds: it covers the float errors of x (below 2^-43
+#: absolute for x <= 64, see _discrete_gaussian_core) and of exp (2^-44 relative) with room.
+_TABLE_MARGIN: Final = 2.0**-40
+
+
+def _threshold_table(mu: float, inv_sd: float) -> tuple[UIntArray, UIntArray] | None:
+    """Integer brackets of the acceptance probabilities e^(-x_m), x_m = ((m - μ)/sqrt(2σ²))², for
+    magnitudes m = 0 .. L-1, as (lo, width) with lo <= 2^64·e^(-x_m) < lo + width (modulo 2^64:
+    width = 2^64 - lo when the upper end reaches 2^64). A 64-bit word w, U ∈ [w/2^64, (w+1)/2^64),
+    then gives U < e^(-x_m) for certain when w < lo, U > e^(-x_m) when w - lo >= width (mod 2^64);
+    the rest (probability about 2^-39) is decided exactly. The last row (x > 64, so
+    e^-x < 2^-92) serves every m >= L - 1: w < 1 is undecided, everything else a rejection.
+    ``None`` when more than :data:`_TABLE_MAX` rows would be needed (σ above about 1900)."""
+    rows = math.ceil(mu + 11.4 / inv_sd) + 2  # x > 64 from row rows - 1 on
+    if rows > _TABLE_MAX:
+        return None
+    a = np.arange(rows, dtype=np.float64) - mu
+    a *= inv_sd
+    x = a * a
+    top = np.exp(-x) * 2.0**64
+    lo = np.floor(top * (1 - _TABLE_MARGIN))
+    hi = np.ceil(top * (1 + _TABLE_MARGIN)) + 1
+    far = x > 64
+    lo[far], hi[far] = 0.0, 1.0
+    lo_words = lo.astype(np.uint64)
+    hi_words = np.where(hi >= 2.0**64, 0.0, hi).astype(np.uint64)  # 2^64 wraps to 0
+    width = hi_words - lo_words
+    lo_words.setflags(write=False)  # shared by every call with this σ
+    width.setflags(write=False)
+    return lo_words, width
+
 
 @functools.lru_cache(maxsize=64)
 def _target(sigma: Fraction) -> _Target:
     return _Target(sigma)
+
+
+def _checked_target(sigma: object) -> _Target:
+    """The validated :class:`_Target` of ``sigma`` (see :func:`discrete_gaussian`)."""
+    owner = "discrete_gaussian"
+    exact = Fraction(check_positive(owner, "sigma", sigma))  # floats are exact binary rationals
+    if exact > MAX_SIGMA:
+        raise fail(owner, "sigma", "<= 2**31 (larger noise would not fit in int64)", sigma)
+    return _target(exact)
+
+
+#: :func:`_checked_target` once per int, float or Fraction σ (a public input).
+_cached_target = functools.lru_cache(maxsize=64, typed=True)(_checked_target)
 
 
 def _acceptance(sigma: float, tau: float) -> float:
@@ -95,20 +166,44 @@ def _proposals_laplace(rng: Rng, t: int, s: int, n: int) -> tuple[FloatArray, UI
     return np.abs(y).astype(np.float64), (y < 0).astype(np.uint64)
 
 
+def _accept_tabulated(
+    rng: Rng,
+    table: tuple[UIntArray, UIntArray],
+    magnitude: FloatArray,
+    exact: Callable[[int], tuple[int, int]],
+) -> npt.NDArray[np.bool_]:
+    """The acceptance tests of :func:`_discrete_gaussian_core` by :func:`_threshold_table`: one
+    word each, compared with the bracket of its magnitude's row (the last row for larger ones)."""
+    lo, width = table
+    rows = magnitude.astype(np.intp)  # rows beyond the last are clipped to it
+    words = rng._uint64(magnitude.size)
+    low = lo.take(rows, mode="clip")
+    accept = words < low
+    words -= low  # modulo 2^64
+    undecided = words < width.take(rows, mode="clip")
+    for i in np.flatnonzero(undecided) if np.count_nonzero(undecided) else ():
+        word = (int(words[i]) + int(low[i])) % 2**64
+        accept[i] = lazy_below_exp(rng, word, 64, *exact(int(i)))
+    return accept
+
+
 def _discrete_gaussian_core(rng: Rng, target: _Target, n: int) -> IntArray:
     """``n`` draws of CKS20 Algorithm 3 (:class:`_Target`).
 
-    The acceptance test is one exact Bernoulli(exp(-x)) decision per proposal
-    (:func:`~dpcurator.random.samplers.inversion.bexp_words`) with x computed in float64 as
-    ((|Y| - μ)/sqrt(2σ²))²: |Y| < 2^53 is an exact float, so for x <= 64 the error is below
-    2^-43 (a few roundings of numbers below 2^4), inside the decision's margin; the exact
-    integer exponent decides the rare uncertain cases."""
+    The acceptance test is one exact Bernoulli(exp(-x)) decision per proposal, x =
+    ((|Y| - μ)/sqrt(2σ²))² computed in float64: |Y| < 2^53 is an exact float, so for x <= 64 the
+    error is below 2^-43 (a few roundings of numbers below 2^4). For σ up to about 1900 the word
+    is compared with the integer bracket of e^(-x) tabulated for its |Y|
+    (:func:`_threshold_table`, no logarithm); for larger σ by
+    :func:`~dpcurator.random.samplers.inversion.bexp_words`. Either margin covers that error and
+    the exact integer exponent decides the rare uncertain cases, so both decide the same event
+    U < e^(-x) from the same word."""
     if n <= _SCALAR_MAX or not target.vectorised:
         values: list[int] = []
         while len(values) < n:
-            proposal = _discrete_laplace_python(rng, target.t, target.s)
-            if bexp_scalar(rng, *target.exponent(abs(proposal))):
-                values.append(proposal)
+            value = target.draw_python(rng)
+            if value is not None:
+                values.append(value)
         return np.array(values, dtype=np.int64)
     if n > CHUNK:
         return in_chunks(lambda m: _discrete_gaussian_core(rng, target, m), n)
@@ -119,18 +214,21 @@ def _discrete_gaussian_core(rng: Rng, target: _Target, n: int) -> IntArray:
         magnitude, signs = _proposals_laplace(
             rng, target.t, target.s, _proposals(need, target.acceptance)
         )
-        x = magnitude - target.mu
-        x *= target.inv_sd
-        x *= x
 
         def exact(i: int, magnitude: FloatArray = magnitude) -> tuple[int, int]:
             return target.exponent(int(magnitude[i]))
 
-        accept = bexp_words(rng, x, exact)
-        signed = np.left_shift(signs, np.uint64(63))  # the sign bit of a float64
+        if target.table is None:
+            x = magnitude - target.mu
+            x *= target.inv_sd
+            x *= x
+            accept = bexp_words(rng, x, exact)
+        else:
+            accept = _accept_tabulated(rng, target.table, magnitude, exact)
+        signed = np.left_shift(signs, _SIGN_BIT, out=signs)  # the sign bit of a float64
         signed |= magnitude.view(np.uint64)
-        accepted = signed.view(np.float64)[accept][:need].astype(np.int64)
-        out[filled : filled + accepted.size] = accepted
+        accepted = signed.view(np.float64)[accept][:need]
+        out[filled : filled + accepted.size] = accepted  # exact integers, cast to int64
         filled += accepted.size
     return out
 
@@ -164,9 +262,7 @@ def discrete_gaussian(rng: Rng, sigma: int | float | Fraction, size: int) -> Int
     Returns:
         An int64 array of shape ``(size,)``.
     """
-    owner = "discrete_gaussian"
-    exact = Fraction(check_positive(owner, "sigma", sigma))  # floats are exact binary rationals
-    if exact > MAX_SIGMA:
-        raise fail(owner, "sigma", "<= 2**31 (larger noise would not fit in int64)", sigma)
-    size = check_int(owner, "size", size, minimum=0)
-    return _discrete_gaussian_core(rng, _target(exact), size)
+    target = _cached_target(sigma) if type(sigma) in CACHED_TYPES else _checked_target(sigma)
+    if type(size) is not int or size < 0:
+        size = check_int("discrete_gaussian", "size", size, minimum=0)
+    return _discrete_gaussian_core(rng, target, size)

@@ -42,12 +42,14 @@ from dpcurator.random.rng import Rng
 
 __all__ = [
     "apply_signs",
+    "bexp_of_word",
     "bexp_scalar",
     "bexp_words",
     "exp_neg_bounds",
     "inversion_float",
     "inversion_magnitudes",
     "lazy_below_exp",
+    "magnitude_of_word",
     "magnitude_scalar",
 ]
 
@@ -66,6 +68,9 @@ _SMALL_WORD: Final = 2.0**39
 #: Margin of the Bernoulli(exp(-x)) decision: 2^-36 (log) + 2^-39 (U's interval) + 65·2^-47 (x).
 _BEXP_DELTA: Final = 2.0**-35
 _LN2_63: Final = 63 * math.log(2)
+#: Words below this have v = word >> 1 below _SMALL_WORD.
+_SMALL_WORD_BITS: Final = np.uint64(2**40)
+_ONE: Final = np.uint64(1)
 
 
 def _fdiv(a: int, b: int) -> float:
@@ -80,6 +85,17 @@ def _fdiv(a: int, b: int) -> float:
 def _log_c(s: int, t: int, two_sided: bool) -> float:
     """ln c for the thresholds T_k = c·e^(-k s/t): ln 2 - ln(1 + e^(-s/t)), or 0."""
     return math.log(2) - math.log1p(math.exp(-_fdiv(s, t))) if two_sided else 0.0
+
+
+@functools.lru_cache(maxsize=256)
+def _inversion_constants(s: int, t: int, two_sided: bool) -> tuple[float, float]:
+    """(t/s, ln c + 63 ln 2) as floats: K = floor((ln c + 63 ln 2 - ln(v + 1/2))·t/s)."""
+    return _fdiv(t, s), _log_c(s, t, two_sided) + _LN2_63
+
+
+def _inversion_margin(inv: float) -> float:
+    """z is certain when |frac(z) - 1/2| <= this (so frac(z) is farther than δ from 0 and 1)."""
+    return 0.5 - inv * (_LOG_MARGIN + 1.01 / _SMALL_WORD)
 
 
 # -- exact arithmetic ------------------------------------------------------------------------------
@@ -215,23 +231,31 @@ def inversion_float(
     certain when z is farther than δ from an integer; the rest (probability about 2δ, plus 2^-24 for
     v < 2^39) is decided exactly by :func:`_magnitude_exact`.
     """
-    words = rng.uint64(n)
-    v = (words >> np.uint64(1)).view(np.int64)
-    inv = _fdiv(t, s)
-    lnc = _log_c(s, t, two_sided)
-    z = np.add(v, 0.5)  # the middle of U's interval, in units of 2^-63 (never 0)
-    bad = z < _SMALL_WORD
+    inv, offset = _inversion_constants(s, t, two_sided)
+    words = rng._uint64(n)
+    bad = words < _SMALL_WORD_BITS  # v < 2^39
+    z = _middles(words)
     np.log(z, out=z)
-    np.subtract(lnc + _LN2_63, z, out=z)  # ln c - ln U
+    np.subtract(offset, z, out=z)  # ln c - ln U
     z *= inv
     k = np.floor(z)
     z -= k
     z -= 0.5
     np.abs(z, out=z)
-    bad |= z > 0.5 - inv * (_LOG_MARGIN + 1.01 / _SMALL_WORD)
-    for i in np.flatnonzero(bad) if bad.any() else ():
-        k[i] = _magnitude_exact(rng, int(v[i]), 63, s, t, two_sided=two_sided)
+    bad |= z > _inversion_margin(inv)
+    for i in np.flatnonzero(bad) if np.count_nonzero(bad) else ():
+        v = int(words[i]) >> 1
+        k[i] = _magnitude_exact(rng, v, 63, s, t, two_sided=two_sided)
     return k, words
+
+
+def _middles(words: UIntArray) -> FloatArray:
+    """v + 1/2 as floats, v the high 63 bits of each word: the middle of U's interval in units of
+    2^-63 (never 0), in one new array (the int64 v is converted where it lies)."""
+    v = np.right_shift(words, _ONE)
+    z = v.view(np.float64)
+    np.add(v.view(np.int64), 0.5, out=z)
+    return z
 
 
 def apply_signs(magnitudes: FloatArray, words: UIntArray) -> IntArray:
@@ -261,50 +285,56 @@ def bexp_words(rng: Rng, x: FloatArray, exact: Callable[[int], tuple[int, int]])
     (probability about 2^-34, plus 2^-24 for v < 2^39) are compared exactly by
     :func:`lazy_below_exp`.
     """
-    v = (rng.uint64(x.size) >> np.uint64(1)).view(np.int64)
-    d = np.add(v, 0.5)  # the middle of U's interval, in units of 2^-63 (never 0)
-    undecided = d < _SMALL_WORD
+    words = rng._uint64(x.size)
+    undecided = words < _SMALL_WORD_BITS  # v < 2^39
+    d = _middles(words)
     np.log(d, out=d)
     np.subtract(_LN2_63, d, out=d)  # -ln U at the middle of its interval
     d -= x
     sure_true = d > _BEXP_DELTA
     np.abs(d, out=d)
     undecided |= d <= _BEXP_DELTA
-    for i in np.flatnonzero(undecided) if undecided.any() else ():
+    for i in np.flatnonzero(undecided) if np.count_nonzero(undecided) else ():
         num, den = exact(int(i))
-        sure_true[i] = lazy_below_exp(rng, int(v[i]), 63, num, den)
+        sure_true[i] = lazy_below_exp(rng, int(words[i]) >> 1, 63, num, den)
     return sure_true
 
 
 # -- one value at a time (small batches) -----------------------------------------------------------
 
 
-def _word63(rng: Rng) -> tuple[int, int]:
-    """(the high 63 bits, the low bit) of one random 64-bit word."""
-    w = rng._word64()
-    return w >> 1, w & 1
+def magnitude_of_word(rng: Rng, word: int, s: int, t: int, two_sided: bool) -> int:
+    """One draw of :func:`inversion_magnitudes` from the 64-bit ``word`` (same algorithm, Python
+    floats; more bits are drawn from ``rng`` only in the rare exact case)."""
+    v = word >> 1
+    inv, offset = _inversion_constants(s, t, two_sided)
+    z = (offset - math.log(v + 0.5)) * inv if v >= _SMALL_WORD else 0.0
+    k = math.floor(z)
+    if v < _SMALL_WORD or abs(z - k - 0.5) > _inversion_margin(inv):
+        k = _magnitude_exact(rng, v, 63, s, t, two_sided=two_sided)
+    return -k if two_sided and word & 1 else k
 
 
 def magnitude_scalar(rng: Rng, s: int, t: int, two_sided: bool) -> int:
     """One draw of :func:`inversion_magnitudes` (same algorithm, Python floats)."""
-    v, sign = _word63(rng)
-    inv = _fdiv(t, s)
-    lnc = _log_c(s, t, two_sided)
-    z = (lnc + _LN2_63 - math.log(v + 0.5)) * inv if v >= _SMALL_WORD else 0.0
-    k = math.floor(z)
-    if v < _SMALL_WORD or abs(z - k - 0.5) > 0.5 - inv * (_LOG_MARGIN + 1.01 / _SMALL_WORD):
-        k = _magnitude_exact(rng, v, 63, s, t, two_sided=two_sided)
-    return -k if two_sided and sign else k
+    return magnitude_of_word(rng, rng._word64(), s, t, two_sided)
 
 
-def bexp_scalar(rng: Rng, num: int, den: int) -> bool:
-    """One exact Bernoulli(exp(-num/den)) (the test of :func:`bexp_words`, Python floats)."""
-    v, _ = _word63(rng)
+def bexp_of_word(rng: Rng, word: int, x: float, exact: Callable[[], tuple[int, int]]) -> bool:
+    """One exact Bernoulli(exp(-x)) from the 64-bit ``word`` (the test of :func:`bexp_words`,
+    Python floats): ``x`` approximates the exponent within the error that test's margin covers
+    (as the discrete Gaussian's float x does), and ``exact()`` gives the exponent as (num, den)
+    for the rare undecided case."""
+    v = word >> 1
     if v >= _SMALL_WORD:
-        x = _fdiv(num, den)
         y = _LN2_63 - math.log(v + 0.5)
         if y > x + _BEXP_DELTA:
             return True
         if y < x - _BEXP_DELTA:
             return False
-    return lazy_below_exp(rng, v, 63, num, den)
+    return lazy_below_exp(rng, v, 63, *exact())
+
+
+def bexp_scalar(rng: Rng, num: int, den: int) -> bool:
+    """One exact Bernoulli(exp(-num/den)) (the test of :func:`bexp_words`, Python floats)."""
+    return bexp_of_word(rng, rng._word64(), _fdiv(num, den), lambda: (num, den))

@@ -8,6 +8,7 @@ scale. See :mod:`dpcurator.random.samplers` for the guarantees and the timing ca
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 from typing import Final
@@ -25,6 +26,7 @@ from dpcurator.random.samplers.inversion import (
     bexp_scalar,
     bexp_words,
     inversion_magnitudes,
+    magnitude_of_word,
     magnitude_scalar,
 )
 
@@ -41,6 +43,9 @@ _MAX_T: Final = 2**56
 _SCALAR_MAX: Final = 16  # measured crossover: ~13 us per value vs ~220 us per small batch
 #: Rates s/t >= 1/_INVERSION_RATIO (scales up to 2^20) are sampled by inversion of one word.
 _INVERSION_RATIO: Final = round(1 / MIN_INVERSION_RATE)
+#: Parameters of these exact types are validated and converted once per value (lru caches keyed
+#: by type and value: a noise scale is a public input, and repeated calls reuse it).
+CACHED_TYPES: Final = (int, float, Fraction)
 
 
 # Pure-Python exact versions, for small batches (same algorithms as the vectorised ones).
@@ -170,13 +175,26 @@ def geometric(rng: Rng, numerator: int, denominator: int, size: int) -> IntArray
 
 
 def _laplace_parameters(scale: object, owner: str = "discrete_laplace") -> tuple[int, int]:
-    """The exact (t, s) with scale = t/s used by CKS20 Algorithm 2 (rounded up if t > 2^56)."""
+    """The exact (t, s) with scale = t/s used by CKS20 Algorithm 2 (rounded up if t > 2^56);
+    computed once per int, float or Fraction ``scale`` (:data:`CACHED_TYPES`)."""
+    if type(scale) in CACHED_TYPES:
+        return _cached_laplace_parameters(scale, owner)
+    return _checked_laplace_parameters(scale, owner)
+
+
+def _checked_laplace_parameters(scale: object, owner: str) -> tuple[int, int]:
+    """:func:`_laplace_parameters` without the cache."""
     exact = Fraction(check_positive(owner, "scale", scale))  # floats are exact binary rationals
     if exact > MAX_LAPLACE_SCALE:
         raise fail(owner, "scale", "<= 2**52 (larger noise would not fit in int64)", scale)
     if exact.numerator > _MAX_T:
         exact = dyadic_up(exact, bits=56)  # rounds the scale UP by a relative 2^-55 at most
     return exact.numerator, exact.denominator
+
+
+_cached_laplace_parameters = functools.lru_cache(maxsize=256, typed=True)(
+    _checked_laplace_parameters
+)
 
 
 def _discrete_laplace_core(rng: Rng, t: int, s: int, n: int) -> IntArray:
@@ -187,7 +205,11 @@ def _discrete_laplace_core(rng: Rng, t: int, s: int, n: int) -> IntArray:
     leaves 0 unchanged). Larger scales: CKS20 Algorithm 2 (a geometric magnitude and a sign,
     restarting on "-0")."""
     if n <= _SCALAR_MAX:
-        return np.array([_discrete_laplace_python(rng, t, s) for _ in range(n)], dtype=np.int64)
+        if s * _INVERSION_RATIO >= t:  # one word per value, all read under one lock
+            values = [magnitude_of_word(rng, w, s, t, True) for w in rng._words64(n)]
+        else:
+            values = [_discrete_laplace_python(rng, t, s) for _ in range(n)]
+        return np.array(values, dtype=np.int64)
     if n > CHUNK:
         return in_chunks(lambda m: _discrete_laplace_core(rng, t, s, m), n)
     if s * _INVERSION_RATIO >= t:
@@ -247,5 +269,6 @@ def discrete_laplace(rng: Rng, scale: int | float | Fraction, size: int) -> IntA
         An int64 array of shape ``(size,)``.
     """
     t, s = _laplace_parameters(scale)
-    size = check_int("discrete_laplace", "size", size, minimum=0)
+    if type(size) is not int or size < 0:
+        size = check_int("discrete_laplace", "size", size, minimum=0)
     return _discrete_laplace_core(rng, t, s, size)
