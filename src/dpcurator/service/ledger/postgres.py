@@ -14,8 +14,12 @@ Budgets stay exact: costs are fractions written as text (``"1/1000"``), added an
 A test compares both functions with Python's :class:`fractions.Fraction` on random fractions.
 
 Budgets with concentrated accounting (:mod:`dpcurator.service.ledger.accounts`) are not checked
-here: under the dataset row's lock the function finds their account and returns without charging,
-and the caller reserves in a transaction that replays the events (v2; v1 predates accounts).
+by :data:`RESERVE`: under the dataset row's lock it finds their account and returns without
+charging (v2; v1 predates accounts). Their filters run in Python, so :data:`REPLAYED` takes the
+caller's decision with what it was made on (the budgets, and the numbers of charges its replays
+read) and writes the charge only if that is still the state under the locks
+(:mod:`dpcurator.service.ledger.replayed`); else the caller reserves in a transaction that replays
+the events.
 
 Like the rest of the reservation, its commit does not wait for the WAL flush (see Durability in
 :mod:`dpcurator.service.ledger`): the completion's flushed commit makes it durable before any
