@@ -16,12 +16,14 @@ Why the decision is the one a full replay under the lock would make: charges are
 and a status only ever becomes ``cancelled`` from ``reserved``, so under the locks equal numbers
 mean the same charges with the same statuses up to that id, and none after it (the argument of
 the replay cache, :func:`~dpcurator.service.ledger.accounts.replayed_position`); the filters are
-deterministic functions of the budget and of that history. Every other writer of a budget's
-charges and totals holds the dataset row's lock, so nothing changes between the check and the
-write, which commit together (all or nothing). When the check fails nothing is written: the handle
-learns the budgets as they are, reads the charges it missed, and tries again, then hands over
-to the transaction above (which also decides and words every refusal, and unknown datasets or
-grants). Budgets that are not all concentrated, and requests with a request key, never come here.
+deterministic functions of the budget and of that history. So the decision is the one the
+locked transaction of the full path would make, reading the same rows under the same locks;
+every reservation and refund holds the dataset row's lock, so nothing is charged or refunded
+between the check and the write, which commit together (all or nothing). When the check fails
+nothing is written: the handle learns the budgets as they are, reads the charges it missed, and
+tries again, then hands over to the transaction above (which also decides and words every
+refusal, and unknown datasets or grants). Budgets that are not all concentrated, and requests
+with a request key, never come here.
 """
 
 from __future__ import annotations
