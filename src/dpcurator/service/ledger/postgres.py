@@ -189,17 +189,18 @@ BEGIN
             WHERE a.dataset_id = p_dataset AND a.principal_id = p_principal)];
     END IF;
     -- Each budget's charges (not replays) up to the caller's last one read, its cancelled
-    -- charges among them, and its charges after it.
+    -- charges among them, and its charges after it: the cap's, then the grant's (one scan).
     SELECT ARRAY[count(*) FILTER (WHERE c.id <= p_last[1]),
                  count(*) FILTER (WHERE c.id <= p_last[1] AND c.status = 'cancelled'),
-                 count(*) FILTER (WHERE c.id > p_last[1])] INTO counted
+                 count(*) FILTER (WHERE c.id > p_last[1]),
+                 count(*) FILTER (WHERE c.principal_id = p_principal AND c.id <= p_last[2]),
+                 count(*) FILTER (WHERE c.principal_id = p_principal AND c.id <= p_last[2]
+                                  AND c.status = 'cancelled'),
+                 count(*) FILTER (WHERE c.principal_id = p_principal AND c.id > p_last[2])]
+        INTO counted
         FROM charges AS c WHERE c.dataset_id = p_dataset AND c.kind <> 'replay';
-    IF p_charge_grant THEN
-        SELECT counted || ARRAY[count(*) FILTER (WHERE c.id <= p_last[2]),
-            count(*) FILTER (WHERE c.id <= p_last[2] AND c.status = 'cancelled'),
-            count(*) FILTER (WHERE c.id > p_last[2])] INTO counted
-            FROM charges AS c WHERE c.dataset_id = p_dataset AND c.kind <> 'replay'
-                AND c.principal_id = p_principal;
+    IF NOT p_charge_grant THEN
+        counted := counted[1:3];
     END IF;
     IF state IS DISTINCT FROM p_budgets OR counted IS DISTINCT FROM p_counted THEN
         -- Not what the caller admitted the event against: nothing done; the budgets as they are.
