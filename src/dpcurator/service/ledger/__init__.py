@@ -8,7 +8,9 @@ transaction is serialised by ``BEGIN IMMEDIATE`` on SQLite (one writer at a time
 concurrent requests can never both see the same remaining budget. A refused reservation rolls
 back and changes nothing. On PostgreSQL a reservation without a request key (every query but a
 retried one) runs the same steps as one statement, a function installed in the database (see
-:mod:`dpcurator.service.ledger.postgres`), so the locks are not held across round trips. On
+:mod:`dpcurator.service.ledger.postgres`), so the locks are not held across round trips; on
+concentrated budgets that statement checks that the replays the event was admitted on are still
+exact (:mod:`dpcurator.service.ledger.replayed`). On
 SQLite the same reservations and every completion run their statements on the raw ``sqlite3``
 cursor (see :mod:`dpcurator.service.ledger.sqlite`), so the write lock is held for less time.
 
@@ -42,8 +44,10 @@ The ledger is assembled from one module per job: :mod:`~dpcurator.service.ledger
 engine and its transactions), :mod:`~dpcurator.service.ledger.statements` (the hot-path SQL),
 :mod:`~dpcurator.service.ledger.budgets` (exact costs), :mod:`~dpcurator.service.ledger.admission`
 (whether a charge fits the grant and the cap), :mod:`~dpcurator.service.ledger.charges`
-(reservations and their outcomes) and :mod:`~dpcurator.service.ledger.history` (entries,
-replays, published releases); :mod:`~dpcurator.service.ledger.core` assembles them into
+(reservations and their outcomes; :mod:`~dpcurator.service.ledger.replayed`, their
+one-statement form on concentrated PostgreSQL budgets) and
+:mod:`~dpcurator.service.ledger.history` (entries, replays, published releases);
+:mod:`~dpcurator.service.ledger.core` assembles them into
 :class:`~dpcurator.service.ledger.core.Ledger` and adds principals, tokens, datasets, grants and
 the audit log. The package exports :class:`Ledger` and :class:`Access`.
 """

@@ -256,6 +256,13 @@ def replayed_position(
     return Replayed(last_id, charges, cancelled_charges, account)
 
 
+def cached_replay(engine: Engine, key: ReplayKey) -> Replayed | None:
+    """The handle's cached replay of the budget ``key``, if any (never charge on its filter:
+    copy it). Whether the database still holds that history is for the caller to check."""
+    with _REPLAYS_LOCK:
+        return _REPLAYS.get(engine, {}).get(key)
+
+
 def remember_replay(
     engine: Engine, key: ReplayKey, replay: Replayed, *, stale: Replayed | None = None
 ) -> None:

@@ -38,6 +38,7 @@ from dpcurator.service.ledger.budgets import (
 )
 from dpcurator.service.ledger.database import LedgerDatabase, found
 from dpcurator.service.ledger.lease import LEASE_SECONDS, LeaseKeeper, check_claim
+from dpcurator.service.ledger.replayed import ReplayedReservations
 from dpcurator.service.ledger.statements import SQL, RawStatements
 from dpcurator.service.models import Charge, Dataset, Grant, utcnow
 
@@ -138,6 +139,9 @@ class LedgerCharges(LedgerDatabase):
         #: Datasets found with a concentrated budget: their reservations skip the fast paths
         #: (which would only find that again and hand over); the full path admits any budget.
         self._concentrated_datasets: set[str] = set()
+        #: On PostgreSQL, their reservations without a request key are first tried as one
+        #: compare-and-set statement (see :mod:`dpcurator.service.ledger.replayed`).
+        self._replayed = ReplayedReservations(self._engine, self._statement)
 
     def close(self) -> None:
         """Stop the lease thread, then close the database (see :meth:`LedgerDatabase.close`)."""
@@ -155,6 +159,9 @@ class LedgerCharges(LedgerDatabase):
         statement on PostgreSQL (see :mod:`dpcurator.service.ledger.postgres`), and on the raw
         cursor on SQLite (see :mod:`dpcurator.service.ledger.sqlite`); those paths find a
         concentrated budget under the dataset's lock and hand over, having changed nothing.
+        On PostgreSQL a request without a key on concentrated budgets is first admitted on the
+        handle's replays and written by one statement that checks they are still exact
+        (:mod:`dpcurator.service.ledger.replayed`), which hands over here if they are not.
 
         Raises:
             BudgetExceededError: the cost does not fit; nothing was changed.
@@ -164,13 +171,20 @@ class LedgerCharges(LedgerDatabase):
             NotFoundError: unknown dataset, or the analyst has no grant on it.
         """
         fast = request.dataset_id not in self._concentrated_datasets
-        if fast and request.request_key is None and request.event.approx_cost() is not None:
+        fast = fast and request.event.approx_cost() is not None  # else: concentrated, or refused
+        if fast and request.request_key is None:
             try:
                 if self._postgres:
                     return self._reserve_in_postgres(request)
                 return self._reserve_in_sqlite(request)
             except _Concentrated:  # skip the fast paths for this dataset from now on
                 self._concentrated_datasets.add(request.dataset_id)
+        if self._postgres and request.request_key is None and not fast:
+            done = self._replayed.reserve(
+                self._charge_row(request), request.event, charge_grant=request.charge_grant
+            )
+            if done is not None:
+                return Reservation(done[0], request.cost, "reserved", None, False, done[1])
         cost = request.cost
         settlement = Settlement()
         who = {"p": request.principal_id, "d": request.dataset_id}
