@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,8 @@ import pyarrow as pa
 import pytest
 
 import dpcurator as dpc
+from dpcurator.estimators.quantile_refine import edge_scores
+from dpcurator.estimators.quantiles import quantile_scores
 from dpcurator.random import SeededRng
 
 GOLDEN = Path(__file__).parent / "data" / "quantile_grouped_golden.json"
@@ -102,6 +105,44 @@ def test_grouped_quantiles_release_what_the_per_group_code_released(
 ) -> None:
     expected = json.loads(GOLDEN.read_text())[f"{engine} {query} {epsilon}"]
     assert _releases(engine, query, epsilon) == expected
+
+
+def _edge_reference(counts: list[int], num: int, den: int) -> list[int]:
+    """The per-group scores in Python integers (the code before vectorizing)."""
+    below = [sum(counts[:i]) for i in range(len(counts) + 1)]
+    target = 2 * num * (below[-1] - 1) + den
+    return [-min(abs(2 * den * b - target), 2**62) for b in below]
+
+
+def _centre_reference(counts: list[int], num: int, den: int) -> list[int]:
+    target, scores = num * (sum(counts) - 1), []
+    for j in range(len(counts)):
+        left, right = sum(counts[:j]), sum(counts[: j + 1])
+        scores.append(-min(max(den * left - target, target - den * (right - 1), 0), 2**62))
+    return scores
+
+
+def test_scores_of_all_groups_at_once_are_the_exact_integer_scores() -> None:
+    """Rows of int64 counts, from empty to totals near 2^63 (where 2·den·L overflows int64),
+    scored at once, equal the Python-integer scores of each row alone."""
+    rng = np.random.default_rng(5)
+    rows = [
+        [0, 0, 0, 0, 0],
+        [1, 0, 0, 0, 0],
+        [0, 0, 0, 0, 1],
+        [3, 1, 4, 1, 5],
+        [2**40, 7, 2**50, 0, 2**33 + 5],
+        [2**61, 2**60, 3, 2**60 - 9, 2**59],
+        [2**62 - 1, 0, 2**62 - 1, 0, 1],
+        *rng.integers(0, 2**58, (4, 5)).tolist(),
+        *rng.integers(0, 50, (4, 5)).tolist(),
+    ]
+    for num, den in [(1, 2), (1, 4), (9, 10), (0, 1), (1, 1), (1234, 9999)]:
+        p = Fraction(num, den)
+        edges, _ = edge_scores(np.array(rows, dtype=np.int64), p)
+        centres, _ = quantile_scores(np.array(rows, dtype=np.int64), p)
+        assert edges.tolist() == [_edge_reference(row, num, den) for row in rows]
+        assert centres.tolist() == [_centre_reference(row, num, den) for row in rows]
 
 
 if __name__ == "__main__":  # record the expected releases
