@@ -286,15 +286,14 @@ class RefinedQuantile:
     def select_rows(self, level: int, counts: npt.ArrayLike, rng: Rng | None) -> list[int]:
         """:meth:`select` for each row of ``counts`` (one histogram per group, shape (groups,
         bins)): the scores of all groups at once, then each group's selection in row order
-        (:meth:`~dpcurator.mechanisms.PermuteAndFlip.select_rows`: the same draws as group by
-        group)."""
+        (the same draws as group by group)."""
         mechanism = self.levels[level].mechanism
         if self.unit:
-            return mechanism.select_rows(quantile_scores(counts, self.p)[0], rng)
+            return [mechanism.select(row, rng) for row in quantile_scores(counts, self.p)[0]]
         scores, _ = edge_scores(counts, self.p)
         if level:
-            return [1 + index for index in mechanism.select_rows(scores[:, 1:-1], rng)]
-        return mechanism.select_rows(scores, rng)
+            return [1 + mechanism.select(row, rng) for row in scores[:, 1:-1]]
+        return [mechanism.select(row, rng) for row in scores]
 
     def next_bins(self, bins: QuantileBins, index: int, level: int) -> QuantileBins:
         """The bins of ``level`` (>= 1) around edge ``index`` of the previous level's ``bins``:

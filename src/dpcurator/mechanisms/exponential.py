@@ -106,11 +106,10 @@ class PermuteAndFlip:
         return self.epsilon / ((1 if self.monotonic else 2) * self.sensitivity)
 
     def gaps(self, scores: npt.ArrayLike) -> npt.NDArray[np.int64]:
-        """min(max q - q_r, G) for each candidate: exact, in [0, G], whatever the values. Scores
-        of shape (..., candidates) give the gaps of each row (one selection per row)."""
+        """min(max q - q_r, G) for each candidate: exact, in [0, G], whatever the values."""
         array = np.asarray(scores)
         owner = f"{type(self).__name__}.select"
-        if array.ndim == 0 or array.shape[-1] != self.candidates:
+        if array.shape != (self.candidates,):
             raise fail(
                 owner, "scores", f"a one-dimensional array of {self.candidates}", array.shape
             )
@@ -119,13 +118,10 @@ class PermuteAndFlip:
                 owner, "scores", "integers (put float scores on an integer grid)", array.dtype
             )
         wide = array.astype(np.uint64 if array.dtype.kind == "u" else np.int64)
-        top = wide.max(axis=-1, keepdims=True)
-        cap = wide.dtype.type(self.max_gap)
-        # max(top - G, the dtype's minimum) without leaving the dtype
-        floor = np.maximum(top, wide.dtype.type(np.iinfo(wide.dtype).min + self.max_gap)) - cap
-        clamped = np.maximum(wide, floor)
-        gaps: npt.NDArray[np.int64] = (top - clamped).astype(np.int64)
-        return gaps
+        top = int(wide.max())
+        floor = max(top - self.max_gap, int(np.iinfo(wide.dtype).min))
+        clamped = np.maximum(wide, wide.dtype.type(floor))
+        return (wide.dtype.type(top) - clamped).astype(np.int64)
 
     def coins(self, gaps: npt.NDArray[np.int64], rng: Rng) -> npt.NDArray[np.bool_]:
         """Independent Bernoulli(exp(-γ_r)) for the given gaps, exact; the arithmetic path (int64
@@ -138,19 +134,9 @@ class PermuteAndFlip:
 
     def select(self, scores: npt.ArrayLike, rng: Rng | None = None) -> int:
         """The index of the chosen candidate."""
-        (chosen,) = self.select_rows(np.asarray(scores)[np.newaxis], rng)
-        return chosen
-
-    def select_rows(self, scores: npt.ArrayLike, rng: Rng | None = None) -> list[int]:
-        """One independent selection per row of ``scores`` (shape (rows, candidates)): the gaps
-        of all rows at once, then each row's coins and pick in row order, drawing from ``rng``
-        exactly what :meth:`select` row by row would draw."""
         source = rng or default_rng()
-        chosen = []
-        for gaps in self.gaps(scores):
-            heads = np.flatnonzero(self.coins(gaps, source))
-            chosen.append(int(heads[int(source.integers_below(heads.size, 1)[0])]))
-        return chosen
+        heads = np.flatnonzero(self.coins(self.gaps(scores), source))
+        return int(heads[int(source.integers_below(heads.size, 1)[0])])
 
 
 def permute_and_flip(
