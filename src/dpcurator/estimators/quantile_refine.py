@@ -70,6 +70,7 @@ from dpcurator.estimators.quantiles import (
     QuantileBins,
     quantile_scores,
     rational_level,
+    saturated,
 )
 from dpcurator.estimators.release import (
     Covers,
@@ -138,15 +139,17 @@ def edge_scores(
     counts: npt.ArrayLike, p: Fraction, rows_per_person: int = 1
 ) -> tuple[npt.NDArray[np.int64], int]:
     """The scores of the ``bins + 1`` edges of a histogram and their sensitivity (see the module
-    docstring), in exact integers (Python ints in object arrays, so no wrap-around) clamped to
-    [-2^62, 0]."""
+    docstring), exact (:func:`~dpcurator.estimators.quantiles.saturated`: no wrap-around)
+    and clamped to [-2^62, 0]; ``counts`` of shape (..., bins) give scores of shape
+    (..., bins + 1), one histogram per row."""
     check_int("edge_scores", "rows_per_person", rows_per_person, minimum=1)
-    exact = np.asarray(counts, dtype=np.int64).reshape(-1).astype(object)
+    exact = np.asarray(counts, dtype=np.int64)
     num, den = p.numerator, p.denominator
-    below = np.concatenate([np.zeros(1, dtype=object), np.cumsum(exact, dtype=object)])
-    target = 2 * num * (below[-1] - 1) + den
-    distance = np.minimum(np.abs(2 * den * below - target), 2**62)
-    return -distance.astype(np.int64), 2 * rows_per_person * max(num, den - num)
+    zeros = np.zeros((*exact.shape[:-1], 1), dtype=np.int64)
+    below = np.concatenate([zeros, np.cumsum(exact, axis=-1)], axis=-1)
+    # 2·den·L - 2·num·(n - 1) - den
+    distance = np.abs(saturated(2 * den, below, 2 * num, below[..., -1:], 2 * num - den))
+    return -distance, 2 * rows_per_person * max(num, den - num)
 
 
 def choose_levels(
@@ -277,13 +280,20 @@ class RefinedQuantile:
         """The index chosen at ``level`` from its histogram: a bin (``unit``), an edge of the
         first level, or an interior edge of a later level (the outer edges of a neighbourhood
         do not know the values clamped into its first and last bins)."""
+        (chosen,) = self.select_rows(level, np.asarray(counts)[np.newaxis], rng)
+        return chosen
+
+    def select_rows(self, level: int, counts: npt.ArrayLike, rng: Rng | None) -> list[int]:
+        """:meth:`select` for each row of ``counts`` (one histogram per group, shape (groups,
+        bins)): the scores of all groups at once, then each group's selection in row order
+        (the same draws as group by group)."""
         mechanism = self.levels[level].mechanism
         if self.unit:
-            return mechanism.select(quantile_scores(counts, self.p)[0], rng)
+            return [mechanism.select(row, rng) for row in quantile_scores(counts, self.p)[0]]
         scores, _ = edge_scores(counts, self.p)
         if level:
-            return 1 + mechanism.select(scores[1:-1], rng)
-        return mechanism.select(scores, rng)
+            return [1 + mechanism.select(row, rng) for row in scores[:, 1:-1]]
+        return [mechanism.select(row, rng) for row in scores]
 
     def next_bins(self, bins: QuantileBins, index: int, level: int) -> QuantileBins:
         """The bins of ``level`` (>= 1) around edge ``index`` of the previous level's ``bins``:

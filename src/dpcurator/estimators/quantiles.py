@@ -96,26 +96,51 @@ def rational_level(p: object) -> Fraction:
     return to_fraction(p).limit_denominator(MAX_P_DENOMINATOR)
 
 
+def saturated(
+    alpha: int, a: npt.ArrayLike, beta: int, b: npt.ArrayLike, gamma: int
+) -> npt.NDArray[np.int64]:
+    """alpha·a - beta·b + gamma, elementwise and exact, clamped to [-2^62, 2^62], for int64
+    arrays ``a``, ``b`` in [0, 2^63) and Python integers |alpha|, |beta|, |gamma| < 2^15.
+
+    The same int64 operations whatever the values (no data-dependent path): with a = a_h·2^32 +
+    a_l (and b likewise), x = H·2^32 + R where H = alpha·a_h - beta·b_h (|H| < 2^47) and R =
+    alpha·a_l - beta·b_l + gamma (|R| < 2^48). When |H| >= 2^30 + 2^17, |x| > 2^62 and H is
+    clipped to that bound without changing the clamped result; otherwise |x| < 2^63 and the
+    int64 sum is exact.
+    """
+    if max(abs(alpha), abs(beta), abs(gamma)) >= 2**15:
+        raise fail("saturated", "alpha", "coefficients below 2**15", (alpha, beta, gamma))
+    left, right = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    mask = np.int64(2**32 - 1)
+    high = alpha * (left >> 32) - beta * (right >> 32)
+    low = alpha * (left & mask) - beta * (right & mask) + gamma
+    bound = 2**30 + 2**17
+    total = np.clip(high, -bound, bound) * np.int64(2**32) + low
+    clamped: npt.NDArray[np.int64] = np.clip(total, -_MAX_DISTANCE, _MAX_DISTANCE)
+    return clamped
+
+
 def quantile_scores(
     counts: npt.ArrayLike, p: Fraction, rows_per_person: int = 1
 ) -> tuple[npt.NDArray[np.int64], int]:
-    """Integer scores of each bin and their sensitivity (see the module docstring).
+    """Integer scores of each bin and their sensitivity (see the module docstring); ``counts``
+    of shape (..., bins) give scores of that shape (one histogram per row).
 
-    Computed in exact integers whatever the counts (no int64 wrap-around), then clamped to
-    [-2^62, 0]: clamping is 1-Lipschitz, so the sensitivity holds for the clamped scores.
+    Computed exactly whatever the counts (:func:`saturated`: no int64 wrap-around), then
+    clamped to [-2^62, 0]: clamping is 1-Lipschitz, so the sensitivity holds for the clamped
+    scores.
     """
     check_int("quantile_scores", "rows_per_person", rows_per_person, minimum=1)
-    exact = [int(c) for c in np.asarray(counts, dtype=np.int64).reshape(-1)]
+    exact = np.asarray(counts, dtype=np.int64)
     num, den = p.numerator, p.denominator
-    target = num * (sum(exact) - 1)  # den * ρ
-    scores = []
-    left = 0
-    for count in exact:
-        right = left + count
-        distance = max(den * left - target, target - den * (right - 1), 0)
-        scores.append(-min(distance, _MAX_DISTANCE))
-        left = right
-    return np.array(scores, dtype=np.int64), rows_per_person * max(num, den - num)
+    right = np.cumsum(exact, axis=-1)
+    left = right - exact
+    total = right[..., -1:]
+    # den·L - den·ρ and den·ρ - den·(R - 1), den·ρ = num·(n - 1)
+    above = saturated(den, left, num, total, num)
+    below = saturated(num, total, den, right, den - num)
+    distance = np.maximum(np.maximum(above, below), 0)
+    return -distance, rows_per_person * max(num, den - num)
 
 
 def quantile_mechanism(

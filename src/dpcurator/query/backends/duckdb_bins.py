@@ -123,15 +123,18 @@ def _keyed(
         return None
     code_column, spec = key_codes[group]
     firsts: list[ScalarValue] = [None] * len(spec.keys)
+    position: dict[tuple[type, ScalarValue], int] = {}  # a key's first code (same type, equal)
+    for i, k in enumerate(spec.keys):
+        position.setdefault((type(k), k), i)
     for test, window in zip(tests, windows, strict=True):
         assert isinstance(test, Compare)
         assert isinstance(test.right, Lit)
         assert window is not None
         key = test.right.value
-        at = [i for i, k in enumerate(spec.keys) if type(k) is type(key) and k == key]
-        if not at or isinstance(key, float) or firsts[at[0]] is not None:
+        at = position.get((type(key), key))
+        if at is None or isinstance(key, float) or firsts[at] is not None:
             return None
-        firsts[at[0]] = window[2]
+        firsts[at] = window[2]
     ((code, shift),) = columns
     first = f"list_extract({sql.column(firsts)}, {quote(code_column)} + 1)"
     fine = f"({code} >> {shift})"

@@ -166,7 +166,8 @@ def release_quantiles(
     for name, step in steps.items():
         bins = step.bins
         counts = read(exact, keys, step.exact, bins.bins)
-        state[name] = [(bins, row, step.refined.select(0, row, rng)) for row in counts]
+        chosen = step.refined.select_rows(0, counts, rng)
+        state[name] = [(bins, row, index) for row, index in zip(counts, chosen, strict=True)]
         codes[name] = [None if step.refined.unit else (bins.bins, 0)] * len(keys)
     first = {name: [(bins, row) for bins, row, _ in rows] for name, rows in state.items()}
     depth = max((len(s.refined.levels) for s in steps.values()), default=1)
@@ -197,9 +198,10 @@ def release_quantiles(
         result = compute(replace(plan, aggregates=aggregates))
         for aggregate, (n, step) in zip(aggregates, active.items(), strict=True):
             counts = read(result, keys, aggregate.name, aggregate.bins)
+            chosen = step.refined.select_rows(level, counts, rng)
             state[n] = [
-                (bins, row, step.refined.select(level, row, rng))
-                for bins, row in zip(windows[n], counts, strict=True)
+                (bins, row, index)
+                for bins, row, index in zip(windows[n], counts, chosen, strict=True)
             ]
     return {
         n: [
