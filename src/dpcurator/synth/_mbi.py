@@ -119,9 +119,9 @@ class Beliefs:
 
     @classmethod
     def of(cls, model: Any) -> Beliefs:
-        """The beliefs of ``model`` over mbi's junction tree of its cliques, calibrated in numpy
-        (sum-product in log space, Koller & Friedman 2009, §10.2): no XLA program is compiled
-        for a new model structure (on adult, that compile was a fifth of AIM's time)."""
+        """The beliefs of an mbi ``model`` over mbi's junction tree of its cliques, calibrated in
+        numpy (:class:`~dpcurator.synth._jtree.Schedule`): no XLA program is compiled for a new
+        model structure."""
         tree_module = _submodule("junction_tree")
         jtree, elimination = tree_module.make_junction_tree(
             model.domain, [tuple(c) for c in model.cliques]
