@@ -1,6 +1,6 @@
 """Where one AIM run spends its CPU: the run of ``synth.py --one DATASET aim EPSILON`` (seeded),
-with the CPU seconds and calls of each phase (exact marginals, mbi fits, junction-tree beliefs,
-candidate scoring, selection, dropping compiled programs, sampling) printed after its row.
+with the CPU seconds and calls of each phase (exact marginals, model fits, candidate scoring,
+selection, sampling) printed after its row.
 
 ``PYTHONPATH=src:benchmarks python benchmarks/synth_aim_phases.py adult 1 --seed 0``
 """
@@ -18,7 +18,7 @@ from typing import Any
 import synth
 
 from dpcurator.random import SeededRng
-from dpcurator.synth import _mbi
+from dpcurator.synth import _descent, _mbi
 from dpcurator.synth import aim as aim_module
 
 SECONDS: collections.Counter[str] = collections.Counter()
@@ -48,15 +48,12 @@ def main() -> None:
     args = parser.parse_args()
     for label, module, name in (
         ("exact marginals", aim_module, "exact_marginals"),
-        ("mbi fits", _mbi, "estimate"),
+        ("model fits", _descent, "fit"),
         ("scoring", aim_module, "_scored"),
         ("selection", aim_module, "select"),
-        ("dropping programs", _mbi, "release_compiled"),
         ("sampling", _mbi, "sample"),
     ):
         setattr(module, name, timed(label, getattr(module, name)))
-    beliefs = timed("beliefs", _mbi.Beliefs.of.__func__)
-    _mbi.Beliefs.of = classmethod(beliefs)  # type: ignore[method-assign,assignment]
     seeded = functools.partial(aim_module.aim, rng=SeededRng(args.seed))
     synth.aim = seeded  # type: ignore[assignment]
     print(json.dumps(synth.run_one(args.dataset, "aim", args.epsilon)))

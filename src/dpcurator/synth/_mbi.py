@@ -9,7 +9,6 @@ before mbi is first imported; this applies to the whole process.
 
 from __future__ import annotations
 
-import gc
 import importlib
 import itertools
 import os
@@ -22,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcurator.random import Rng
+from dpcurator.synth._jtree import Schedule, model_cells, networkx
 from dpcurator.synth.common import round_counts, round_counts_randomly, shuffle
 from dpcurator.synth.domain import Clique, SynthDomain
 
@@ -31,8 +31,8 @@ DEFAULT_ITERS = 1000
 
 #: XLA options for mbi's many small programs: compiling them dominates (MST on adult: 160 s ->
 #: 80 s); the programs run no slower that matters. XLA's CPU fusion emitters off halves the
-#: compile of a new model structure again (titanic, 15 measured cliques: 5.8 s -> 3.1 s of CPU),
-#: which AIM pays every round. Only set when XLA_FLAGS is unset.
+#: compile of a new model structure again (titanic, 15 measured cliques: 5.8 s -> 3.1 s of CPU).
+#: Only set when XLA_FLAGS is unset.
 FAST_COMPILE_FLAGS = (
     "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
     " --xla_cpu_use_fusion_emitters=false"
@@ -77,7 +77,6 @@ def estimate(
     *,
     total: float | None = None,
     iters: int = DEFAULT_ITERS,
-    warm_start: Any = None,
 ) -> Any:
     """A graphical model fitted to the measurements by mbi's mirror descent (L2 loss weighted
     by 1/σ); the total is mbi's minimum-variance estimate from the measurements when None."""
@@ -94,22 +93,7 @@ def estimate(
         for m in measurements
     ]
     estimator = library.estimation.MirrorDescent()
-    return estimator.estimate(
-        mbi_domain(domain), linear, known_total=total, iters=iters, warm_start=warm_start
-    )
-
-
-def release_compiled() -> None:
-    """Drop the compiled programs that are specific to one model structure: mbi's
-    mirror-descent steps and HUGIN belief propagation. Every AIM round fits a model over a new
-    set of cliques, so those are never reused; kept, they grow the process by tens of MB a
-    round (adult: past 4 GB). JAX's small programs of single operations are kept: their shapes
-    (the measured cliques') recur every round, and recompiling them was a third of a round's
-    CPU on adult."""
-    mbi()
-    importlib.import_module("mbi.estimation").Estimator._multi_step.clear_cache()
-    importlib.import_module("mbi.marginal_oracles").message_passing_hugin.clear_cache()
-    gc.collect()
+    return estimator.estimate(mbi_domain(domain), linear, known_total=total, iters=iters)
 
 
 def model_marginal(model: Any, clique: Clique) -> npt.NDArray[np.float64]:
@@ -135,9 +119,9 @@ class Beliefs:
 
     @classmethod
     def of(cls, model: Any) -> Beliefs:
-        """The beliefs of ``model`` over mbi's junction tree of its cliques, calibrated in numpy
-        (sum-product in log space, Koller & Friedman 2009, §10.2): no XLA program is compiled
-        for a new model structure (on adult, that compile was a fifth of AIM's time)."""
+        """The beliefs of an mbi ``model`` over mbi's junction tree of its cliques, calibrated in
+        numpy (:class:`~dpcurator.synth._jtree.Schedule`): no XLA program is compiled for a new
+        model structure."""
         tree_module = _submodule("junction_tree")
         jtree, elimination = tree_module.make_junction_tree(
             model.domain, [tuple(c) for c in model.cliques]
@@ -148,9 +132,20 @@ class Beliefs:
             columns = tuple(factor.domain.attributes)
             home = next(c for c in logs if set(columns) <= set(c))
             logs[home] = logs[home] + _aligned(np.asarray(factor.values, np.float64), columns, home)
-        tables = _calibrated(jtree, logs, float(model.total))
+        schedule = Schedule.of(jtree, sizes)
+        return cls.joined(jtree, elimination, schedule.calibrate(logs, float(model.total)))
+
+    @classmethod
+    def joined(
+        cls,
+        jtree: Any,
+        elimination: Sequence[str],
+        tables: dict[Clique, npt.NDArray[np.float64]],
+    ) -> Beliefs:
+        """The beliefs of calibrated ``tables`` over the junction forest ``jtree``, its
+        components joined by empty separators."""
         tree = jtree.copy()
-        heads = [min(part) for part in _networkx().connected_components(tree)]
+        heads = [min(part) for part in networkx().connected_components(tree)]
         tree.add_edges_from(itertools.pairwise(heads))
         return cls(tree, tuple(elimination), tables)
 
@@ -161,7 +156,7 @@ class Beliefs:
             return _sum_to(self.tables[home], home, clique)
         holders = [next(c for c in self.tables if column in c) for column in clique]
         root = holders[0]
-        nodes = set().union(*(_networkx().shortest_path(self.tree, root, h) for h in holders))
+        nodes = set().union(*(networkx().shortest_path(self.tree, root, h) for h in holders))
         columns, table = self._message(root, None, nodes, set(clique))
         return _sum_to(table, columns, clique)
 
@@ -198,54 +193,6 @@ def _aligned(
     return moved.reshape([moved.shape[ordered.index(c)] if c in ordered else 1 for c in target])
 
 
-def _log_sum(
-    table: npt.NDArray[np.float64], columns: Sequence[str], keep: Sequence[str]
-) -> npt.NDArray[np.float64]:
-    """log Σ exp(``table``) over the columns not in ``keep`` (axes: ``columns`` order)."""
-    axes = tuple(i for i, c in enumerate(columns) if c not in keep)
-    if not axes:
-        return table
-    peak = table.max(axis=axes, keepdims=True)
-    peak = np.where(np.isfinite(peak), peak, 0.0)
-    summed = np.log(np.exp(table - peak).sum(axis=axes, keepdims=True)) + peak
-    return np.asarray(summed.squeeze(axis=axes), dtype=np.float64)
-
-
-def _calibrated(
-    jtree: Any, logs: dict[Clique, npt.NDArray[np.float64]], total: float
-) -> dict[Clique, npt.NDArray[np.float64]]:
-    """Each node's marginal (summing to ``total``) of the model whose log-potential over the
-    junction forest ``jtree``'s node c is ``logs[c]``: messages up to each component's root,
-    then down, in log space."""
-    messages: dict[tuple[Clique, Clique], npt.NDArray[np.float64]] = {}
-
-    def incoming(node: Clique, skip: Clique | None) -> npt.NDArray[np.float64]:
-        table = logs[node]
-        for other in jtree.neighbors(node):
-            if other != skip and (other, node) in messages:
-                separator = [c for c in other if c in node]
-                table = table + _aligned(messages[other, node], separator, node)
-        return table
-
-    def send(node: Clique, to: Clique) -> None:
-        separator = [c for c in node if c in to]
-        messages[node, to] = _log_sum(incoming(node, to), node, separator)
-
-    tables = {}
-    for part in _networkx().connected_components(jtree):
-        root = min(part)
-        order = list(_networkx().dfs_preorder_nodes(jtree, root))
-        parent = dict(_networkx().dfs_predecessors(jtree, root))
-        for node in reversed(order[1:]):
-            send(node, parent[node])
-        for node in order[1:]:
-            send(parent[node], node)
-        beliefs = {node: incoming(node, None) for node in order}
-        scale = float(_log_sum(beliefs[root], root, ()))
-        tables.update({node: np.exp(b - scale) * total for node, b in beliefs.items()})
-    return tables
-
-
 def _sum_to(
     table: npt.NDArray[np.float64], columns: Sequence[str], keep: Sequence[str]
 ) -> npt.NDArray[np.float64]:
@@ -256,22 +203,29 @@ def _sum_to(
     return np.asarray(np.transpose(summed, [rest.index(c) for c in keep]), dtype=np.float64)
 
 
-def _networkx() -> ModuleType:
-    """networkx (a dependency of mbi)."""
-    return importlib.import_module("networkx")
+def junction_tree(domain: SynthDomain, cliques: Sequence[Clique]) -> tuple[Any, list[str]]:
+    """mbi's junction tree (a networkx forest of cliques, columns in the domain's order) of a
+    model over ``cliques``, and its elimination order: no JAX program."""
+    tree_module = _submodule("junction_tree")
+    return tree_module.make_junction_tree(mbi_domain(domain), [tuple(c) for c in cliques])  # type: ignore[no-any-return]
 
 
 def model_size_mb(domain: SynthDomain, cliques: Sequence[Clique]) -> float:
-    """mbi's size of the junction tree of a model over ``cliques`` (megabytes): public."""
-    junction_tree = _submodule("junction_tree")
-    return float(junction_tree.hypothetical_model_size(mbi_domain(domain), list(cliques)))
+    """mbi's size of the junction tree of a model over ``cliques`` (megabytes, as mbi's
+    ``hypothetical_model_size``, 8 bytes a cell): public."""
+    return model_cells(domain.config(), cliques) * 8 / 2**20
 
 
 def sample(
-    model: Any, domain: SynthDomain, rows: int, rng: Rng | None = None, *, unbiased: bool = False
+    beliefs: Beliefs,
+    domain: SynthDomain,
+    rows: int,
+    rng: Rng | None = None,
+    *,
+    unbiased: bool = False,
 ) -> dict[str, npt.NDArray[np.int64]]:
-    """``rows`` records from the model: ancestral sampling along mbi's junction tree (the
-    order and clique marginals mbi's own sampler uses), each column allocated within each
+    """``rows`` records from the model of ``beliefs``: ancestral sampling along mbi's junction
+    tree (the order and clique marginals mbi's own sampler uses), each column allocated within each
     configuration of its parents and shuffled with ``rng`` (the only entropy:
     dpcurator.random), so the records' marginals follow the model's within one record per
     configuration. The allocation rounds by largest remainders (least spread; a configuration
@@ -283,7 +237,6 @@ def sample(
     largest remainders: on titanic at ε = 1 (1,304 records) the unbiased rounding gave AIM a
     mean 2-way TVD of 0.214 ± 0.013 (4 runs) against 0.194 ± 0.009."""
     rounding = round_counts_randomly if unbiased else _largest_remainders
-    beliefs = Beliefs.of(model)
     total = max(int(rows), 1)
     data: dict[str, npt.NDArray[np.int64]] = {}
     for column in beliefs.elimination[::-1]:

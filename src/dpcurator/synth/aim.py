@@ -1,5 +1,6 @@
 """AIM (McKenna, Mullins, Sheldon & Miklau 2022, "AIM: an adaptive and iterative mechanism for
-differentially private synthetic data"), on mbi's inference with our noise and accounting.
+differentially private synthetic data"), with our noise and accounting; its models are
+Private-PGM's, fitted in numpy (:mod:`._descent`: no program compiled per round).
 
 Under ρ-zCDP with d columns, a workload W of marginals (default: every 2-way marginal) and its
 downward closure as candidates, each candidate r weighted w_r = Σ_{s∈W} |r ∩ s|:
@@ -9,7 +10,7 @@ downward closure as candidates, each candidate r weighted w_r = Σ_{s∈W} |r �
 * first every 1-way marginal is measured; then each round keeps the candidates whose model
   stays within ``max_model_size`` MB scaled by the share of ρ spent, selects one by the
   exponential mechanism on w_r·(‖M_r(D) - M_r(model)‖₁ - sqrt(2/π)·σ·n_r) (sensitivity
-  max w·r·g), measures it and refits with mbi (warm start); when the refit moves that marginal
+  max w·r·g), measures it and refits the model (warm start); when the refit moves that marginal
   by at most sqrt(2/π)·σ·n_r in L1, ρ_m is multiplied by 4 and ε by 2 (annealing);
 * when what is left is below twice one round's cost, the last round spends it all (ρ_m = α·rest,
   ε = sqrt(8(1-α)·rest)).
@@ -38,7 +39,6 @@ import itertools
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 
@@ -47,7 +47,7 @@ from dpcurator.accounting import ZCDPEvent
 from dpcurator.mechanisms import Gaussian
 from dpcurator.query.session import Session
 from dpcurator.random import Rng
-from dpcurator.synth import _mbi
+from dpcurator.synth import _descent, _mbi
 from dpcurator.synth.common import (
     Progress,
     Step,
@@ -233,8 +233,8 @@ def aim(
         domain, weights, exact=exact, gaussian=gaussian, total=total, l2=l2, rng=source
     )
     spent = sum((s.cost for s in steps), Fraction(0))
-    model = _mbi.estimate(domain, measured, iters=round_iters)
-    beliefs = _mbi.Beliefs.of(model)
+    model = _descent.fit(domain, measured, iters=round_iters)
+    beliefs = model.beliefs
     report(progress, f"AIM: {len(measured)} one-way measurements", 0.9 * float(spent / total))
     sensitivity = max(weights.values(), default=0) * l1
     final = not weights
@@ -260,9 +260,8 @@ def aim(
         measured.append(_measure(gaussian, exact, r, source))
         steps.append(Step("measure", r, gaussian.rho(l2)))
         spent += gaussian.rho(l2) + epsilon**2 / 8
-        _mbi.release_compiled()  # before the fit: the last round's program serves the final fit
-        model = _mbi.estimate(domain, measured, iters=round_iters, warm_start=model)
-        beliefs = _mbi.Beliefs.of(model)
+        model = _descent.fit(domain, measured, iters=round_iters, warm_start=model)
+        beliefs = model.beliefs
         moved = float(np.abs(beliefs.marginal(r) - before).sum())
         if not final and moved <= bias * domain.cells(r):
             rho_m *= 4
@@ -289,7 +288,7 @@ def aim(
 def _final(
     domain: SynthDomain,
     measured: list[_mbi.Measurement],
-    model: Any,
+    model: _descent.Fit,
     *,
     iters: int,
     rows: int | None,
@@ -303,10 +302,10 @@ def _final(
     the columns in ``alone`` (independent of the rest in the model) are drawn from their
     combined noisy 1-way counts instead, denoised as MST's compression does (at low signal,
     mbi's projection puts a sparse column's mass on a few noisy cells)."""
-    model = _mbi.estimate(domain, measured, iters=iters, warm_start=model)
+    model = _descent.fit(domain, measured, iters=iters, warm_start=model)
     report(progress, "AIM: final model fitted", 0.95)
-    count = sample_rows(rows, float(model.total))
-    records = _mbi.sample(model, domain, count, rng)
+    count = sample_rows(rows, model.total)
+    records = _mbi.sample(model.beliefs, domain, count, rng)
     records.update({name: independent_column(v, count, rng) for name, v in alone.items()})
     report(progress, "AIM: records sampled", 1.0)
     return synthetic(records, domain, "aim", event, steps, rng=rng)

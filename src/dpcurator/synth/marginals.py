@@ -296,7 +296,7 @@ def release_marginals(
     model = _mbi.estimate(plan.domain, measurements, iters=iters)
     report(progress, "consistent model fitted", 0.9)
     total = max(round(float(model.total)), 1)
-    records = _mbi.sample(model, plan.domain, total, source, unbiased=True)
+    records = _mbi.sample(_mbi.Beliefs.of(model), plan.domain, total, source, unbiased=True)
     tables = {
         c: tidy_table(
             plan.domain, c, tabulate(records, plan.domain, c), noisy[c], m.ci_halfwidth(alpha)
