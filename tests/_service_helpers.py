@@ -20,8 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from dpcurator.accounting.concentrated import ConcentratedFilter
 from dpcurator.accounting.events import PrivacyEvent
 from dpcurator.cli import main
+from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.errors import BudgetExceededError
 from dpcurator.service.ledger.accounts import basic_cost
 from dpcurator.service.ledger.charges import ChargeRequest
@@ -111,3 +113,15 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     code = main(list(argv))
     said = capsys.readouterr()
     return code, said.out, said.err
+
+
+def library_admits(budget: ApproxDP | ZCDP, event: PrivacyEvent) -> int:
+    """How many copies of ``event`` the library's ConcentratedFilter admits on ``budget``."""
+    account = ConcentratedFilter(budget)
+    admitted = 0
+    while True:
+        try:
+            account.reserve(event).commit()
+        except BudgetExceededError:
+            return admitted
+        admitted += 1

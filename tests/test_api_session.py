@@ -285,14 +285,7 @@ def test_the_mean_test_verbs_compute_what_the_array_tests_compute_at_their_resol
         lambda s: s.ttest("x", by="h", simulations=99, **{budget: 0.5}),
         lambda s: s.anova("z", "g", simulations=99, **{budget: 0.5}),
     ]
-    for verb, oracle in zip(verbs, expected, strict=True):
-        zcdp = PrivacyFilter(ZCDP(5), ZCDPAccountant())
-        opened = _session(seed=8) if budget == "epsilon" else _session(budget_filter=zcdp, seed=8)
-        with opened as s:
-            result = verb(s)
-        assert result.values["statistic"] == pytest.approx(oracle.statistic, rel=1e-9)
-        assert result.values["p_value"] == oracle.p_value
-        assert result.cost == oracle.cost
+    _assert_verbs_give(verbs, expected, budget)
     assert abs(x.mean() - frame.x.mean()) < 10 / RESOLUTION_BINS
 
 
@@ -316,14 +309,7 @@ def test_the_paired_and_ks_verbs_are_the_array_tests(budget: str) -> None:
         lambda s: s.ttest("x", paired="z", **common),
         lambda s: s.ks("x", "h", cuts=[2.5, 5, 7.5], **common),
     ]
-    for verb, oracle in zip(verbs, [paired, ks], strict=True):
-        zcdp = PrivacyFilter(ZCDP(5), ZCDPAccountant())
-        opened = _session(seed=8) if budget == "epsilon" else _session(budget_filter=zcdp, seed=8)
-        with opened as s:
-            result = verb(s)
-        assert result.values["statistic"] == pytest.approx(oracle.statistic, rel=1e-9)
-        assert result.values["p_value"] == oracle.p_value
-        assert result.cost == oracle.cost
+    _assert_verbs_give(verbs, [paired, ks], budget)
 
 
 def test_the_sql_and_fit_releases_have_the_common_shape() -> None:
@@ -355,3 +341,18 @@ def test_mst_at_epsilon_delta_on_a_basic_budget_is_charged_at_most_epsilon() -> 
     assert event.epsilon is not None
     assert event.epsilon <= 2
     assert len(result.to_pandas()) == 50
+
+
+def _assert_verbs_give(
+    verbs: list[Callable[[Session], Result]], oracles: list[Any], budget: str
+) -> None:
+    """Each verb, on a fresh session of seed 8 at ``budget`` (ε or ρ), gives its oracle's
+    statistic, p-value and cost."""
+    for verb, oracle in zip(verbs, oracles, strict=True):
+        zcdp = PrivacyFilter(ZCDP(5), ZCDPAccountant())
+        opened = _session(seed=8) if budget == "epsilon" else _session(budget_filter=zcdp, seed=8)
+        with opened as s:
+            result = verb(s)
+        assert result.values["statistic"] == pytest.approx(oracle.statistic, rel=1e-9)
+        assert result.values["p_value"] == oracle.p_value
+        assert result.cost == oracle.cost

@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from dpcurator.accounting.concentrated import ConcentratedFilter
-from dpcurator.accounting.events import ConcentratedEvent, PrivacyEvent, ZCDPEvent
+from dpcurator.accounting.events import ConcentratedEvent, ZCDPEvent
 from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.errors import BudgetExceededError, ParameterError
 from dpcurator.service.errors import ConflictError
 from dpcurator.service.ledger import Ledger
 from dpcurator.service.ledger.budgets import dataset_budget, grant_budget
-from tests._service_helpers import event_request, ledger_url, race
+from tests._service_helpers import event_request, ledger_url, library_admits, race
 from tests.service_fixtures import ledger_with_analysts, postgres_server
 
 __all__ = ["ledger_url", "postgres_server"]
@@ -33,18 +32,6 @@ OLD_LEDGER_COMMIT = "c09b93b"
 BUDGET = ApproxDP(1, Fraction(1, 10**6))
 #: A Gaussian count calibrated to (ε, δ) = (0.02, 1e-8): also 1e-4-zCDP.
 GAUSSIAN = ConcentratedEvent(Fraction(1, 10**4), 0, Fraction(1, 50), Fraction(1, 10**8))
-
-
-def _library_count(budget: ApproxDP | ZCDP, event: PrivacyEvent) -> int:
-    """How many copies of ``event`` the library's ConcentratedFilter admits."""
-    account = ConcentratedFilter(budget)
-    admitted = 0
-    while True:
-        try:
-            account.reserve(event).commit()
-        except BudgetExceededError:
-            return admitted
-        admitted += 1
 
 
 @pytest.fixture
@@ -73,7 +60,7 @@ def test_a_concentrated_grant_admits_what_the_library_filter_admits(ledger: Ledg
     """Gaussian releases compose in zCDP: 145 of them fit (ε, δ) = (1, 1e-6) where basic
     composition admits 50, exactly the count of the library's ConcentratedFilter."""
     analyst = _concentrated_analyst(ledger)
-    expected = _library_count(BUDGET, GAUSSIAN)
+    expected = library_admits(BUDGET, GAUSSIAN)
     assert expected > 2 * 50
     for _ in range(expected):
         ledger.reserve(event_request(analyst, GAUSSIAN))
@@ -118,7 +105,7 @@ def test_a_concentrated_cap_binds_owners_and_analysts(ledger: Ledger) -> None:
         "d", cap=BUDGET, replay_enabled=None, by="own_1", accounting="concentrated"
     )
     owner_event = replace(event_request("own_1", GAUSSIAN), charge_grant=False)
-    expected = _library_count(BUDGET, GAUSSIAN)
+    expected = library_admits(BUDGET, GAUSSIAN)
     for i in range(expected):
         ledger.reserve(owner_event if i % 2 else event_request(analyst, GAUSSIAN))
     with pytest.raises(BudgetExceededError, match="global") as refused:
@@ -160,7 +147,7 @@ def test_concurrent_reservations_on_a_concentrated_grant_never_overspend(
     budget = ZCDP(Fraction(1, 5))
     analyst = _concentrated_analyst(ledger, budget)
     event = ZCDPEvent(Fraction(1, 100))
-    assert _library_count(budget, event) == 20
+    assert library_admits(budget, event) == 20
     outcomes = race(
         lambda i: ledger.reserve(event_request(analyst, event, key=f"k{i}" if i % 3 == 0 else None))
     )

@@ -24,7 +24,7 @@ from dpcurator.core.measures import ApproxDP
 from dpcurator.errors import BudgetExceededError
 from dpcurator.service.ledger import Ledger
 from dpcurator.service.ledger.replayed import ReplayedReservations
-from tests._service_helpers import event_request
+from tests._service_helpers import event_request, library_admits
 from tests.service_fixtures import fresh_postgres_url, ledger_with_analysts, postgres_server
 
 __all__ = ["postgres_server"]
@@ -34,18 +34,6 @@ pytestmark = pytest.mark.postgres
 CAP = ApproxDP(1, Fraction(1, 10**6))
 GRANT = ApproxDP(10, Fraction(1, 10**3))  # far above the cap: the cap binds
 EVENT = ZCDPEvent(Fraction(1, 1000))
-
-
-def _admissible(budget: ApproxDP) -> int:
-    """How many copies of EVENT the library's filter admits on ``budget``."""
-    account = ConcentratedFilter(budget)
-    admitted = 0
-    while True:
-        try:
-            account.reserve(EVENT).commit()
-        except BudgetExceededError:
-            return admitted
-        admitted += 1
 
 
 HANDLES = 4
@@ -78,7 +66,7 @@ def _wait_for_lock_waiters(conn: Connection, count: int) -> None:
 def test_reservations_queued_on_the_dataset_lock_charge_only_the_last_admissible_event(
     handles: list[Ledger], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    admissible = _admissible(CAP)
+    admissible = library_admits(CAP, EVENT)
     assert HANDLES < admissible < 100
     written = []
     reserve = ReplayedReservations.reserve

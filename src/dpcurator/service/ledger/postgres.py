@@ -44,6 +44,34 @@ _PARSE = """
 
 # PL/pgSQL rather than SQL functions: PL/pgSQL plans their statements once per session, while a
 # SQL function called from PL/pgSQL is planned again in every transaction.
+#: The reservation functions' first step: lock the dataset row into ``ds`` (none: return no row).
+_LOCK_DATASET = """\
+    -- Locks in the order used everywhere: the dataset row, then the grant row.
+    SELECT d.cap_epsilon::text AS cap_epsilon, d.cap_delta::text AS cap_delta,
+           d.spent_epsilon::text AS spent_epsilon, d.spent_delta::text AS spent_delta INTO ds
+        FROM datasets AS d WHERE d.id = p_dataset FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;  -- no row: unknown dataset
+    END IF;"""
+
+#: Their second, when the grant is charged: lock the grant row into ``gr`` (none: no row).
+_LOCK_GRANT = """\
+        SELECT g.budget_epsilon::text AS budget_epsilon, g.budget_delta::text AS budget_delta,
+               g.spent_epsilon::text AS spent_epsilon, g.spent_delta::text AS spent_delta INTO gr
+            FROM grants AS g
+            WHERE g.principal_id = p_principal AND g.dataset_id = p_dataset FOR UPDATE;
+        IF NOT FOUND THEN
+            RETURN;  -- no row: no grant
+        END IF;"""
+
+#: Their last: the charge, reserved, its id into ``new_id``.
+_INSERT_CHARGE = """\
+    INSERT INTO charges (principal_id, dataset_id, kind, request_key, fingerprint, query_text,
+                         epsilon, delta, events, status, claimed_by, created_at)
+        VALUES (p_principal, p_dataset, p_kind, NULL, p_fingerprint, p_query_text, p_epsilon,
+                p_delta, p_events, 'reserved', p_claimed_by, p_created_at)
+        RETURNING id INTO new_id;"""
+
 _FUNCTIONS = [
     f"""
 CREATE FUNCTION {ADD}(a text, b text) RETURNS text
@@ -90,13 +118,7 @@ DECLARE
     gr_epsilon text;
     gr_delta text;
 BEGIN
-    -- Locks in the order used everywhere: the dataset row, then the grant row.
-    SELECT d.cap_epsilon::text AS cap_epsilon, d.cap_delta::text AS cap_delta,
-           d.spent_epsilon::text AS spent_epsilon, d.spent_delta::text AS spent_delta INTO ds
-        FROM datasets AS d WHERE d.id = p_dataset FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN;  -- no row: unknown dataset
-    END IF;
+{_LOCK_DATASET}
     IF EXISTS (SELECT 1 FROM budget_accounts AS a WHERE a.dataset_id = p_dataset
                AND a.principal_id IN ('', p_principal)) THEN
         RETURN QUERY SELECT -1, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text,
@@ -104,13 +126,7 @@ BEGIN
         RETURN;  -- a concentrated budget: the caller replays its events in a transaction
     END IF;
     IF p_charge_grant THEN
-        SELECT g.budget_epsilon::text AS budget_epsilon, g.budget_delta::text AS budget_delta,
-               g.spent_epsilon::text AS spent_epsilon, g.spent_delta::text AS spent_delta INTO gr
-            FROM grants AS g
-            WHERE g.principal_id = p_principal AND g.dataset_id = p_dataset FOR UPDATE;
-        IF NOT FOUND THEN
-            RETURN;  -- no row: no grant
-        END IF;
+{_LOCK_GRANT}
     ELSE
         SELECT NULL::text AS budget_epsilon, NULL::text AS budget_delta,
                NULL::text AS spent_epsilon, NULL::text AS spent_delta INTO gr;
@@ -137,11 +153,7 @@ BEGIN
     UPDATE datasets AS d
         SET spent_epsilon = ds_epsilon, spent_delta = ds_delta
         WHERE d.id = p_dataset;
-    INSERT INTO charges (principal_id, dataset_id, kind, request_key, fingerprint, query_text,
-                         epsilon, delta, events, status, claimed_by, created_at)
-        VALUES (p_principal, p_dataset, p_kind, NULL, p_fingerprint, p_query_text, p_epsilon,
-                p_delta, p_events, 'reserved', p_claimed_by, p_created_at)
-        RETURNING id INTO new_id;
+{_INSERT_CHARGE}
     RETURN QUERY SELECT new_id, ds.cap_epsilon, ds.cap_delta, ds.spent_epsilon, ds.spent_delta,
         gr.budget_epsilon, gr.budget_delta, gr.spent_epsilon, gr.spent_delta;
 END
@@ -160,23 +172,11 @@ DECLARE
     counted bigint[];
     new_id integer;
 BEGIN
-    -- Locks in the order used everywhere: the dataset row, then the grant row.
-    SELECT d.cap_epsilon::text AS cap_epsilon, d.cap_delta::text AS cap_delta,
-           d.spent_epsilon::text AS spent_epsilon, d.spent_delta::text AS spent_delta INTO ds
-        FROM datasets AS d WHERE d.id = p_dataset FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN;  -- no row: unknown dataset
-    END IF;
+{_LOCK_DATASET}
     SELECT NULL::text AS budget_epsilon, NULL::text AS budget_delta,
            NULL::text AS spent_epsilon, NULL::text AS spent_delta INTO gr;
     IF p_charge_grant THEN
-        SELECT g.budget_epsilon::text AS budget_epsilon, g.budget_delta::text AS budget_delta,
-               g.spent_epsilon::text AS spent_epsilon, g.spent_delta::text AS spent_delta INTO gr
-            FROM grants AS g
-            WHERE g.principal_id = p_principal AND g.dataset_id = p_dataset FOR UPDATE;
-        IF NOT FOUND THEN
-            RETURN;  -- no row: no grant
-        END IF;
+{_LOCK_GRANT}
     END IF;
     -- The budgets as they are: the cap's (ε, δ) and account (NULL: none; '' : an (ε, δ)
     -- account; else its ρ), then the grant's (the cap's alone for an owner).
@@ -218,11 +218,7 @@ BEGIN
         SET spent_epsilon = {ADD}(ds.spent_epsilon, p_epsilon),
             spent_delta = {ADD}(ds.spent_delta, p_delta)
         WHERE d.id = p_dataset;
-    INSERT INTO charges (principal_id, dataset_id, kind, request_key, fingerprint, query_text,
-                         epsilon, delta, events, status, claimed_by, created_at)
-        VALUES (p_principal, p_dataset, p_kind, NULL, p_fingerprint, p_query_text, p_epsilon,
-                p_delta, p_events, 'reserved', p_claimed_by, p_created_at)
-        RETURNING id INTO new_id;
+{_INSERT_CHARGE}
     RETURN QUERY SELECT new_id, state;
 END
 $$""",
