@@ -4,20 +4,16 @@ address that X-Forwarded-For cannot forge."""
 
 from __future__ import annotations
 
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
 from dpcurator.errors import AuthError
-from dpcurator.service.app import create_app
 from dpcurator.service.auth import HMAC_SCHEME, TokenAuthority
 from dpcurator.service.errors import RateLimitedError
 from dpcurator.service.ledger import Ledger
-from dpcurator.service.server import build_service
-from tests.service_fixtures import CountingHasher, LiveServer, ThreadServer
+from tests.service_fixtures import CountingHasher, LiveServer
 
 
 @pytest.fixture
@@ -111,32 +107,6 @@ def test_failed_sign_ins_are_audited_and_the_audit_is_bounded(ledger: Ledger) ->
     assert len(failed) == 20
     assert {e.detail["client"] for e in failed} <= {f"client-{i}" for i in range(50)}
     assert all(e.detail["token_id"] == "nobody" for e in failed)
-
-
-def test_bad_tokens_do_not_slow_a_valid_request(tmp_path: Path) -> None:
-    """16 concurrent streams of bad tokens against a server with production argon2 parameters:
-    a valid, uncached token is still answered promptly (measured: 0.1-0.2 s; 2.4 s when every
-    bad token cost an argon2 verification). The bound (1 s) leaves room for a loaded machine."""
-    service = build_service(f"sqlite:///{tmp_path / 'l.sqlite3'}", max_failures=10**6)
-    _, issued = service.create_principal("owner", "owner")
-    with ThreadServer(create_app(service)) as server:
-        stop = time.monotonic() + 3.0
-
-        def attack(i: int) -> None:
-            client = server.client(f"dpc_{issued.token_id}_wrong{i}")
-            while time.monotonic() < stop:
-                assert client.get("/v1/me").status_code == 401
-
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            attacks = [pool.submit(attack, i) for i in range(16)]
-            time.sleep(1.0)
-            started = time.monotonic()
-            assert server.client(issued.token).get("/v1/me").status_code == 200
-            elapsed = time.monotonic() - started
-            for attack_done in attacks:
-                attack_done.result()
-    service.close()
-    assert elapsed < 1.0
 
 
 def _spoofed_failures(url: str, count: int) -> list[int]:

@@ -33,7 +33,13 @@ from tests.service_fixtures import PEOPLE_METADATA, LiveServer, write_people
 HEALTHCHECK = 2  # seconds: the deliberately small --worker-healthcheck-timeout of the test
 KEPT_STARVED = 1.0  # a starvation the timeout must tolerate
 REPLACED_WITHIN = 4.5  # below uvicorn's 5 s default: only the configured 2 s can replace in time
-BUSY = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+#: A busy loop at the lowest priority: it takes every idle cycle of a core, and a resumed worker
+#: still gets the CPU to answer its ping (at normal priority, with the suite's other process also
+#: busy, a worker resumed after 1 s could miss a 2 s ping and was replaced in a fresh-clone run).
+BUSY = (
+    "import os, time\nos.nice(19)\nend = time.monotonic() + {seconds}\n"
+    "while time.monotonic() < end:\n    pass\n"
+)
 
 
 def _workers(server: LiveServer) -> set[int]:

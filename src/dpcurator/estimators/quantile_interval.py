@@ -219,15 +219,15 @@ class IntervalPlan:
         more than one level, the first level's bins and exact counts, over which the shells
         continue outside the last window."""
         edges = bin_edges(bins)
-        cumulative = _cumulative(counts)  # the values below each edge
+        sums = _RunningSums.of(counts)  # the values below each edge
         # (far edge, exact count) of each shell going down, then going up
         width, growth = self.first_width, self.growth
         below = [
-            (edges[a], cumulative[b] - cumulative[a])
+            (edges[a], sums.between(a, b))
             for a, b in _shells(k, -1, 1, self.shells, width, growth=growth)
         ]
         above = [
-            (edges[b], cumulative[b] - cumulative[a])
+            (edges[b], sums.between(a, b))
             for a, b in _shells(k, 1, bins.bins - 1, self.shells, width, growth=growth)
         ]
         if first is not None and self.outer:
@@ -235,11 +235,13 @@ class IntervalPlan:
             below, above = below + outer_below, above + outer_above
         num, den = p.numerator, p.denominator
         # den·(L - p·n) = (den - num)·L - num·U, in Python integers, clamped to ±2^62
-        lower_count, total = int(cumulative[k]), int(cumulative[-1])
+        lower_count, total = sums.between(0, k), sums.between(0, len(sums.high) - 1)
         offset = (den - num) * lower_count - num * (total - lower_count)
         clamp = min(max(offset, -(2**62)), 2**62)
         noisy_offset = int(self.offset.release_integers(np.array([clamp], np.int64), rng)[0])
-        exact = np.array([min(int(count), 2**62) for _, count in below + above], np.int64)
+        exact = np.array(
+            [min(max(int(count), -(2**62)), 2**62) for _, count in below + above], np.int64
+        )
         shells = (
             [int(v) for v in self.shell_noise.release_integers(exact, rng)] if len(exact) else []
         )
@@ -283,21 +285,35 @@ def _outer_shells(
     ``bins`` outside the last level's ``window`` (whose ends are first-level edges or the
     bounds), going down from its lower end and up from its upper end, widths 1, 1, 2, 4, ...
     first-level bins; the first level's end bins hold the values clamped to the bounds."""
-    edges, cumulative = bin_edges(bins), _cumulative(counts)
+    edges, sums = bin_edges(bins), _RunningSums.of(counts)
     start = max(int(np.searchsorted(edges, window.lower, side="right")) - 1, 0)
     stop = min(int(np.searchsorted(edges, window.upper, side="left")), bins.bins)
-    below = [(edges[a], cumulative[b] - cumulative[a]) for a, b in _shells(start, -1, 0, count, 1)]
-    above = [
-        (edges[b], cumulative[b] - cumulative[a]) for a, b in _shells(stop, 1, bins.bins, count, 1)
-    ]
+    below = [(edges[a], sums.between(a, b)) for a, b in _shells(start, -1, 0, count, 1)]
+    above = [(edges[b], sums.between(a, b)) for a, b in _shells(stop, 1, bins.bins, count, 1)]
     return below, above
 
 
-def _cumulative(counts: npt.ArrayLike) -> npt.NDArray[np.int64]:
-    """The values below each edge of a histogram of exact (non-negative) counts: 0, then the
-    running sums (int64: a histogram counts fewer than 2^63 rows)."""
-    exact = np.asarray(counts, dtype=np.int64).reshape(-1)
-    return np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(exact)])
+@dataclass(frozen=True)
+class _RunningSums:
+    """The values below each edge of a histogram of exact non-negative int64 counts, kept as
+    running sums of their high and low 31-bit halves (each below 2^52 for fewer than 2^20 bins,
+    so never wrapping, whatever the counts); :meth:`between` is exact in Python integers."""
+
+    high: npt.NDArray[np.int64]
+    low: npt.NDArray[np.int64]
+
+    @classmethod
+    def of(cls, counts: npt.ArrayLike) -> _RunningSums:
+        exact = np.asarray(counts, dtype=np.int64).reshape(-1)
+        zero = np.zeros(1, dtype=np.int64)
+        high = np.concatenate([zero, np.cumsum(exact >> 31)])
+        low = np.concatenate([zero, np.cumsum(exact & np.int64(2**31 - 1))])
+        return cls(high, low)
+
+    def between(self, start: int, stop: int) -> int:
+        """The values between edges ``start`` and ``stop`` (below ``stop``, not below ``start``)."""
+        high = int(self.high[stop]) - int(self.high[start])
+        return high * 2**31 + int(self.low[stop]) - int(self.low[start])
 
 
 def _shells(
