@@ -45,7 +45,7 @@ from dpcurator.estimators.hypothesis.means import check_alternative
 from dpcurator.estimators.hypothesis.proportions import two_proportion_result
 from dpcurator.interactive.pmw import PrivateMultiplicativeWeights
 from dpcurator.mining import ID3, PCA, GaussianNB, KMeans
-from dpcurator.query.hypothesis.plan import TestRequest, plan_test
+from dpcurator.query.hypothesis.plan import TestRequest, increasing_cuts, plan_test
 from dpcurator.query.session import Session as QuerySession
 from dpcurator.random import default_rng
 from dpcurator.synth.aim import aim
@@ -285,7 +285,7 @@ def kolmogorov_smirnov(  # noqa: PLR0917 (the test's public inputs)
         numbers = tuple(float(c) for c in cuts)
     except (TypeError, ValueError):
         raise fail(owner, "cuts", "a sequence of increasing finite numbers", cuts) from None
-    if not numbers or not all(np.isfinite(numbers)) or any(np.diff(numbers) <= 0):
+    if not increasing_cuts(numbers):
         raise fail(owner, "cuts", "a sequence of increasing finite numbers", cuts)
     exact = plan_test(
         session.metadata, TestRequest("ks", column, by, numbers=numbers), epsilon=1.0

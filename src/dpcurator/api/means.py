@@ -35,7 +35,7 @@ from dpcurator.estimators.hypothesis import (
 from dpcurator.estimators.hypothesis.core import FloatArray, Setup
 from dpcurator.estimators.hypothesis.means import BOOTSTRAP, check_alternative
 from dpcurator.query import ir
-from dpcurator.query.fit.columns import scaled_column
+from dpcurator.query.fit.columns import difference_column
 from dpcurator.query.session import Session as QuerySession
 from dpcurator.synth.domain import SynthDomain
 
@@ -72,9 +72,7 @@ def grouped_values(
     low, high = float(meta.lower), float(meta.upper)  # type: ignore[arg-type]
     value: ir.Expr = ir.Col(meta.name)
     if minus is not None:
-        other = metas[1]
-        low, high = low - float(other.upper), high - float(other.lower)  # type: ignore[arg-type]
-        value = ir.BinOp("-", scaled_column(meta, 0.0, 1.0), scaled_column(other, 0.0, 1.0))
+        value, low, high = difference_column(meta, metas[1])
     grouping: tuple[ir.GroupColumn, ...] = ()
     keys: list[tuple[ir.ScalarValue, ...]] = [()]
     if groups is not None:

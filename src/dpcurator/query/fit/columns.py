@@ -96,6 +96,16 @@ def scaled_column(meta: ColumnMeta, mid: float, half: float) -> ir.Expr:
     return ir.BinOp("*", ir.BinOp("-", clamped, ir.Lit(float(mid))), ir.Lit(1.0 / half))
 
 
+def difference_column(first: ColumnMeta, second: ColumnMeta) -> tuple[ir.Expr, float, float]:
+    """Each row's ``first - second``, both clamped to their bounds (NULL -> the column's fill),
+    and its public bounds [L1 - U2, U1 - L2]: the paired t-test's value."""
+    bounds = (first.lower, first.upper, second.lower, second.upper)
+    assert None not in bounds  # checked by the callers
+    low_1, high_1, low_2, high_2 = (float(b) for b in bounds)  # type: ignore[arg-type]
+    value = ir.BinOp("-", scaled_column(first, 0.0, 1.0), scaled_column(second, 0.0, 1.0))
+    return value, low_1 - high_2, high_1 - low_2
+
+
 def parameter_box(lower: object, upper: object, size: int | None) -> Box:
     """The public parameter box (validated before the charge), broadcast to ``size``."""
     if lower is None or upper is None:

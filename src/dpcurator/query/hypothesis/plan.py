@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Final
@@ -53,7 +53,7 @@ from dpcurator.estimators.hypothesis.moments import noisy_moments
 from dpcurator.estimators.hypothesis.proportions import two_proportion_result
 from dpcurator.query import ir
 from dpcurator.query.columns import ColumnMeta
-from dpcurator.query.fit.columns import scaled_column
+from dpcurator.query.fit.columns import difference_column, scaled_column
 from dpcurator.query.fit.linear import GRAM_GRID_EXPONENT
 from dpcurator.query.plan.validation import check_epsilon
 from dpcurator.query.schema import Metadata
@@ -225,9 +225,7 @@ def _moments_plan(metadata: Metadata, request: TestRequest, eps: Fraction) -> Te
     low, high = float(meta.lower), float(meta.upper)  # type: ignore[arg-type]
     z = scaled_column(meta, 0.0, 1.0)  # clamped (NULL -> the column's fill)
     if request.minus is not None:  # paired: each row's x - y, in [Lx - Uy, Ux - Ly]
-        other = _bounded(metadata, request.minus, function)
-        low, high = low - float(other.upper), high - float(other.lower)  # type: ignore[arg-type]
-        z = ir.BinOp("-", z, scaled_column(other, 0.0, 1.0))
+        z, low, high = difference_column(meta, _bounded(metadata, request.minus, function))
     centre, half = (low + high) / 2, (high - low) / 2
     if request.mean is not None and not low <= request.mean <= high:
         raise fail(OWNER, "query", f"a TTEST mean in the bounds [{low:g}, {high:g}]", request.mean)
@@ -294,6 +292,15 @@ def _label(metadata: Metadata, name: str, function: str) -> tuple[object, object
     )
 
 
+def increasing_cuts(cuts: Sequence[float]) -> bool:
+    """Whether KS cut points are usable: at least one, finite, strictly increasing."""
+    return (
+        bool(cuts)
+        and all(math.isfinite(c) for c in cuts)
+        and all(a < b for a, b in itertools.pairwise(cuts))
+    )
+
+
 def _bins(metadata: Metadata, request: TestRequest, function: str) -> ir.Expr:
     """The bin of each row at the public cut points: 0 below the first, b in [c_b, c_b+1), the
     last at or above the last cut; NULL in no bin (-1, not a key)."""
@@ -304,11 +311,7 @@ def _bins(metadata: Metadata, request: TestRequest, function: str) -> ir.Expr:
         raise UnsupportedQueryError(
             f"{function} needs a numeric column; {meta.name!r} is {meta.type}."
         )
-    if (
-        not cuts
-        or not all(math.isfinite(c) for c in cuts)
-        or any(b <= a for a, b in itertools.pairwise(cuts))
-    ):
+    if not increasing_cuts(cuts):
         raise fail(OWNER, "query", f"{function}(x, g, c1, c2, ...) with increasing finite cut "
                    "points", list(cuts))  # fmt: skip
     column = ir.Col(meta.name)
