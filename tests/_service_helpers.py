@@ -27,6 +27,7 @@ from dpcurator.core.measures import ZCDP, ApproxDP
 from dpcurator.errors import BudgetExceededError
 from dpcurator.service.ledger.accounts import basic_cost
 from dpcurator.service.ledger.charges import ChargeRequest
+from tests._accounting_helpers import admitted_until_refused
 from tests.service_fixtures import PEOPLE_METADATA, LiveServer, fresh_postgres_url, write_people
 
 
@@ -117,11 +118,4 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 
 def library_admits(budget: ApproxDP | ZCDP, event: PrivacyEvent) -> int:
     """How many copies of ``event`` the library's ConcentratedFilter admits on ``budget``."""
-    account = ConcentratedFilter(budget)
-    admitted = 0
-    while True:
-        try:
-            account.reserve(event).commit()
-        except BudgetExceededError:
-            return admitted
-        admitted += 1
+    return admitted_until_refused(ConcentratedFilter(budget), event)

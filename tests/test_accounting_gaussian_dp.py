@@ -37,6 +37,7 @@ from dpcurator.accounting.gaussian_dp import (
     pure_mu_squared,
 )
 from dpcurator.errors import BudgetExceededError, ParameterError
+from tests._accounting_helpers import admitted_until_refused
 
 BUDGET = Budget(1, Fraction(1, 10**6))
 
@@ -100,16 +101,6 @@ def test_pure_epsilon_charge_is_the_smallest_gaussian_below_its_tradeoff() -> No
         assert norm.cdf(norm.ppf(1 - star) - mu / 1.001) > 1 - e * star
 
 
-def _fill(account: GaussianDPFilter | ConcentratedFilter, event: PrivacyEvent) -> int:
-    count = 0
-    while True:
-        try:
-            account.reserve(event).commit()
-        except BudgetExceededError:
-            return count
-        count += 1
-
-
 @pytest.mark.parametrize(
     ("budget", "sigma"), [(BUDGET, 20), (Budget(Fraction(1, 2), Fraction(1, 10**5)), 40)]
 )
@@ -123,13 +114,13 @@ def test_admitted_gaussians_are_within_the_exact_composition(budget: Budget, sig
     fails the PLD bound; the concentrated filter's count fails 'close'."""
     account = GaussianDPFilter(budget)
     event = GaussianEvent(sigma, 1)
-    admitted = _fill(account, event)
+    admitted = admitted_until_refused(account, event)
     exact = PLDAccountant().total([RepeatedEvent(event, admitted)], budget.delta)
     assert exact.epsilon <= budget.epsilon
     assert exact.epsilon > Fraction(95, 100) * budget.epsilon
     more = PLDAccountant().total([RepeatedEvent(event, math.ceil(admitted * 1.05))], budget.delta)
     assert more.epsilon > budget.epsilon
-    assert admitted >= 1.15 * _fill(ConcentratedFilter(budget), event)
+    assert admitted >= 1.15 * admitted_until_refused(ConcentratedFilter(budget), event)
 
 
 def test_mixed_sequences_are_within_the_exact_composition() -> None:
