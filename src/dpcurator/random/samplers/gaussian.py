@@ -20,14 +20,13 @@ from dpcurator.random.samplers import _kernel
 from dpcurator.random.samplers.bernoulli import IntArray, UIntArray
 from dpcurator.random.samplers.chunks import CHUNK, fill_in_chunks
 from dpcurator.random.samplers.inversion import (
-    _BEXP_DELTA,
-    _LN2_63,
-    _SMALL_WORD,
     bexp_of_word,
+    bexp_proposals,
     bexp_scalar,
     invert_into,
     lazy_below_exp,
     magnitude_of_word,
+    settle,
 )
 from dpcurator.random.samplers.laplace import (
     _INVERSION_RATIO,
@@ -166,28 +165,20 @@ def _proposals_into(rng: Rng, t: int, s: int, out: IntArray) -> None:
 def _accepted(rng: Rng, target: _Target, proposals: IntArray, words: IntArray) -> IntArray:
     """The proposals that pass their acceptance tests, in order (a prefix of ``proposals``,
     rewritten in place, or a copy when a rare word was undecided); ``words`` are the tests'
-    words (random, as int64). One C pass: ``_kernel.gaussian_table`` compares each word with
-    :func:`_threshold_table`'s row for |Y| (the last row for larger |Y|), else
-    ``_kernel.gaussian_log`` makes the test of
-    :func:`~dpcurator.random.samplers.inversion.bexp_words` with x computed in the pass. Words
-    inside a bracket or margin are decided exactly, in index order."""
-    if target.table is not None:
-        lo, width = target.table
-        kept, undecided = _kernel.gaussian_table(proposals, words, lo, width)
-        bits, shift = 64, 0
-    else:
-        kept, undecided = _kernel.gaussian_log(
-            proposals, words, target.mu, target.inv_sd, _LN2_63, _BEXP_DELTA, _SMALL_WORD
-        )
-        bits, shift = 63, 1
-    if not undecided:
-        return proposals[:kept]
-    keep = np.ones(kept, dtype=np.bool_)
-    for i, position in undecided:
-        num, den = target.exponent(abs(int(proposals[position])))
+    words (random, as int64). For σ up to about 1900, one C pass (``_kernel.gaussian_table``)
+    compares each word with :func:`_threshold_table`'s row for |Y| (the last row for larger
+    |Y|) and the words inside a bracket are decided exactly, in index order; else
+    :func:`~dpcurator.random.samplers.inversion.bexp_proposals`."""
+    if target.table is None:
+        return bexp_proposals(rng, proposals, words, target.mu, target.inv_sd, target.exponent)
+    lo, width = target.table
+    kept, undecided = _kernel.gaussian_table(proposals, words, lo, width)
+
+    def decide(i: int, proposal: int) -> bool:
         word = int(words[i]) % 2**64
-        keep[position] = lazy_below_exp(rng, word >> shift, bits, num, den)
-    return proposals[:kept][keep]
+        return lazy_below_exp(rng, word, 64, *target.exponent(abs(proposal)))
+
+    return settle(proposals, kept, undecided, decide)
 
 
 def _fill_gaussian(rng: Rng, target: _Target, out: IntArray, scratch: IntArray) -> None:

@@ -43,6 +43,7 @@ from dpcurator.random.samplers import _kernel
 
 __all__ = [
     "bexp_of_word",
+    "bexp_proposals",
     "bexp_scalar",
     "bexp_words",
     "exp_neg_bounds",
@@ -51,6 +52,7 @@ __all__ = [
     "lazy_below_exp",
     "magnitude_of_word",
     "magnitude_scalar",
+    "settle",
 ]
 
 IntArray = npt.NDArray[np.int64]
@@ -264,6 +266,46 @@ def bexp_words(rng: Rng, x: FloatArray, exact: Callable[[int], tuple[int, int]])
         num, den = exact(i)
         accept[i] = lazy_below_exp(rng, int(words[i]) >> 1, 63, num, den)
     return accept
+
+
+def bexp_proposals(
+    rng: Rng,
+    proposals: IntArray,
+    words: IntArray,
+    mu: float,
+    inv_sd: float,
+    exponent: Callable[[int], tuple[int, int]],
+) -> IntArray:
+    """The ``proposals`` y that pass exact Bernoulli(exp(-x_y)) tests, x_y = ((|y| - μ)·inv_sd)²
+    (the discrete Gaussian's acceptance, within 2^-43 of ``exponent(|y|) -> (num, den)`` for
+    x <= 64), one word of ``words`` each: the test of :func:`bexp_words` with x computed in the
+    same C pass (``_kernel.gaussian_log``), which also moves the kept proposals to the front of
+    ``proposals`` in order; the undecided ones are decided exactly (:func:`settle`)."""
+    kept, undecided = _kernel.gaussian_log(
+        proposals, words, mu, inv_sd, _LN2_63, _BEXP_DELTA, _SMALL_WORD
+    )
+
+    def decide(i: int, proposal: int) -> bool:
+        return lazy_below_exp(rng, (int(words[i]) % 2**64) >> 1, 63, *exponent(abs(proposal)))
+
+    return settle(proposals, kept, undecided, decide)
+
+
+def settle(
+    proposals: IntArray,
+    kept: int,
+    undecided: list[tuple[int, int]],
+    decide: Callable[[int, int], bool],
+) -> IntArray:
+    """``proposals[:kept]`` (accepted and undecided proposals, in order, as a compacting kernel
+    left them) without the undecided ones that ``decide(i, proposal)`` rejects; ``undecided``
+    lists (word index i, position) in increasing i, the order in which they are decided."""
+    if not undecided:
+        return proposals[:kept]
+    keep = np.ones(kept, dtype=np.bool_)
+    for i, position in undecided:
+        keep[position] = decide(i, int(proposals[position]))
+    return proposals[:kept][keep]
 
 
 # -- one value at a time (small batches) -----------------------------------------------------------
