@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from dpcurator.random import SeededRng
-from dpcurator.random.samplers import gaussian, inversion
+from dpcurator.random.samplers import _kernel, gaussian, inversion
 from tests.test_samplers import MPF
 from tests.test_samplers_fast import ScriptedRng, _words
 
@@ -54,6 +54,18 @@ class Recorder:
     def __call__(self, *args: object, **kwargs: object) -> object:
         self.calls.append(args[1:] + tuple(sorted(kwargs.items())))
         return self.answer(len(self.calls))
+
+
+def test_quick_log_is_within_its_bound() -> None:
+    """The kernels' first log is within 2^-45 of ln m on [2^39, 2^63] (their slack assumes it):
+    random arguments, every table cell's ends and the interval's ends, against mpmath."""
+    generator = np.random.default_rng(5)  # test data only
+    ms = [float(m) for m in generator.integers(2**39, 2**63, size=2000, dtype=np.int64)]
+    cells = [2.0**e * (1 + j / 128) for e in (39, 45, 62) for j in range(128)]
+    ms += cells + [math.nextafter(m, 0) for m in cells[1:]] + [2.0**39, 2.0**63]
+    with mpmath.workdps(40):
+        worst = max(abs(MPF(_kernel.quick_log(m)) - mpmath.log(MPF(m))) for m in ms)
+    assert worst < 2.0**-45
 
 
 def _inversion_words(s: int, t: int, two_sided: bool) -> list[int]:

@@ -11,6 +11,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 PyDoc_STRVAR(KERNEL_DOC,
 "One-pass C kernels of the certified float tests of the exact samplers.\n"
@@ -20,28 +21,35 @@ PyDoc_STRVAR(KERNEL_DOC,
 "Privacy\") decide from it: the inversion count K = max{k : U < c*exp(-k*s/t)} (invert), the\n"
 "Bernoulli(exp(-x)) event U < exp(-x) (bexp, gaussian_log) and the same event against a\n"
 "tabulated integer bracket of exp(-x) (gaussian_table). A word is decided only when a proven\n"
-"margin makes the answer certain; the others are returned as a list of indices, which the\n"
-"caller decides exactly (dpcurator.random.samplers.inversion, more bits and integer bounds).\n"
+"margin makes the answer certain; the others are listed, and the caller decides them exactly\n"
+"(dpcurator.random.samplers.inversion: more bits of U and integer bounds), in index order.\n"
 "\n"
-"Equivalence with the numpy formulation (and with the exact answer). The kernels evaluate the\n"
-"same expressions as the Python reference (inversion.magnitude_of_word, bexp_of_word,\n"
-"gaussian._Target) with the same IEEE binary64 operations in the same order: int64 -> double\n"
-"(round to nearest even, as numpy and Python), + 0.5, log, -, *, floor (as an exact\n"
-"truncation and step), fabs, comparisons;\n"
-"the build turns off contraction into fused multiply-adds, so each result is the correctly\n"
-"rounded value of the operation on the rounded operands, bit for bit the reference's. The\n"
-"only operation not fixed by IEEE 754 is log: the kernel calls the C library's log, as\n"
-"Python's math.log does (numpy also calls it on CPUs without AVX-512). Whichever log is used,\n"
-"the decision is exact: the margins assume only an error below 2^-44 for arguments in\n"
-"[2^39, 2^63] (checked against mpmath by tests/test_samplers_fast.py), and the margins (2^-36\n"
-"on the log plus the width of U's interval, 2^-35 for Bernoulli) exceed the total error, so a\n"
-"decided word has the value exact arithmetic gives it. Two logs that differ by a few units in\n"
-"the last place can only disagree on WHETHER a word is decided when the computed quantity lies\n"
-"within those few units of the margin (probability about 2^-48 per word); such a word is then\n"
-"decided exactly instead, with the same value, and only the position of the extra bits read\n"
-"from the stream moves. Integer comparisons (the small-word cut, the table brackets) are\n"
-"exact. The undecided lists are in increasing index order, the order the reference resolves\n"
-"them, so a seeded stream gives the same draws.");
+"Same decisions as the Python reference, word by word. The reference (inversion.\n"
+"magnitude_of_word, bexp_of_word; the table test of gaussian) computes, per word, a float\n"
+"from the library log of v + 1/2 and compares it with a margin: z = (offset - log)*inv, decided\n"
+"when |z - floor(z) - 1/2| <= margin, value floor(z); or d = offset - log - x, true when\n"
+"d > delta, false when d < -delta, else undecided. Its margins are proven (the module\n"
+"inversion): they exceed the float error, so a decided word has the exact value.\n"
+"(1) The kernels repeat these IEEE binary64 operations in the same order: int64 -> double\n"
+"(round to nearest even, as numpy and Python), + 0.5, log, -, *, floor (an exact truncation\n"
+"and step), fabs, comparisons. The build turns off contraction into fused multiply-adds, so\n"
+"each result is the correctly rounded result of the same operation on the same operands: with\n"
+"the same log, bit for bit the reference's float. The log is the C library's, which Python's\n"
+"math.log calls too (and numpy on CPUs without AVX-512).\n"
+"(2) The library log is called only near a margin. First, quick_log (a 128-entry table and a\n"
+"degree-5 polynomial, within 2^-45 of ln; the library log is within 2^-44, checked against\n"
+"mpmath by the tests) gives z' or d'. The two logs differ by less than 2^-43, so z' is within\n"
+"inv*2^-42 of z and d' within 2^-42 + 2^-51|d| of d (the roundings of the few operations\n"
+"after the log included); the kernel's slack, inv*2^-40 + 2^-50 (2^-40 + 2^-50|d'| for d'),\n"
+"exceeds both. If |z' - floor(z') - 1/2| <= margin - slack, z lies in the same unit interval\n"
+"as z' and within margin of its middle: the reference decides the same floor. If it is\n"
+"> margin + slack, z is within the undecided band around an integer: the reference lists the\n"
+"word. Likewise d' > delta + slack, d' < -delta - slack and |d'| < delta - slack each imply\n"
+"the reference's answer. Otherwise (bands of width 2*slack around the margins: about\n"
+"2^-38 of the words) the kernel computes the reference's float itself, as in (1).\n"
+"(3) Integer comparisons (the small-word cut v < 2^39, the table brackets) are exact.\n"
+"Hence every word gets the reference's decision, the undecided lists are the reference's, in\n"
+"its order, and a seeded stream gives the same draws.");
 
 #define CHECK_LEN(buf, n, size, name)                                            \
     if ((buf).len != (Py_ssize_t)(n) * (size)) {                                 \
@@ -60,6 +68,59 @@ static int note(PyObject *list, Py_ssize_t i) {
 
 /* The middle of U's interval [v/2^63, (v+1)/2^63) in units of 2^-63. */
 static inline double middle(uint64_t v) { return (double)(int64_t)v + 0.5; }
+
+/* quick_log: ln m for m in [2^39, 2^63] within 2^-45 (the library log is within 2^-44, so the
+ * two differ by less than 2^-43, 8 times below SLACK_LOG). m = 2^e * f, f in [1, 2); with j
+ * the top 7 bits of f's fraction, INV[j] = fl(1/c_j), c_j = 1 + (j + 1/2)/128, and
+ * LOGC[j] = -log(INV[j]): ln m = e ln 2 + LOGC[j] + ln(1 + r), r = f * INV[j] - 1 (|r| <
+ * 2^-7.9; the product rounds by 2^-53 relative and the subtraction is exact, Sterbenz),
+ * ln(1 + r) by its Taylor polynomial to r^5 (truncation below |r|^6/6 < 2^-50). The table
+ * (2^-53), e ln 2 and the two sums (below 2^-48 each: values below 44) add up to below 2^-46.
+ * tests/test_samplers_kernel.py checks the bound against mpmath. */
+#define TABLE_BITS 7
+#define TABLE_SIZE (1 << TABLE_BITS)
+static double INV[TABLE_SIZE], LOGC[TABLE_SIZE];
+/* |quick_log - log| < 2^-43 (above): the z and d of a word from either log differ by less
+ * than SLACK_LOG (times inv for z) plus roundings that SLACK_ABS and SLACK_REL cover. */
+#define SLACK_LOG 0x1p-40
+#define SLACK_ABS 0x1p-50
+
+static void init_tables(void) {
+    for (int j = 0; j < TABLE_SIZE; j++) {
+        INV[j] = 1.0 / (1.0 + (j + 0.5) / TABLE_SIZE);
+        LOGC[j] = -log(INV[j]);
+    }
+}
+
+static inline double quick_log(double m) {
+    uint64_t bits;
+    memcpy(&bits, &m, sizeof bits);
+    int e = (int)(bits >> 52) - 1023;
+    int j = (int)((bits >> (52 - TABLE_BITS)) & (TABLE_SIZE - 1));
+    uint64_t fbits = (bits & ((UINT64_C(1) << 52) - 1)) | (UINT64_C(1023) << 52);
+    double f;
+    memcpy(&f, &fbits, sizeof f);
+    double r = f * INV[j] - 1.0;
+    double p = r * (1.0 / 5.0) - 0.25;
+    p = p * r + (1.0 / 3.0);
+    p = p * r - 0.5;
+    p = p * r;
+    p = p * r + r;
+    return (e * 0x1.62e42fefa39efp-1 + LOGC[j]) + p;
+}
+
+/* The reference's count: z = (minus_log) * inv, *whole = floor(z), returns |z - floor(z) - 0.5|.
+ * floor without a library call: truncation is exact for |z| < 2^63 (here |z| <= 45 * 2^20,
+ * inv <= 2^20), then one exact step down for negative z. */
+static inline double count(double minus_log, double inv, double *whole) {
+    double z = minus_log * inv;
+    double k = (double)(int64_t)z;
+    if (k > z) k = k - 1.0;
+    *whole = k;
+    double gap = z - k;
+    gap = gap - 0.5;
+    return fabs(gap);
+}
 
 PyDoc_STRVAR(invert_doc,
 "invert(values, inv, offset, margin, small, two_sided) -> list of undecided indices\n\n"
@@ -80,18 +141,16 @@ static PyObject *invert(PyObject *self, PyObject *args) {
     undecided = PyList_New(0);
     if (undecided == NULL) goto done;
     uint64_t *w = (uint64_t *)values.buf;
+    double slack = inv * SLACK_LOG + SLACK_ABS, sure = margin - slack, unsure = margin + slack;
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t word = w[i], v = word >> 1;
         if (v >= small) {
-            double z = offset - log(middle(v));
-            z = z * inv;
-            /* floor(z), without a library call: truncation is exact for |z| < 2^63 (here
-             * |z| <= 45 * 2^20, inv <= 2^20), then one exact step down for negative z */
-            double whole = (double)(int64_t)z;
-            if (whole > z) whole = whole - 1.0;
-            double gap = z - whole;
-            gap = gap - 0.5;
-            if (fabs(gap) <= margin) {
+            double whole, gap = count(offset - quick_log(middle(v)), inv, &whole);
+            if (!(gap <= sure) && !(gap > unsure))  /* near the margin: the reference's floats */
+                gap = count(offset - log(middle(v)), inv, &whole);
+            else if (gap > unsure)
+                gap = margin + 1.0;
+            if (gap <= margin) {
                 int64_t k = (int64_t)whole;
                 w[i] = (uint64_t)((two_sided && (word & 1)) ? -k : k);
                 continue;
@@ -112,7 +171,13 @@ static inline int bexp_word(uint64_t word, double x, double offset, double delta
                             uint64_t small) {
     uint64_t v = word >> 1;
     if (v < small) return -1;
-    double d = offset - log(middle(v));
+    double d = offset - quick_log(middle(v));
+    d = d - x;
+    double slack = SLACK_LOG + fabs(d) * 0x1p-50;
+    if (d > delta + slack) return 1;
+    if (d < -delta - slack) return 0;
+    if (fabs(d) < delta - slack) return -1;
+    d = offset - log(middle(v)); /* near the margin: the reference's floats */
     d = d - x;
     if (fabs(d) <= delta) return -1;
     return d > delta;
@@ -266,7 +331,23 @@ done:
     return kept_and_undecided(undecided, kept);
 }
 
+PyDoc_STRVAR(quick_log_doc,
+"quick_log(m) -> float\n\n"
+"The kernels' first logarithm of m (a float in [2^39, 2^63]), within 2^-45 of ln m; a word\n"
+"whose decision it leaves within the slack of a margin is decided with the C library's log.");
+
+static PyObject *quick_log_py(PyObject *self, PyObject *arg) {
+    double m = PyFloat_AsDouble(arg);
+    if (m == -1.0 && PyErr_Occurred()) return NULL;
+    if (!(m >= 0x1p39 && m <= 0x1p63)) {
+        PyErr_SetString(PyExc_ValueError, "m must lie in [2**39, 2**63]");
+        return NULL;
+    }
+    return PyFloat_FromDouble(quick_log(m));
+}
+
 static PyMethodDef methods[] = {
+    {"quick_log", quick_log_py, METH_O, quick_log_doc},
     {"invert", invert, METH_VARARGS, invert_doc},
     {"bexp", bexp, METH_VARARGS, bexp_doc},
     {"gaussian_log", gaussian_log, METH_VARARGS, gaussian_log_doc},
@@ -278,4 +359,7 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_kernel", KERNEL_DOC, -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__kernel(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__kernel(void) {
+    init_tables();
+    return PyModule_Create(&module);
+}

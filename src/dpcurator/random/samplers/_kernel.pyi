@@ -8,6 +8,7 @@ import numpy.typing as npt
 _U64 = npt.NDArray[np.uint64]
 _I64 = npt.NDArray[np.int64]
 
+def quick_log(m: float, /) -> float: ...
 def invert(
     values: _I64,
     inv: float,
