@@ -167,7 +167,12 @@ def test_gaussian_log_kernel_keeps_the_proposals_the_reference_accepts(
     buffer = np.array(proposals, dtype=np.int64)
     signed_words = np.array(words, dtype=np.uint64).view(np.int64)
     got = inversion.bexp_proposals(
-        ScriptedRng(b""), buffer, signed_words, target.mu, target.inv_sd, target.exponent
+        ScriptedRng(b""),
+        buffer,
+        signed_words,
+        mu=target.mu,
+        inv_sd=target.inv_sd,
+        exponent=target.exponent,
     )
     kernel_calls, answer.calls = answer.calls, []
     expected = []

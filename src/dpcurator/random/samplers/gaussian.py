@@ -170,7 +170,9 @@ def _accepted(rng: Rng, target: _Target, proposals: IntArray, words: IntArray) -
     |Y|) and the words inside a bracket are decided exactly, in index order; else
     :func:`~dpcurator.random.samplers.inversion.bexp_proposals`."""
     if target.table is None:
-        return bexp_proposals(rng, proposals, words, target.mu, target.inv_sd, target.exponent)
+        return bexp_proposals(
+            rng, proposals, words, mu=target.mu, inv_sd=target.inv_sd, exponent=target.exponent
+        )
     lo, width = target.table
     kept, undecided = _kernel.gaussian_table(proposals, words, lo, width)
 

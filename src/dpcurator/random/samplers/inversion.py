@@ -272,6 +272,7 @@ def bexp_proposals(
     rng: Rng,
     proposals: IntArray,
     words: IntArray,
+    *,
     mu: float,
     inv_sd: float,
     exponent: Callable[[int], tuple[int, int]],
