@@ -174,8 +174,8 @@ static inline int bexp_word(uint64_t word, double x, double offset, double delta
     double d = offset - quick_log(middle(v));
     d = d - x;
     double slack = SLACK_LOG + fabs(d) * 0x1p-50;
-    if (d > delta + slack) return 1;
-    if (d < -delta - slack) return 0;
+    int yes = d > delta + slack, no = d < -delta - slack;
+    if (yes | no) return yes; /* one branch, taken by nearly every word */
     if (fabs(d) < delta - slack) return -1;
     d = offset - log(middle(v)); /* near the margin: the reference's floats */
     d = d - x;
@@ -226,8 +226,7 @@ done:
  * undecided one is listed as (i, position). -1 on error. */
 static inline int settle(PyObject *undecided, int64_t *y, Py_ssize_t i, Py_ssize_t *kept,
                          int decision) {
-    if (decision == 0) return 0;
-    y[*kept] = y[i];
+    y[*kept] = y[i]; /* overwritten by the next kept one when rejected: no branch on it */
     if (decision < 0) {
         PyObject *pair = Py_BuildValue("(nn)", i, *kept);
         if (pair == NULL) return -1;
@@ -235,7 +234,7 @@ static inline int settle(PyObject *undecided, int64_t *y, Py_ssize_t i, Py_ssize
         Py_DECREF(pair);
         if (status < 0) return -1;
     }
-    (*kept)++;
+    *kept += decision != 0;
     return 0;
 }
 
@@ -317,7 +316,8 @@ static PyObject *gaussian_table(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t m = (uint64_t)(y[i] < 0 ? -y[i] : y[i]);
         uint64_t r = m < last ? m : last;
-        int decision = w[i] - low[r] < wide[r] ? -1 : w[i] < low[r];
+        int decision = w[i] < low[r];
+        if (w[i] - low[r] < wide[r]) decision = -1;
         if (settle(undecided, y, i, &kept, decision) < 0) {
             Py_CLEAR(undecided);
             goto done;
