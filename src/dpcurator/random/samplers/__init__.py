@@ -11,8 +11,9 @@ quotient in the discrete Gaussian's acceptance test). The constructions are thos
 vectorised over numpy arrays. The discrete Laplace, the geometric and the discrete Gaussian's
 acceptance test decide events of the form "a uniform real U lies below a threshold" from one
 64-bit word each (:mod:`~dpcurator.random.samplers.inversion`): a float64 evaluation is accepted
-only when a proven error margin makes it certain, and the rare rest (about 2^-35 of the draws) is
-decided in exact integer arithmetic on more random bits. Other random integers are drawn by
+only when a proven error margin makes it certain (for batches, in one C pass per block:
+``_kernel.c``), and the rare rest (about 2^-35 of the draws) is decided in exact integer
+arithmetic on more random bits. Other random integers are drawn by
 rejection thresholds (never by a biased ``% bound`` or float scaling).
 
 Timing side channels (Jin, McMurtry, Rubinstein & Ohrimenko, "Are We There Yet? Timing and

@@ -23,12 +23,21 @@ from dpcurator.random.samplers.bernoulli import IntArray
 CHUNK: Final = 2**15
 
 
+def fill_in_chunks(fill: Callable[[IntArray], object], n: int) -> IntArray:
+    """An int64 array of ``n`` samples, written by ``fill(view)`` into consecutive views of at
+    most :data:`CHUNK` elements (a sampler that writes in place allocates nothing per block)."""
+    out = np.empty(n, dtype=np.int64)
+    for start in range(0, n, CHUNK):
+        fill(out[start : start + CHUNK])
+    return out
+
+
 def in_chunks(draw: Callable[[int], IntArray], n: int) -> IntArray:
     """``n`` samples as consecutive blocks ``draw(m)`` of at most :data:`CHUNK` samples."""
     if n <= CHUNK:
         return draw(n)
-    out = np.empty(n, dtype=np.int64)
-    for start in range(0, n, CHUNK):
-        stop = min(start + CHUNK, n)
-        out[start:stop] = draw(stop - start)
-    return out
+
+    def copy(view: IntArray) -> None:
+        view[:] = draw(view.size)
+
+    return fill_in_chunks(copy, n)

@@ -9,26 +9,24 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
 from fractions import Fraction
 from typing import Final
 
 import numpy as np
-import numpy.typing as npt
 
 from dpcurator._validation import check_int, check_positive, fail
 from dpcurator.random.rng import Rng
-from dpcurator.random.samplers.bernoulli import IntArray
-from dpcurator.random.samplers.chunks import CHUNK, in_chunks
+from dpcurator.random.samplers import _kernel
+from dpcurator.random.samplers.bernoulli import IntArray, UIntArray
+from dpcurator.random.samplers.chunks import CHUNK, fill_in_chunks
 from dpcurator.random.samplers.inversion import (
-    FloatArray,
-    UIntArray,
     bexp_of_word,
+    bexp_proposals,
     bexp_scalar,
-    bexp_words,
-    inversion_float,
+    invert_into,
     lazy_below_exp,
     magnitude_of_word,
+    settle,
 )
 from dpcurator.random.samplers.laplace import (
     _INVERSION_RATIO,
@@ -90,7 +88,6 @@ class _Target:
         return None
 
 
-_SIGN_BIT: Final = np.uint64(63)
 #: Acceptance thresholds are tabulated per magnitude when the table has at most this many rows.
 _TABLE_MAX: Final = 2**15
 #: Relative margin of the tabulated thresholds: it covers the float errors of x (below 2^-43
@@ -157,34 +154,48 @@ def _acceptance(sigma: float, tau: float) -> float:
     return rate if 0.1 < rate <= 1 else 0.5
 
 
-def _proposals_laplace(rng: Rng, t: int, s: int, n: int) -> tuple[FloatArray, UIntArray]:
-    """``n`` discrete Laplace(t/s) draws as (|Y| as exact floats, words whose low bit is the
-    sign)."""
+def _proposals_into(rng: Rng, t: int, s: int, out: IntArray) -> None:
+    """Fill ``out`` with discrete Laplace(t/s) draws (|Y| < 2^53)."""
     if s * _INVERSION_RATIO >= t:
-        return inversion_float(rng, s, t, n, two_sided=True)
-    y = _discrete_laplace_core(rng, t, s, n)
-    return np.abs(y).astype(np.float64), (y < 0).astype(np.uint64)
+        invert_into(rng, s, t, out, True)  # signed
+    else:
+        out[:] = _discrete_laplace_core(rng, t, s, out.size)
 
 
-def _accept_tabulated(
-    rng: Rng,
-    table: tuple[UIntArray, UIntArray],
-    magnitude: FloatArray,
-    exact: Callable[[int], tuple[int, int]],
-) -> npt.NDArray[np.bool_]:
-    """The acceptance tests of :func:`_discrete_gaussian_core` by :func:`_threshold_table`: one
-    word each, compared with the bracket of its magnitude's row (the last row for larger ones)."""
-    lo, width = table
-    rows = magnitude.astype(np.intp)  # rows beyond the last are clipped to it
-    words = rng._uint64(magnitude.size)
-    low = lo.take(rows, mode="clip")
-    accept = words < low
-    words -= low  # modulo 2^64
-    undecided = words < width.take(rows, mode="clip")
-    for i in np.flatnonzero(undecided) if np.count_nonzero(undecided) else ():
-        word = (int(words[i]) + int(low[i])) % 2**64
-        accept[i] = lazy_below_exp(rng, word, 64, *exact(int(i)))
-    return accept
+def _accepted(rng: Rng, target: _Target, proposals: IntArray, words: IntArray) -> IntArray:
+    """The proposals that pass their acceptance tests, in order (a prefix of ``proposals``,
+    rewritten in place, or a copy when a rare word was undecided); ``words`` are the tests'
+    words (random, as int64). For σ up to about 1900, one C pass (``_kernel.gaussian_table``)
+    compares each word with :func:`_threshold_table`'s row for |Y| (the last row for larger
+    |Y|) and the words inside a bracket are decided exactly, in index order; else
+    :func:`~dpcurator.random.samplers.inversion.bexp_proposals`."""
+    if target.table is None:
+        return bexp_proposals(
+            rng, proposals, words, mu=target.mu, inv_sd=target.inv_sd, exponent=target.exponent
+        )
+    lo, width = target.table
+    kept, undecided = _kernel.gaussian_table(proposals, words, lo, width)
+
+    def decide(i: int, proposal: int) -> bool:
+        word = int(words[i]) % 2**64
+        return lazy_below_exp(rng, word, 64, *target.exponent(abs(proposal)))
+
+    return settle(proposals, kept, undecided, decide)
+
+
+def _fill_gaussian(rng: Rng, target: _Target, out: IntArray, scratch: IntArray) -> None:
+    """Fill ``out`` with draws of CKS20 Algorithm 3 (:class:`_Target`): rounds of proposals and
+    their acceptance words, in ``scratch`` (room for two rounds' worth of words)."""
+    filled = 0
+    while filled < out.size:
+        need = out.size - filled
+        count = _proposals(need, target.acceptance)
+        proposals, words = scratch[:count], scratch[count : 2 * count]
+        _proposals_into(rng, target.t, target.s, proposals)
+        rng._fill(words)  # the words of rng._uint64(count)
+        accepted = _accepted(rng, target, proposals, words)[:need]
+        out[filled : filled + accepted.size] = accepted
+        filled += accepted.size
 
 
 def _discrete_gaussian_core(rng: Rng, target: _Target, n: int) -> IntArray:
@@ -194,10 +205,11 @@ def _discrete_gaussian_core(rng: Rng, target: _Target, n: int) -> IntArray:
     ((|Y| - μ)/sqrt(2σ²))² computed in float64: |Y| < 2^53 is an exact float, so for x <= 64 the
     error is below 2^-43 (a few roundings of numbers below 2^4). For σ up to about 1900 the word
     is compared with the integer bracket of e^(-x) tabulated for its |Y|
-    (:func:`_threshold_table`, no logarithm); for larger σ by
+    (:func:`_threshold_table`, no logarithm); for larger σ by the logarithm test of
     :func:`~dpcurator.random.samplers.inversion.bexp_words`. Either margin covers that error and
     the exact integer exponent decides the rare uncertain cases, so both decide the same event
-    U < e^(-x) from the same word."""
+    U < e^(-x) from the same word (:func:`_accepted`). Blocks of :data:`CHUNK` draws are written
+    in place and share one scratch array."""
     if n <= _SCALAR_MAX or not target.vectorised:
         values: list[int] = []
         while len(values) < n:
@@ -205,32 +217,8 @@ def _discrete_gaussian_core(rng: Rng, target: _Target, n: int) -> IntArray:
             if value is not None:
                 values.append(value)
         return np.array(values, dtype=np.int64)
-    if n > CHUNK:
-        return in_chunks(lambda m: _discrete_gaussian_core(rng, target, m), n)
-    out = np.empty(n, dtype=np.int64)
-    filled = 0
-    while filled < n:
-        need = n - filled
-        magnitude, signs = _proposals_laplace(
-            rng, target.t, target.s, _proposals(need, target.acceptance)
-        )
-
-        def exact(i: int, magnitude: FloatArray = magnitude) -> tuple[int, int]:
-            return target.exponent(int(magnitude[i]))
-
-        if target.table is None:
-            x = magnitude - target.mu
-            x *= target.inv_sd
-            x *= x
-            accept = bexp_words(rng, x, exact)
-        else:
-            accept = _accept_tabulated(rng, target.table, magnitude, exact)
-        signed = np.left_shift(signs, _SIGN_BIT, out=signs)  # the sign bit of a float64
-        signed |= magnitude.view(np.uint64)
-        accepted = signed.view(np.float64)[accept][:need]
-        out[filled : filled + accepted.size] = accepted  # exact integers, cast to int64
-        filled += accepted.size
-    return out
+    scratch = np.empty(2 * _proposals(min(n, CHUNK), target.acceptance), dtype=np.int64)
+    return fill_in_chunks(lambda view: _fill_gaussian(rng, target, view, scratch), n)
 
 
 def discrete_gaussian(rng: Rng, sigma: int | float | Fraction, size: int) -> IntArray:

@@ -22,10 +22,19 @@ Hence each sample is EXACTLY distributed as the inversion of a uniform real — 
 Laplace, geometric or Bernoulli(exp(-x)) law — given uniform bits from the generator.
 
 Floating-point assumptions (checked by tests/test_samplers_fast.py against mpmath): numpy's
-float64 ``log`` and ``exp`` are within 2^-44 (relative for exp, absolute for log of values in
-[2^-64, 2]) of the true value; IEEE basic operations are correctly rounded. The documented worst
-cases of numpy's implementations are a few units in the last place (2^-50 here), 64 times below
-these margins.
+float64 ``log`` and ``exp`` and the C library's ``log`` are within 2^-44 (relative for exp,
+absolute for log of values in [2^-64, 2]) of the true value; IEEE basic operations are correctly
+rounded. The documented worst cases of these implementations are a few units in the last place
+(2^-50 here), 64 times below these margins.
+
+The batch paths run the float test in C (``_kernel.c``, built at install): one pass over a block
+of words, written in place, that gives each word the decision of the one-word Python functions
+below (:func:`magnitude_of_word`, :func:`bexp_of_word`) and lists the undecided words, which are
+then decided exactly in index order, as the Python path would. The kernel first uses its own
+table logarithm (within 2^-45, tests/test_samplers_kernel.py) and recomputes the reference's
+float with the C library's ``log`` whenever that could change a decision (within a slack of 2^-40
+of a margin); its docstring has the proof, and tests/test_samplers_kernel.py checks the two paths
+word by word on words crafted at every margin.
 """
 
 from __future__ import annotations
@@ -39,24 +48,25 @@ import numpy as np
 import numpy.typing as npt
 
 from dpcurator.random.rng import Rng
+from dpcurator.random.samplers import _kernel
 
 __all__ = [
-    "apply_signs",
     "bexp_of_word",
+    "bexp_proposals",
     "bexp_scalar",
     "bexp_words",
     "exp_neg_bounds",
-    "inversion_float",
     "inversion_magnitudes",
+    "invert_into",
     "lazy_below_exp",
     "magnitude_of_word",
     "magnitude_scalar",
+    "settle",
 ]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
-UIntArray = npt.NDArray[np.uint64]
 
 #: Inversion is used when the rate λ = s/t is at least this (scale t/s at most 2^20): the float
 #: count ``-ln U / λ`` then has an error far below its integer spacing.
@@ -64,13 +74,10 @@ MIN_INVERSION_RATE: Final = 2.0**-20
 #: Margin (absolute, in units of -ln U) covering the float error of ``lnc + 64 ln 2 - log(w)``.
 _LOG_MARGIN: Final = 2.0**-36
 #: Words below this go to the exact path (the width ln(1 + 1/w) of U's interval is then large).
-_SMALL_WORD: Final = 2.0**39
+_SMALL_WORD: Final = 2**39
 #: Margin of the Bernoulli(exp(-x)) decision: 2^-36 (log) + 2^-39 (U's interval) + 65·2^-47 (x).
 _BEXP_DELTA: Final = 2.0**-35
 _LN2_63: Final = 63 * math.log(2)
-#: Words below this have v = word >> 1 below _SMALL_WORD.
-_SMALL_WORD_BITS: Final = np.uint64(2**40)
-_ONE: Final = np.uint64(1)
 
 
 def _fdiv(a: int, b: int) -> float:
@@ -214,63 +221,39 @@ def _magnitude_exact(rng: Rng, prefix: int, bits: int, s: int, t: int, *, two_si
 # -- vectorised samplers ---------------------------------------------------------------------------
 
 
-def inversion_float(
-    rng: Rng, s: int, t: int, n: int, two_sided: bool
-) -> tuple[FloatArray, UIntArray]:
-    """``n`` exact draws of K = max{k >= 0 : U < T_k} for λ = s/t >= MIN_INVERSION_RATE, as
-    floats (exact integers), with the words they came from (whose low bits are unused):
+def inversion_magnitudes(rng: Rng, s: int, t: int, n: int, two_sided: bool) -> IntArray:
+    """``n`` draws of :func:`invert_into` (int64)."""
+    return invert_into(rng, s, t, np.empty(n, dtype=np.int64), two_sided)
+
+
+def invert_into(rng: Rng, s: int, t: int, out: IntArray, two_sided: bool) -> IntArray:
+    """Fill the contiguous int64 array ``out`` (and return it) with exact draws of
+    K = max{k >= 0 : U < T_k} for λ = s/t >= MIN_INVERSION_RATE:
 
     * ``two_sided=False``: T_k = e^(-λk), so K is geometric, P[K = k] = (1 - e^-λ) e^(-λk);
     * ``two_sided=True``: T_k = c·e^(-λk), c = 2/(1 + e^-λ), so K is |X| for X discrete
-      Laplace with scale 1/λ (P[|X| >= k] = 2q^k/(1 + q), q = e^-λ, for k >= 1).
+      Laplace with scale 1/λ (P[|X| >= k] = 2q^k/(1 + q), q = e^-λ, for k >= 1), returned with a
+      fair sign from the word's low bit (a sign on 0 is void): exactly the discrete Laplace.
 
     Each draw uses one 64-bit word: its high 63 bits v are the first bits of U, so
     U ∈ [v/2^63, (v+1)/2^63). K = floor((ln c - ln U)/λ): the float z of that quotient at the
     middle of U's interval has an error below δ = (t/s)·(2^-36 + 1.01·2^-39) (the interval's
     half-width, below 0.51/v <= 2^-39.9 for v >= 2^39, the log, the rounding), so floor(z) is
-    certain when z is farther than δ from an integer; the rest (probability about 2δ, plus 2^-24 for
-    v < 2^39) is decided exactly by :func:`_magnitude_exact`.
+    certain when z is farther than δ from an integer. The C kernel
+    (``_kernel.invert``, one pass, the float operations of :func:`magnitude_of_word`) decides
+    those words; the rest (probability about 2δ, plus 2^-24 for v < 2^39) are decided exactly by
+    :func:`_magnitude_exact`, in index order, on more bits of the stream.
     """
     inv, offset = _inversion_constants(s, t, two_sided)
-    words = rng._uint64(n)
-    bad = words < _SMALL_WORD_BITS  # v < 2^39
-    z = _middles(words)
-    np.log(z, out=z)
-    np.subtract(offset, z, out=z)  # ln c - ln U
-    z *= inv
-    k = np.floor(z)
-    z -= k
-    z -= 0.5
-    np.abs(z, out=z)
-    bad |= z > _inversion_margin(inv)
-    for i in np.flatnonzero(bad) if np.count_nonzero(bad) else ():
-        v = int(words[i]) >> 1
-        k[i] = _magnitude_exact(rng, v, 63, s, t, two_sided=two_sided)
-    return k, words
-
-
-def _middles(words: UIntArray) -> FloatArray:
-    """v + 1/2 as floats, v the high 63 bits of each word: the middle of U's interval in units of
-    2^-63 (never 0), in one new array (the int64 v is converted where it lies)."""
-    v = np.right_shift(words, _ONE)
-    z = v.view(np.float64)
-    np.add(v.view(np.int64), 0.5, out=z)
-    return z
-
-
-def apply_signs(magnitudes: FloatArray, words: UIntArray) -> IntArray:
-    """int64 ``magnitudes`` (exact non-negative integer floats) negated where the low bit of
-    ``words`` is set (a fair sign): the bit is moved into the float's sign bit (-0.0 gives 0)."""
-    signed = np.left_shift(words, np.uint64(63))
-    signed |= magnitudes.view(np.uint64)
-    return signed.view(np.float64).astype(np.int64)
-
-
-def inversion_magnitudes(rng: Rng, s: int, t: int, n: int, two_sided: bool) -> IntArray:
-    """:func:`inversion_float` as int64; with ``two_sided``, K with a fair sign from each word's
-    low bit: exactly the discrete Laplace with scale t/s (a sign on 0 is void)."""
-    k, words = inversion_float(rng, s, t, n, two_sided)
-    return apply_signs(k, words) if two_sided else k.astype(np.int64)
+    if out.size:
+        rng._fill(out)  # the words of rng._uint64(out.size), replaced by their draws in place
+    words = out.view(np.uint64)
+    margin = _inversion_margin(inv)
+    for i in _kernel.invert(out, inv, offset, margin, _SMALL_WORD, two_sided):
+        word = int(words[i])
+        k = _magnitude_exact(rng, word >> 1, 63, s, t, two_sided=two_sided)
+        out[i] = -k if two_sided and word & 1 else k
+    return out
 
 
 def bexp_words(rng: Rng, x: FloatArray, exact: Callable[[int], tuple[int, int]]) -> BoolArray:
@@ -281,23 +264,58 @@ def bexp_words(rng: Rng, x: FloatArray, exact: Callable[[int], tuple[int, int]])
     bits of a word, U ∈ [v/2^63, (v+1)/2^63) and -ln U lies within 0.51/v <= 2^-39.9 of
     y = 63 ln 2 - ln(v + 1/2) when v >= 2^39; y is computed within 2^-40. So with d = y - x and
     δ = 2^-35 (which covers these errors for x <= 64; for larger x, y <= 44 < x - 20 anyway),
-    U < e^-x for certain when d > δ and U > e^-x for certain when d < -δ. Undecided elements
-    (probability about 2^-34, plus 2^-24 for v < 2^39) are compared exactly by
+    U < e^-x for certain when d > δ and U > e^-x for certain when d < -δ: the C kernel
+    (``_kernel.bexp``, the float operations of :func:`bexp_of_word`) decides those. Undecided
+    elements (probability about 2^-34, plus 2^-24 for v < 2^39) are compared exactly by
     :func:`lazy_below_exp`.
     """
     words = rng._uint64(x.size)
-    undecided = words < _SMALL_WORD_BITS  # v < 2^39
-    d = _middles(words)
-    np.log(d, out=d)
-    np.subtract(_LN2_63, d, out=d)  # -ln U at the middle of its interval
-    d -= x
-    sure_true = d > _BEXP_DELTA
-    np.abs(d, out=d)
-    undecided |= d <= _BEXP_DELTA
-    for i in np.flatnonzero(undecided) if np.count_nonzero(undecided) else ():
-        num, den = exact(int(i))
-        sure_true[i] = lazy_below_exp(rng, int(words[i]) >> 1, 63, num, den)
-    return sure_true
+    accept = np.empty(x.size, dtype=np.bool_)
+    for i in _kernel.bexp(words, x, _LN2_63, _BEXP_DELTA, _SMALL_WORD, accept):
+        num, den = exact(i)
+        accept[i] = lazy_below_exp(rng, int(words[i]) >> 1, 63, num, den)
+    return accept
+
+
+def bexp_proposals(
+    rng: Rng,
+    proposals: IntArray,
+    words: IntArray,
+    *,
+    mu: float,
+    inv_sd: float,
+    exponent: Callable[[int], tuple[int, int]],
+) -> IntArray:
+    """The ``proposals`` y that pass exact Bernoulli(exp(-x_y)) tests, x_y = ((|y| - μ)·inv_sd)²
+    (the discrete Gaussian's acceptance, within 2^-43 of ``exponent(|y|) -> (num, den)`` for
+    x <= 64), one word of ``words`` each: the test of :func:`bexp_words` with x computed in the
+    same C pass (``_kernel.gaussian_log``), which also moves the kept proposals to the front of
+    ``proposals`` in order; the undecided ones are decided exactly (:func:`settle`)."""
+    kept, undecided = _kernel.gaussian_log(
+        proposals, words, mu, inv_sd, _LN2_63, _BEXP_DELTA, _SMALL_WORD
+    )
+
+    def decide(i: int, proposal: int) -> bool:
+        return lazy_below_exp(rng, (int(words[i]) % 2**64) >> 1, 63, *exponent(abs(proposal)))
+
+    return settle(proposals, kept, undecided, decide)
+
+
+def settle(
+    proposals: IntArray,
+    kept: int,
+    undecided: list[tuple[int, int]],
+    decide: Callable[[int, int], bool],
+) -> IntArray:
+    """``proposals[:kept]`` (accepted and undecided proposals, in order, as a compacting kernel
+    left them) without the undecided ones that ``decide(i, proposal)`` rejects; ``undecided``
+    lists (word index i, position) in increasing i, the order in which they are decided."""
+    if not undecided:
+        return proposals[:kept]
+    keep = np.ones(kept, dtype=np.bool_)
+    for i, position in undecided:
+        keep[position] = decide(i, int(proposals[position]))
+    return proposals[:kept][keep]
 
 
 # -- one value at a time (small batches) -----------------------------------------------------------

@@ -20,12 +20,13 @@ from dpcurator.core.numbers import dyadic_up
 from dpcurator.errors import InternalInvariantError
 from dpcurator.random.rng import Rng
 from dpcurator.random.samplers.bernoulli import _I64_MAX, IntArray, _randbelow
-from dpcurator.random.samplers.chunks import CHUNK, in_chunks
+from dpcurator.random.samplers.chunks import CHUNK, fill_in_chunks, in_chunks
 from dpcurator.random.samplers.inversion import (
     MIN_INVERSION_RATE,
     bexp_scalar,
     bexp_words,
     inversion_magnitudes,
+    invert_into,
     magnitude_of_word,
     magnitude_scalar,
 )
@@ -103,10 +104,10 @@ def _geometric_core(rng: Rng, t: int, s: int, n: int) -> IntArray:
     """
     if n <= _SCALAR_MAX:
         return np.array([_geometric_python(rng, t, s) for _ in range(n)], dtype=np.int64)
+    if s * _INVERSION_RATIO >= t:
+        return fill_in_chunks(lambda view: invert_into(rng, s, t, view, False), n)
     if n > CHUNK:
         return in_chunks(lambda m: _geometric_core(rng, t, s, m), n)
-    if s * _INVERSION_RATIO >= t:
-        return inversion_magnitudes(rng, s, t, n, two_sided=False)
     out = np.empty(n, dtype=np.int64)
     filled = 0
     v_safe = (_I64_MAX - (t - 1)) // t  # U + t·V fits in int64 when V <= v_safe
@@ -210,10 +211,10 @@ def _discrete_laplace_core(rng: Rng, t: int, s: int, n: int) -> IntArray:
         else:
             values = [_discrete_laplace_python(rng, t, s) for _ in range(n)]
         return np.array(values, dtype=np.int64)
+    if s * _INVERSION_RATIO >= t:  # signed, written in place block by block
+        return fill_in_chunks(lambda view: invert_into(rng, s, t, view, True), n)
     if n > CHUNK:
         return in_chunks(lambda m: _discrete_laplace_core(rng, t, s, m), n)
-    if s * _INVERSION_RATIO >= t:
-        return inversion_magnitudes(rng, s, t, n, two_sided=True)  # signed
     out = np.empty(n, dtype=np.int64)
     filled = 0
     acceptance = 1.0 - 0.5 * -math.expm1(-s / t)  # P[not "-0"] (a batch size, not a sample)
