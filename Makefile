@@ -14,7 +14,8 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(PY)
+# the C kernel of the samplers is built by the install: rebuild when it changes
+$(STAMP): pyproject.toml src/dpcurator/random/samplers/_kernel.c | $(PY)
 	$(PY) -m pip install --quiet -e '.[all,test]'
 	touch $(STAMP)
 
