@@ -148,26 +148,33 @@ def build_query(
             f"__dp_bounded AS ({_bounding(sql, plan, source, groups, values, codes=codes)})"
         )
         source = "__dp_bounded"
+    # bounded_codes: the rows were bounded by their keys, they are grouped by their codes
+    grouped = [codes.get(i, name) for i, name in enumerate(groups)]
+    keys = [f"{codes[i]} AS {name}" if i in codes else name for i, name in enumerate(groups)]
     histogram = binned_histogram(plan)
-    if histogram is not None:  # GROUP BY the bin: ~1.5x faster than DuckDB's histogram()
+    if histogram is not None:  # GROUP BY group, bin: see binned_histogram
         bin_sql = (
             values[histogram.name]  # its bin, precomputed
             if histogram.name in precomputed
             else sql.histogram_bin(histogram, values[histogram.name])
         )
-        aggregated = f"SELECT {bin_sql} AS __dp_bin, COUNT(*) FROM {source} GROUP BY __dp_bin"
+        binned = ", ".join([*grouped, "__dp_bin"])
+        ctes.append(
+            f"__dp_binned AS (SELECT {', '.join([*grouped, f'{bin_sql} AS __dp_bin'])},"
+            f" COUNT(*) AS __dp_n FROM {source} GROUP BY {binned})"
+        )
+        counted = "FILTER (WHERE __dp_bin IS NOT NULL)"  # a NULL bin counts in no bin
+        outputs = [*keys, "SUM(__dp_n)", f"list(__dp_bin) {counted}", f"list(__dp_n) {counted}"]
+        aggregated = f"SELECT {', '.join(outputs)} FROM __dp_binned"
     else:
         aggregates = [
             f"{_aggregate(sql, agg, values.get(agg.name, 'NULL'), person is not None, precomputed)}"
             f" AS {quote(agg.name)}"
             for agg in plan.aggregates
         ]
-        # bounded_codes: the rows were bounded by their keys, they are grouped by their codes
-        grouped = [codes.get(i, name) for i, name in enumerate(groups)]
-        keys = [f"{codes[i]} AS {name}" if i in codes else name for i, name in enumerate(groups)]
         outputs = [*keys, "COUNT(*) AS __dp_rows", *aggregates]
         aggregated = f"SELECT {', '.join(outputs)} FROM {source}"
-        aggregated += f" GROUP BY {', '.join(grouped)}" if groups else ""
+    aggregated += f" GROUP BY {', '.join(grouped)}" if groups else ""
     query = f"WITH {', '.join(ctes)} {aggregated}" if ctes else aggregated
     return query, sql.params
 
