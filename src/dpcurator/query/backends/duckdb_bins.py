@@ -16,8 +16,8 @@ Both equal the plan's own bins exactly (:class:`~dpcurator.query.ir.BinCodeColum
 value times a power of two is exact, floor commutes with it). In the second, a value below the
 bounds has a negative fine bin (its code is 0) and one above a fine bin of 2^m or more (its code
 is 2^bits - 1, like the upper bound's): since the window lies within [0, 2^m), both land in its
-first or last bin either way. The code column is read only where the rows are not bounded by the query itself (which
-hashes the aggregated values: they stay the plan's own).
+first or last bin either way. The code column is read only where the rows are not bounded by
+the query itself (which hashes the aggregated values: they stay the plan's own).
 """
 
 from __future__ import annotations

@@ -148,24 +148,14 @@ def build_query(
             f"__dp_bounded AS ({_bounding(sql, plan, source, groups, values, codes=codes)})"
         )
         source = "__dp_bounded"
-    # bounded_codes: the rows were bounded by their keys, they are grouped by their codes
-    grouped = [codes.get(i, name) for i, name in enumerate(groups)]
-    keys = [f"{codes[i]} AS {name}" if i in codes else name for i, name in enumerate(groups)]
+    grouped, keys = _grouping(groups, codes)
     histogram = binned_histogram(plan)
     if histogram is not None:  # GROUP BY group, bin: see binned_histogram
-        bin_sql = (
-            values[histogram.name]  # its bin, precomputed
-            if histogram.name in precomputed
-            else sql.histogram_bin(histogram, values[histogram.name])
-        )
-        binned = ", ".join([*grouped, "__dp_bin"])
+        binned = histogram.name in precomputed  # its value column is its bin
         ctes.append(
-            f"__dp_binned AS (SELECT {', '.join([*grouped, f'{bin_sql} AS __dp_bin'])},"
-            f" COUNT(*) AS __dp_n FROM {source} GROUP BY {binned})"
+            _binned(sql, histogram, values[histogram.name], binned=binned, by=grouped, rows=source)
         )
-        counted = "FILTER (WHERE __dp_bin IS NOT NULL)"  # a NULL bin counts in no bin
-        outputs = [*keys, "SUM(__dp_n)", f"list(__dp_bin) {counted}", f"list(__dp_n) {counted}"]
-        aggregated = f"SELECT {', '.join(outputs)} FROM __dp_binned"
+        aggregated = f"SELECT {', '.join([*keys, *_BIN_LISTS])} FROM __dp_binned"
     else:
         aggregates = [
             f"{_aggregate(sql, agg, values.get(agg.name, 'NULL'), person is not None, precomputed)}"
@@ -177,6 +167,40 @@ def build_query(
     aggregated += f" GROUP BY {', '.join(grouped)}" if groups else ""
     query = f"WITH {', '.join(ctes)} {aggregated}" if ctes else aggregated
     return query, sql.params
+
+
+def _grouping(groups: list[str], codes: Mapping[int, str]) -> tuple[list[str], list[str]]:
+    """The GROUP BY columns and the key outputs: bounded_codes' groups, bounded by their keys,
+    are grouped by their codes (output under the group's name)."""
+    grouped = [codes.get(i, name) for i, name in enumerate(groups)]
+    keys = [f"{codes[i]} AS {name}" if i in codes else name for i, name in enumerate(groups)]
+    return grouped, keys
+
+
+#: A binned histogram's outputs per group: its rows, then its bins and their counts (a NULL bin,
+#: a value in no bin, counts among the rows only).
+_BIN_LISTS = (
+    "SUM(__dp_n)",
+    "list(__dp_bin) FILTER (WHERE __dp_bin IS NOT NULL)",
+    "list(__dp_n) FILTER (WHERE __dp_bin IS NOT NULL)",
+)
+
+
+def _binned(
+    sql: SqlBuilder,
+    histogram: ExactAggregate,
+    value: str,
+    *,
+    binned: bool,
+    by: list[str],
+    rows: str,
+) -> str:
+    """The CTE counting the rows of ``rows`` per group (columns ``by``) and bin (``__dp_bin``,
+    ``__dp_n``) of ``histogram`` over the column ``value`` (already its bin when ``binned``)."""
+    bin_sql = value if binned else sql.histogram_bin(histogram, value)
+    columns = ", ".join([*by, f"{bin_sql} AS __dp_bin"])
+    keys = ", ".join([*by, "__dp_bin"])
+    return f"__dp_binned AS (SELECT {columns}, COUNT(*) AS __dp_n FROM {rows} GROUP BY {keys})"
 
 
 def _int64(total: str) -> str:

@@ -34,9 +34,9 @@ def histogram_array(
     """Build the int64 histogram of ``bins`` bins from a mapping bin index -> count (a NULL
     index counts in no bin), or from two lists (bin indices, counts)."""
     array = np.zeros(bins, dtype=np.int64)
-    if isinstance(counts, tuple):
-        index, values = counts
-        array[np.asarray(index, dtype=np.int64)] = np.asarray(values, dtype=np.int64)
+    if counts is not None and not isinstance(counts, Mapping):
+        indices, values = counts
+        array[np.asarray(indices, dtype=np.int64)] = np.asarray(values, dtype=np.int64)
         return array
     for index, count in (counts or {}).items():
         if index is not None:
