@@ -20,7 +20,9 @@ quotes doubled. The query is a pipeline of common table expressions::
     final    one CASE per value (clamp / fill / round half-even to the grid 2**k), GROUP BY,
              exact HUGEINT sums, each group total clamped to int64 (:func:`.grid.clamp_total`)
              in the query, so that results of counts and sums grouped by key codes are
-             fetched as numpy columns (see :func:`columnar`)
+             fetched as numpy columns (see :func:`columnar`); a quantile's histogram instead
+             counts rows per group and bin, then lists each group's bins and counts
+             (:func:`binned_histogram`)
 
 Fixed-point columns (:class:`~dpcurator.query.ir.FixedPointColumn`, from the public bounds) are
 computed once when the table is materialised; a row-level sum of a bare column on the same bounds
