@@ -474,9 +474,11 @@ def test_engine_type_errors_are_backend_errors(
 
 
 def test_a_lone_histogram_is_counted_per_bin() -> None:
-    """Ungrouped plans whose only other aggregates are row counts (quantiles) count rows per bin
-    (the oracle comparisons above then test that path); any other aggregate keeps histogram()."""
-    for plan_id in ("histogram_ungrouped", "histogram_missing", "histogram_empty"):
-        assert "GROUP BY __dp_bin" in build_query(PLANS[plan_id])[0]
-    for plan_id in ("histogram", "count_empty"):
+    """Plans, grouped or not, whose only other aggregates are row counts (quantiles) count rows
+    per group and bin (the oracle comparisons above then test that path); any other aggregate,
+    or a second histogram, keeps histogram()."""
+    for plan_id in ("histogram", "histogram_ungrouped", "histogram_missing", "histogram_empty"):
+        assert "__dp_bin" in build_query(PLANS[plan_id])[0]
+        assert "histogram(" not in build_query(PLANS[plan_id])[0]
+    for plan_id in ("quantile_levels", "quantile_levels_grouped", "count_empty"):
         assert "__dp_bin" not in build_query(PLANS[plan_id])[0]

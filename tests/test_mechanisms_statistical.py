@@ -12,6 +12,7 @@ from scipy import stats
 from dpcurator.mechanisms import (
     KaryRandomizedResponse,
     Laplace,
+    PermuteAndFlip,
     RandomizedResponse,
     exponential_mechanism,
     permute_and_flip,
@@ -62,6 +63,22 @@ def test_permute_and_flip_matches_its_exact_law() -> None:
     assert expected.sum() == pytest.approx(1.0)
     assert chi_square_pvalue(observed, expected) > ALPHA
     for wrong in (0.5, 2.0):
+        assert chi_square_pvalue(observed, permute_and_flip_probabilities(scores, wrong)) < ALPHA
+
+
+def test_seeded_permute_and_flip_selections_follow_its_exact_law() -> None:
+    """Seeded (the release of a seed is what the golden files pin): the one-word coins of
+    PermuteAndFlip.coins give permute-and-flip's exact selection law on candidates whose
+    exponents γ_r = ε·gap_r/2 cover [0, 5] (each coin goes through the float test; its exact
+    fallback is taken about 2^-24 of the time). alpha = ALPHA (1e-6); power: the same draws
+    reject the law at 0.8 and at 1.25 times the scale ε (p-values below 1e-80)."""
+    scores = [0, 2, 3, 5, 5, 6, 9, 10]
+    mechanism = PermuteAndFlip(1.0, 1, len(scores))
+    rng = SeededRng(26)
+    draws = [mechanism.select(scores, rng) for _ in range(10_000)]
+    observed = np.bincount(draws, minlength=len(scores))
+    assert chi_square_pvalue(observed, permute_and_flip_probabilities(scores, 1.0)) > ALPHA
+    for wrong in (0.8, 1.25):
         assert chi_square_pvalue(observed, permute_and_flip_probabilities(scores, wrong)) < ALPHA
 
 

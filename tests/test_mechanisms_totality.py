@@ -28,7 +28,8 @@ from dpcurator.mechanisms import (
     exponential_mechanism,
     permute_and_flip,
 )
-from dpcurator.random import SeededRng, bernoulli_exp
+from dpcurator.random import Rng, SeededRng
+from dpcurator.random.samplers.inversion import bexp_words
 from tests.test_mechanisms import discrete_laplace_tail
 
 VICTIM = 4322
@@ -58,15 +59,15 @@ def test_tiny_epsilon_median_answers_on_d_and_its_neighbour() -> None:
 def _captured_exponents(
     monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]
 ) -> list[Fraction]:
-    """The γ = numerator/denominator of every Bernoulli(exp(-γ)) the selection draws."""
+    """The exact γ = numerator/denominator of every Bernoulli(exp(-γ)) the selection draws."""
     seen: list[Fraction] = []
-    original = bernoulli_exp
+    original = bexp_words
 
-    def spy(rng: object, numerator: object, denominator: int, *rest: object) -> object:
-        seen.extend(Fraction(int(n), denominator) for n in np.atleast_1d(numerator))  # type: ignore[call-overload]
-        return original(rng, numerator, denominator, *rest)  # type: ignore[arg-type]
+    def spy(rng: Rng, x: np.ndarray, exact: Callable[[int], tuple[int, int]]) -> np.ndarray:
+        seen.extend(Fraction(*exact(i)) for i in range(x.size))
+        return original(rng, x, exact)
 
-    monkeypatch.setattr("dpcurator.mechanisms.exponential.bernoulli_exp", spy)
+    monkeypatch.setattr("dpcurator.mechanisms.exponential.bexp_words", spy)
     run()
     return seen
 

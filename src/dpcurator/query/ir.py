@@ -261,14 +261,15 @@ class FixedPointColumn:
 class BinCodeColumn:
     """A column whose fine histogram bins an engine may compute once, when it opens the table.
 
-    Per row: ``floor((clamp(column, lower, upper) - lower) / (upper - lower) * 2**bits)`` (in
-    [0, 2**bits]; NULL where the column is NULL or NaN), with the float operations of a
-    ``histogram``'s bin rule. Scaling by a power of two is exact and floor commutes with it, so
-    the code shifted right by ``bits - b`` is exactly the bin of a histogram of 2**b bins over the
-    same bounds (the code 2**bits of the upper bound becoming the last bin), and likewise the
-    value of the quantile windows' ``floor((x - lower) / (upper - lower) * 2**b)`` clamped to a
-    window inside [0, 2**b) (:mod:`dpcurator.query.plan.quantile`). Bounds are public metadata,
-    so computing the column reads nothing a query would not read.
+    Per row: ``min(floor((clamp(column, lower, upper) - lower) / (upper - lower) * 2**bits),
+    2**bits - 1)`` (in [0, 2**bits); NULL where the column is NULL or NaN), with the float
+    operations of a ``histogram``'s bin rule. Scaling by a power of two is exact and floor
+    commutes with it, so the code divided by 2**(bits - b) is exactly the bin of a histogram of
+    2**b bins over the same bounds (the upper bound in the last bin, as the rule puts it), and
+    likewise the value of the quantile windows' ``floor((x - lower) / (upper - lower) * 2**b)``
+    clamped to a window inside [0, 2**b) (:mod:`dpcurator.query.plan.quantile`: the upper bound's
+    2**b and the code's 2**b - 1 both land in the window's last bin). Bounds are public
+    metadata, so computing the column reads nothing a query would not read.
     """
 
     column: str

@@ -5,9 +5,9 @@ per row instead of scaling and flooring its DOUBLE.
 Two shapes of histogram are recognised, from the plan and the public metadata only:
 
 * a histogram of a bare column over its code column's bounds with 2^b bins (a quantile's first
-  level): bin ``(code >> (bits - b)) - (code >> bits)`` (the upper bound's code 2^bits in the
-  last bin); a fill replaces the NULL code of a NULL or
-  NaN value by the fill's bin;
+  level): bin ``code // 2^(bits - b)`` (a division by a constant, whose result DuckDB knows to
+  lie in [0, 2^b): a small-integer key it groups by a perfect hash); a fill replaces the NULL
+  code of a NULL or NaN value by the fill's bin;
 * a histogram over [0, B] with B = 2^c bins of ``floor((x - lower) / (upper - lower) · 2^m) -
   first`` (a later level's window, :mod:`dpcurator.query.plan.quantile`), or of a CASE choosing
   such a value per group: bin ``(code >> (bits - m)) - first`` clamped to [0, B - 1] (NULL kept).
@@ -15,9 +15,9 @@ Two shapes of histogram are recognised, from the plan and the public metadata on
 Both equal the plan's own bins exactly (:class:`~dpcurator.query.ir.BinCodeColumn`: the scaled
 value times a power of two is exact, floor commutes with it). In the second, a value below the
 bounds has a negative fine bin (its code is 0) and one above a fine bin of 2^m or more (its code
-is 2^bits): since the window lies within [0, 2^m), both land in its first or last bin either
-way. The code column is read only where the rows are not bounded by the query itself (which
-hashes the aggregated values: they stay the plan's own).
+is 2^bits - 1, like the upper bound's): since the window lies within [0, 2^m), both land in its
+first or last bin either way. The code column is read only where the rows are not bounded by
+the query itself (which hashes the aggregated values: they stay the plan's own).
 """
 
 from __future__ import annotations
@@ -75,8 +75,7 @@ def _first_level(sql: SqlBuilder, agg: ExactAggregate, codes: BinCodes) -> str |
         return None
     if exponent > spec.bits:
         return None
-    code = quote(column)  # minus 1 for the code 2^bits alone (least() would make NULL a bin)
-    shifted = f"(({code} >> {spec.bits - exponent}) - ({code} >> {spec.bits}))"
+    shifted = f"({quote(column)} // {2 ** (spec.bits - exponent)})"
     if agg.fill is None:
         return shifted
     return f"COALESCE({shifted}, {sql.literal(bin_index(agg, float(agg.fill)))})"

@@ -66,21 +66,32 @@ class Hidden:
 
 
 def binned_histogram(plan: AggregatePlan) -> ExactAggregate | None:
-    """The histogram of an ungrouped plan whose other aggregates are row counts (a quantile's
-    plan), which the query computes as rows (bin, count) instead of one histogram() value; or
-    None. :func:`unbin` turns those rows back into the plan's one result row."""
+    """The histogram of a plan whose other aggregates are row counts (a quantile's plan, grouped
+    or not), which the query counts by ``GROUP BY group..., bin`` and returns per group as two
+    lists (bins, counts) instead of one histogram() value; or None. :func:`unbin` turns those
+    rows back into the plan's rows.
+
+    DuckDB's histogram() builds a map per group and hands it to Python as a dict: measured at
+    10^6 rows, 1,000 groups and 1,024 bins (``benchmarks/quantile_speed.py``'s grouped median),
+    about 3.3 s of CPU against 0.6 s for the grouped count and the two lists."""
     histograms = [agg for agg in plan.aggregates if agg.kind == "histogram"]
     others = [agg for agg in plan.aggregates if agg.kind != "histogram"]
-    if plan.group_by or len(histograms) != 1 or any(agg.kind != "count" for agg in others):
+    if len(histograms) != 1 or any(agg.kind != "count" for agg in others):
         return None
     return histograms[0]
 
 
 def unbin(plan: AggregatePlan, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """The result row ``(rows, aggregate...)`` of a :func:`binned_histogram` plan."""
-    total = sum(int(count) for _, count in rows)
-    counts = dict(rows)
-    return [(total, *(counts if agg.kind == "histogram" else total for agg in plan.aggregates))]
+    """The result rows ``(group..., rows, aggregate...)`` of a :func:`binned_histogram` plan from
+    its query's rows ``(group..., rows, bins, counts)`` (NULL total and lists: no row)."""
+    width = len(plan.group_by)
+    unbinned = []
+    for row in rows:
+        total = int(row[width] or 0)
+        histogram = (row[width + 1] or [], row[width + 2] or [])
+        values = [histogram if agg.kind == "histogram" else total for agg in plan.aggregates]
+        unbinned.append((*row[:width], total, *values))
+    return unbinned
 
 
 def counts_whole_table(plan: AggregatePlan) -> bool:

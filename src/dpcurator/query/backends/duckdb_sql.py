@@ -281,13 +281,14 @@ class SqlBuilder:
 
     def bin_code(self, spec: BinCodeColumn, column: str) -> str:
         """The SQL of a bin-code column (see :class:`~dpcurator.query.ir.BinCodeColumn`): the
-        bin rule's scaled value times 2**bits (a double: exactly), floored, as an INTEGER."""
+        bin rule's scaled value times 2**bits (a double: exactly), floored, at most 2**bits - 1,
+        as an INTEGER."""
         agg = ExactAggregate("", "histogram", Col(spec.column), spec.lower, spec.upper)
-        top = float(2**spec.bits)
+        top = float(2**spec.bits - 1)
         value = self.clamped(
             agg,
             column,
-            lambda v: f"floor({self._scaled(agg, v, self.literal(top))})",
+            lambda v: f"least(floor({self._scaled(agg, v, self.literal(top + 1))}), {top})",
             lambda x: self.literal(0.0 if x == spec.lower else top),
         )
         return f"TRY_CAST({value} AS INTEGER)"

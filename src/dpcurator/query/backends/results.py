@@ -27,9 +27,17 @@ def empty_values(plan: AggregatePlan) -> dict[str, object]:
     }
 
 
-def histogram_array(bins: int, counts: Mapping[object, object] | None) -> np.ndarray:
-    """Build the int64 histogram of ``bins`` bins from a mapping bin index -> count."""
+def histogram_array(
+    bins: int,
+    counts: Mapping[object, object] | tuple[Sequence[int], Sequence[int]] | None,
+) -> np.ndarray:
+    """Build the int64 histogram of ``bins`` bins from a mapping bin index -> count (a NULL
+    index counts in no bin), or from two lists (bin indices, counts)."""
     array = np.zeros(bins, dtype=np.int64)
+    if counts is not None and not isinstance(counts, Mapping):
+        indices, values = counts
+        array[np.asarray(indices, dtype=np.int64)] = np.asarray(values, dtype=np.int64)
+        return array
     for index, count in (counts or {}).items():
         if index is not None:
             array[int(index)] = int(count)  # type: ignore[call-overload]
