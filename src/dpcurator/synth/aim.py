@@ -79,7 +79,7 @@ ALPHA = Fraction(9, 10)
 #: 30-37 ns of CPU per junction-tree cell (salary, 0.5 to 8.3 million cells, 2026-11-28), so a
 #: model at the limit takes about 40-50 s for the final 1000 iterations and 4-5 s for a round's
 #: 100. mbi's reference limit of 80 MB let salary at ε = 10 reach an 8.3-million-cell model
-#: whose final fit alone took about 5 min (docs/synthetic.md). It is public, as is every size.
+#: whose final 1000-iteration fit alone needs about 5 min (docs/synthetic.md). Public.
 DEFAULT_MAX_MODEL_SIZE = 10.0
 
 
