@@ -5,13 +5,18 @@ tests/test_synth_synthesizers.py."""
 from __future__ import annotations
 
 import itertools
+from fractions import Fraction
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import dpcurator as dpc
+from dpcurator.accounting import PrivacyFilter, ZCDPAccountant
+from dpcurator.core.measures import ZCDP
+from dpcurator.random import SeededRng
 from dpcurator.synth import _mbi
-from dpcurator.synth.aim import _scored, candidates_of
+from dpcurator.synth.aim import _scored, aim, candidates_of
 from dpcurator.synth.domain import SynthDomain
 
 pytest.importorskip("mbi")
@@ -69,3 +74,44 @@ def test_aim_size_check_shortcut_allows_what_the_full_check_allows(fitted: objec
     allowed, _ = _scored(domain, weights, exact, beliefs, list(CLIQUES), limit=limit, bias=0.0)
     assert set(allowed) == {r for r, size in sizes.items() if size <= limit}
     assert 0 < len(allowed) < len(weights)
+
+
+def test_aim_never_selects_a_candidate_over_its_model_size_limit() -> None:
+    """AIM's Algorithm 1 size rule, end to end: every 2-way candidate selected keeps the
+    model's junction tree within (ρ spent before the round / ρ)·max_model_size (only 1-way
+    candidates, which leave the tree unchanged, may be taken when none fits). The columns are
+    noisy copies of one latent code (declared seed 11), so the 2-way marginals are what the
+    model fits worst and the limit binds in some rounds (checked)."""
+    sizes = dict.fromkeys("abcdef", 8)
+    meta = dpc.Metadata.from_dict(
+        {
+            "table": "t",
+            "columns": {c: {"type": "int", "keys": list(range(n))} for c, n in sizes.items()},
+        }
+    )
+    gen = np.random.default_rng(11)
+    latent = gen.integers(0, 8, 2000)
+    frame = pd.DataFrame({c: (latent + gen.integers(0, 2, 2000)) % 8 for c in sizes})
+    session = dpc.Session.from_data(
+        frame, metadata=meta, budget_filter=PrivacyFilter(ZCDP(1), ZCDPAccountant())
+    )
+    rho, limit_mb = Fraction(1), 400 * 8 / 2**20  # 400 cells: a few 2-way cliques at most
+    result = aim(
+        session, rho=rho, max_model_size=limit_mb, rng=SeededRng(3), iters=20, round_iters=20
+    )
+    domain = SynthDomain.from_metadata(meta)
+    spent, measured, binding = Fraction(0), [], 0
+    for step in result.steps:
+        if step.kind == "select":
+            limit = float(spent / rho) * limit_mb
+            size = _mbi.model_size_mb(domain, [*measured, step.clique])
+            assert size <= limit or len(step.clique) == 1, (step.clique, size, limit)
+            binding += any(
+                _mbi.model_size_mb(domain, [*measured, pair]) > limit
+                for pair in itertools.combinations(sizes, 2)
+            )
+        else:
+            measured.append(step.clique)
+        spent += step.cost
+    assert binding > 0
+    assert sum(step.kind == "select" and len(step.clique) == 2 for step in result.steps) > 0

@@ -164,23 +164,36 @@ class Beliefs:
         self, node: Clique, parent: Clique | None, nodes: set[Clique], query: set[str]
     ) -> tuple[Clique, npt.NDArray[np.float64]]:
         """``node``'s factor towards ``parent``: P(query columns of its subtree | separator)
-        over the separator and those columns (at the root, parent None: their counts)."""
-        operands = [(node, self.tables[node])]
+        over the separator and those columns (at the root, parent None: their counts).
+
+        The node's table is first summed to the columns that matter (the query's and those it
+        shares with a neighbour in ``nodes``): by the running intersection property no other
+        factor of the subtree holds the others, so this is exact, and a large node is read
+        once instead of being multiplied out against every child's message (AIM's scoring of
+        a round on salary with a 491,028-cell model: 1.5-2.0 s of CPU before, 0.5 s after).
+        The factors are then multiplied one at a time, each column summed out once no factor
+        left holds it."""
+        children = [c for c in self.tree.neighbors(node) if c in nodes and c != parent]
+        linked = set().union(*(set(c) for c in children), set(parent or ()))
+        needed = tuple(c for c in node if c in query or c in linked)
+        columns, table = needed, _sum_to(self.tables[node], node, needed)
         if parent is not None:
             separator = tuple(c for c in node if c in parent)
-            below = _sum_to(self.tables[node], node, separator)
-            safe = np.where(below > 0, below, 1.0)
-            operands.append((separator, np.where(below > 0, 1.0 / safe, 0.0)))
-        for child in self.tree.neighbors(node):
-            if child in nodes and child != parent:
-                operands.append(self._message(child, node, nodes, query))
-        covered = sorted(set().union(*(set(columns) for columns, _ in operands)))
-        keep = tuple(c for c in covered if c in query or (parent is not None and c in parent))
-        label = {c: i for i, c in enumerate(covered)}
-        arguments: list[Any] = []
-        for columns, table in operands:
-            arguments += [table, [label[c] for c in columns]]
-        return keep, np.einsum(*arguments, [label[c] for c in keep], optimize=True)
+            below = _aligned(_sum_to(table, columns, separator), separator, columns)
+            table = np.divide(table, below, out=np.zeros_like(table), where=below > 0)
+        messages = [self._message(child, node, nodes, query) for child in children]
+        outward = set(query) | set(parent or ())
+        for i, (child_columns, child_table) in enumerate(messages):
+            later = set().union(*(set(c) for c, _ in messages[i + 1 :]))
+            joint = tuple(dict.fromkeys((*columns, *child_columns)))
+            kept = tuple(c for c in joint if c in outward or c in later)
+            label = {c: k for k, c in enumerate(joint)}
+            operands: list[Any] = [table, [label[c] for c in columns], child_table]
+            operands += [[label[c] for c in child_columns], [label[c] for c in kept]]
+            table = np.einsum(*operands)
+            columns = kept
+        keep = tuple(c for c in columns if c in outward)
+        return keep, _sum_to(table, columns, keep)
 
 
 def _aligned(

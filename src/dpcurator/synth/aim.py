@@ -8,8 +8,10 @@ downward closure as candidates, each candidate r weighted w_r = Σ_{s∈W} |r �
 * T = 16d, α = 0.9: a measurement spends ρ_m = αρ/T (discrete Gaussian, L2 sensitivity r·sqrt(g))
   and a selection ε = sqrt(8(1-α)ρ/T) (exponential mechanism, ε²/8-zCDP);
 * first every 1-way marginal is measured; then each round keeps the candidates whose model
-  stays within ``max_model_size`` MB scaled by the share of ρ spent, selects one by the
-  exponential mechanism on w_r·(‖M_r(D) - M_r(model)‖₁ - sqrt(2/π)·σ·n_r) (sensitivity
+  stays within ``max_model_size`` MB (mbi's size: 8 bytes a junction-tree cell) scaled by the
+  share of ρ spent (Algorithm 1's filter: public sizes and the ρ spent so far, itself a
+  function of earlier releases, so free), selects one by the exponential mechanism on
+  w_r·(‖M_r(D) - M_r(model)‖₁ - sqrt(2/π)·σ·n_r) (sensitivity
   max w·r·g), measures it and refits the model (warm start); when the refit moves that marginal
   by at most sqrt(2/π)·σ·n_r in L1, ρ_m is multiplied by 4 and ε by 2 (annealing);
 * when what is left is below twice one round's cost, the last round spends it all (ρ_m = α·rest,
@@ -72,8 +74,13 @@ from dpcurator.synth.mst import positive_rho
 
 #: AIM's share of each round spent on measurement.
 ALPHA = Fraction(9, 10)
-#: mbi model size limit (MB) of the reference implementation.
-DEFAULT_MAX_MODEL_SIZE = 80.0
+#: The model size limit (MB of float64 junction-tree cells, mbi's measure; 10 MB is 1,310,720
+#: cells), set from the fit's time per cell: a numpy mirror-descent iteration costs about
+#: 30-37 ns of CPU per junction-tree cell (salary, 0.5 to 8.3 million cells, 2026-11-28), so a
+#: model at the limit takes about 40-50 s for the final 1000 iterations and 4-5 s for a round's
+#: 100. mbi's reference limit of 80 MB let salary at ε = 10 reach an 8.3-million-cell model
+#: whose final 1000-iteration fit alone needs about 5 min (docs/synthetic.md). Public.
+DEFAULT_MAX_MODEL_SIZE = 10.0
 
 
 def aim_round_rho(rho: Fraction, columns: int) -> Fraction:
