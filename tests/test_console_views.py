@@ -35,7 +35,9 @@ METADATA = {
 }
 TWO_WAY = "SELECT sex, region, COUNT(*) AS n FROM people GROUP BY sex, region"
 BINS = ["<20", "[20,40)", "[40,60)", "[60,80)", ">=80"]
-RAW_FLOAT = re.compile(r"\d\.\d{5,}|\d{9,}")  # more digits than any stated precision gives
+#: More digits than any stated precision gives: five or more significant digits after the point
+#: (leading zeros are not significant: a p-value of 0.02413 has four), or nine in a row.
+RAW_FLOAT = re.compile(r"\.0*[1-9]\d{4,}|\d{9,}")
 
 
 @dataclass
