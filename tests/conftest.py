@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.spark_cluster import SparkCluster, start_cluster
+from tests.xdist_groups import ModuleGroupScheduling, check_marks
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("DPCURATOR_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
@@ -76,13 +77,23 @@ def spark_cluster() -> Iterator[SparkCluster]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadgroup`` that keeps each ``xdist_group`` on one worker (see
+    :mod:`tests.xdist_groups`); any other mode is xdist's own."""
+    if config.getvalue("dist") == "loadgroup":
+        return ModuleGroupScheduling(config, log)
+    return None
+
+
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Modules holding a ``slow`` test first, each module's tests together and in their order.
 
     Under ``pytest -n 2 --dist loadgroup`` xdist hands out the ``xdist_group`` groups first
     (largest first), then single tests in this order as each worker runs low: the long tests
     start early and the run ends on short ones, so the two workers finish close together.
     """
+    check_marks(config.rootpath, items)
     heavy = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in heavy)
