@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
+import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.spark_cluster import SparkCluster, start_cluster
+from tests.xdist_groups import ModuleGroupScheduling, check_marks
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("DPCURATOR_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
@@ -41,9 +46,54 @@ def _collect_spark_sockets(request: pytest.FixtureRequest) -> Iterator[None]:
     garbage collector they warn (unclosed socket) inside whichever later test happens to collect
     them, which the suite's warnings-as-errors turns into that test's failure. Only Spark tests
     are collected this way, so a socket leaked by any other test still fails where it leaks.
+    The standalone cluster's tests (marker ``spark_cluster``) are not: their Spark drivers run in
+    other processes, the test process opens no py4j connection, and a collection after each of
+    them (about a second on the suite's heap) would only hide a leak of their own.
     """
     yield
-    if request.node.get_closest_marker("spark") or "spark" in request.fixturenames:
+    node = request.node
+    if node.get_closest_marker("spark_cluster"):
+        return
+    if node.get_closest_marker("spark") or "spark" in request.fixturenames:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResourceWarning)
             gc.collect()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster() -> Iterator[SparkCluster]:
+    """One standalone Spark cluster (master, two workers, Connect server) for the test session
+    (:mod:`tests.spark_cluster`). Defined here, once: a fixture imported into two test modules
+    is two fixtures, and each would start its own cluster."""
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None and "JAVA_HOME" not in os.environ:
+        pytest.fail("Java 17 is needed for the Spark cluster tests (see scripts/).")
+    root = Path(tempfile.mkdtemp(prefix="dpcurator-spark-cluster-")).resolve()
+    cluster = start_cluster(root)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadgroup`` that keeps each ``xdist_group`` on one worker (see
+    :mod:`tests.xdist_groups`); any other mode is xdist's own."""
+    if config.getvalue("dist") == "loadgroup":
+        return ModuleGroupScheduling(config, log)
+    return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules holding a ``slow`` test first, each module's tests together and in their order.
+
+    Under ``pytest -n 2 --dist loadgroup`` xdist hands out the ``xdist_group`` groups first
+    (largest first), then single tests in this order as each worker runs low: the long tests
+    start early and the run ends on short ones, so the two workers finish close together.
+    """
+    check_marks(config.rootpath, items)
+    heavy = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in heavy)

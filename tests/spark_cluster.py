@@ -18,15 +18,12 @@ import contextlib
 import json
 import os
 import pickle
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -306,18 +303,3 @@ def run_drivers(cluster: SparkCluster, modes: tuple[str, ...]) -> dict[str, obje
         with output.open("rb") as handle:
             results[mode] = pickle.load(handle)  # written by our own driver just now
     return results
-
-
-@pytest.fixture(scope="session")
-def spark_cluster() -> Iterator[SparkCluster]:
-    """One standalone cluster (master, two workers, Connect server) for the test session."""
-    pytest.importorskip("pyspark")
-    if shutil.which("java") is None and "JAVA_HOME" not in os.environ:
-        pytest.fail("Java 17 is needed for the Spark cluster tests (see scripts/).")
-    root = Path(tempfile.mkdtemp(prefix="dpcurator-spark-cluster-")).resolve()
-    cluster = start_cluster(root)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)

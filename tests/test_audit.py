@@ -158,7 +158,9 @@ def test_tree_user_level_audit_respects_claim_and_flags_event_level_noise() -> N
 
 # -- private multiplicative weights (dpcurator.interactive.pmw) ----------------------------------
 
-PMW_REPS = 40_000
+#: Enough for the power check with a wide margin: the halved-noise curator's bound was 1.69,
+#: 1.72 and 1.75 in three unseeded runs at this count (claim 1.0; 1.82 at twice the count).
+PMW_REPS = 10_000
 
 
 def _pmw_after_start(frame: pd.DataFrame, threshold: float) -> PrivateMultiplicativeWeights:
@@ -210,6 +212,7 @@ def audit_pmw(broken: bool) -> float:
     return epsilon_lower_bound(statistics(neighbour), statistics(start))
 
 
+@pytest.mark.slow
 def test_pmw_audit_respects_claim_and_flags_half_update_noise() -> None:
     assert audit_pmw(broken=False) <= EPSILON
     assert audit_pmw(broken=True) > EPSILON

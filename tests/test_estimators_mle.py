@@ -198,6 +198,7 @@ def test_mixture_blocks_are_large_enough_to_be_unbiased() -> None:
     np.testing.assert_allclose(np.mean(fits, axis=0), MIXTURE, atol=0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.statistical
 def test_mixture_interval_covers_the_true_parameters() -> None:
     """Noise + sampling interval at ε = 20, n = 10^4: per coordinate, coverage >= 0.95 - 0.07 by

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 import dpcurator as dpc
 from tests.service_fixtures import free_port
@@ -98,6 +99,7 @@ def test_serve_exits_cleanly_when_interrupted() -> None:
     _no_leak_lines(stderr)
 
 
+@pytest.mark.slow
 def test_a_test_process_that_collects_every_module_exits_cleanly() -> None:
     """pytest collecting the whole suite but running one DuckDB test (as a pytest-xdist worker
     does when the other worker runs the rest) exits with no leak lines. It printed one block

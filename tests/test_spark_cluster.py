@@ -17,13 +17,7 @@ from dpcurator.errors import ENGINE_FAILURE_MESSAGE
 from tests import spark_cluster_driver as driver
 from tests.conformance_cases import load_tables
 from tests.conftest import SHARED_DATA
-from tests.spark_cluster import (  # noqa: F401 (the spark_cluster fixture)
-    CLASSIC_APP,
-    CONNECT_APP,
-    SparkCluster,
-    run_drivers,
-    spark_cluster,
-)
+from tests.spark_cluster import CLASSIC_APP, CONNECT_APP, SparkCluster, run_drivers
 
 pytestmark = [
     pytest.mark.spark,
@@ -42,7 +36,7 @@ def oracle() -> dict[str, object]:
 
 @pytest.fixture(scope="session")
 def on_cluster(
-    spark_cluster: SparkCluster,  # noqa: F811
+    spark_cluster: SparkCluster,
 ) -> dict[str, dict[str, object]]:
     """Every case's outcome through each kind of driver (each run once, on first use)."""
     return run_drivers(spark_cluster, MODES)  # type: ignore[return-value]
@@ -66,7 +60,7 @@ def test_engine_text_stays_on_the_cluster_side(
 
 
 def test_jobs_ran_on_the_cluster(
-    spark_cluster: SparkCluster,  # noqa: F811
+    spark_cluster: SparkCluster,
     on_cluster: dict[str, dict[str, object]],
 ) -> None:
     """Both workers are registered, the classic driver was an application of this master (now

@@ -27,10 +27,7 @@ from tests.neighbour_queries import Neighbour, demo_frame, differences, failure_
 from tests.neighbour_service import DATASET, ServedTable
 from tests.neighbour_sql import NeighbourQuery
 from tests.service_fixtures import LiveServer
-from tests.spark_cluster import (  # noqa: F401 (the spark_cluster fixture)
-    SparkCluster,
-    spark_cluster,
-)
+from tests.spark_cluster import SparkCluster
 from tests.test_neighbours import FINDINGS, SERVED_NEIGHBOURS
 
 pytestmark = [
@@ -104,7 +101,7 @@ class SparkServedTable(ServedTable):
 @pytest.fixture(scope="module", params=["classic", "connect"])
 def served(
     request: pytest.FixtureRequest,
-    spark_cluster: SparkCluster,  # noqa: F811
+    spark_cluster: SparkCluster,
 ) -> Iterator[SparkServedTable]:
     """The demo table served on the cluster, by a classic driver and by a Connect client."""
     with SparkServedTable(demo_frame(), spark_cluster, request.param) as table:
@@ -189,7 +186,7 @@ def test_registration_refusals_show_nothing_of_the_engine(served: SparkServedTab
 
 @pytest.fixture(scope="module")
 def neighbours_served(
-    spark_cluster: SparkCluster,  # noqa: F811
+    spark_cluster: SparkCluster,
 ) -> Iterator[dict[Neighbour | None, SparkServedTable]]:
     """D and each of SERVED_NEIGHBOURS, each served by its own Spark Connect server process."""
     tables: dict[Neighbour | None, pd.DataFrame] = {None: demo_frame()}
