@@ -17,7 +17,7 @@ from dpcurator.mechanisms import (
     exponential_mechanism,
     permute_and_flip,
 )
-from dpcurator.random import SecureRng, SeededRng
+from dpcurator.random import SeededRng
 from tests.stat_tools import ALPHA, chi_square_pvalue
 
 pytestmark = pytest.mark.statistical
@@ -31,7 +31,7 @@ def softmax_probabilities(scores: list[int], epsilon: float, sensitivity: int) -
 def test_exponential_mechanism_matches_softmax() -> None:
     scores = [0, 1, 2, 4, 4, 7]
     n = 400_000
-    draws = exponential_mechanism(scores, epsilon=1.0, sensitivity=1, rng=SecureRng(), size=n)
+    draws = exponential_mechanism(scores, epsilon=1.0, sensitivity=1, rng=SeededRng(201), size=n)
     observed = np.bincount(draws, minlength=len(scores))
     assert chi_square_pvalue(observed, softmax_probabilities(scores, 1.0, 1)) > ALPHA
     # power: the same sample rejects epsilon off by 10% either way
@@ -55,7 +55,7 @@ def permute_and_flip_probabilities(scores: list[int], epsilon: float) -> np.ndar
 
 def test_permute_and_flip_matches_its_exact_law() -> None:
     scores = [0, 2, 3, 5, 5]
-    rng = SecureRng()
+    rng = SeededRng(202)
     n = 20_000
     draws = np.array([permute_and_flip(scores, epsilon=1.0, rng=rng) for _ in range(n)])
     observed = np.bincount(draws, minlength=len(scores))
@@ -88,7 +88,7 @@ def test_randomized_response_flip_rate_is_exact(epsilon: float) -> None:
     n = 1_000_000
     truth = np.zeros(n, dtype=bool)
     truth[: n // 3] = True
-    reports = mech.randomize(truth, rng=SecureRng())
+    reports = mech.randomize(truth, rng=SeededRng(203))
     kept = int(np.sum(reports == truth))
     p = float(mech.truth_probability)
     assert stats.binomtest(kept, n, p).pvalue > ALPHA
@@ -100,7 +100,7 @@ def test_randomized_response_flip_rate_is_exact(epsilon: float) -> None:
 def test_kary_randomized_response_spreads_uniformly_over_other_categories() -> None:
     mech = KaryRandomizedResponse(1.0, 5)
     n = 500_000
-    reports = mech.randomize(np.full(n, 2), rng=SecureRng())
+    reports = mech.randomize(np.full(n, 2), rng=SeededRng(204))
     observed = np.bincount(reports, minlength=5)
     p, q = float(mech.truth_probability), float(mech.other_probability)
     expected = np.array([q, q, p, q, q])
@@ -127,7 +127,7 @@ def test_kary_estimator_confidence_interval_covers_at_nominal_rate() -> None:
 def test_laplace_float_noise_has_the_discrete_law_on_its_grid() -> None:
     mech = Laplace(Fraction(3, 2))
     n = 400_000
-    out = mech.release_floats(np.zeros(n), rng=SecureRng())
+    out = mech.release_floats(np.zeros(n), rng=SeededRng(205))
     # Scale 1.5: the grid is 2^-30, so noise in grid units is discrete Laplace(1.5 * 2^30);
     # bucket it into unit-width cells and compare with the Laplace(1.5) cell probabilities.
     edges = np.arange(-15, 16, dtype=float)

@@ -1,9 +1,11 @@
 """Tests of the exact samplers (dpcurator.random.samplers).
 
-Distributional tests (marker ``statistical``) compare ~10^6 draws from the real SecureRng with the
-exact pmf, computed independently in mpmath at 40 digits, by a chi-square test over cells with
-merged tails (every merged cell expects >= 5 counts) at alpha = 1e-6 per test; the same sample must
-then be REJECTED against the pmf with the scale (or σ) multiplied by 0.9 and by 1.1 (power check).
+Distributional tests (marker ``statistical``) compare ~10^6 draws from a seeded ChaCha20 stream
+(SeededRng: the production generator's construction with a fixed key, so every run draws the same
+sample) with the exact pmf, computed independently in mpmath at 40 digits, by a chi-square test
+over cells with merged tails (every merged cell expects >= 5 counts) at alpha = 1e-6 per test; the
+same sample must then be REJECTED against the pmf with the scale (or σ) multiplied by 0.9 and by
+1.1 (power check).
 Bernoulli samplers use an exact binomial test.
 """
 
@@ -23,7 +25,6 @@ from scipy import stats
 from dpcurator.errors import ParameterError
 from dpcurator.random import (
     Rng,
-    SecureRng,
     SeededRng,
     bernoulli_exp,
     bernoulli_rational,
@@ -137,7 +138,7 @@ def binomial_pvalue(successes: int, trials: int, p: mpmath.mpf) -> float:
     ],
 )
 def test_discrete_laplace_matches_exact_pmf(scale: float | Fraction) -> None:
-    sample = discrete_laplace(SecureRng(), scale, N)
+    sample = discrete_laplace(SeededRng(301), scale, N)
     width = math.ceil(float(scale) * (math.log(N) + 2))
     exact = Fraction(scale)
     assert_fits_and_has_power(
@@ -147,8 +148,8 @@ def test_discrete_laplace_matches_exact_pmf(scale: float | Fraction) -> None:
 
 def test_tiny_laplace_scale_gives_zeros() -> None:
     # P[X != 0] = 2q/(1+q), q = e^-1000: exactly zero in any feasible sample.
-    assert not discrete_laplace(SecureRng(), 1e-3, 10_000).any()
-    assert not discrete_laplace(SecureRng(), Fraction(1, 2**70), 10_000).any()
+    assert not discrete_laplace(SeededRng(302), 1e-3, 10_000).any()
+    assert not discrete_laplace(SeededRng(303), Fraction(1, 2**70), 10_000).any()
 
 
 def test_laplace_scale_rounding_is_upward_and_tiny() -> None:
@@ -169,7 +170,7 @@ def test_laplace_scale_rounding_is_upward_and_tiny() -> None:
 @pytest.mark.statistical
 @pytest.mark.parametrize("sigma", [Fraction(1, 3), 0.3, 1, Fraction(7, 3), 3.7, 10, 1000])
 def test_discrete_gaussian_matches_exact_pmf(sigma: float | Fraction) -> None:
-    sample = discrete_gaussian(SecureRng(), sigma, N)
+    sample = discrete_gaussian(SeededRng(304), sigma, N)
     width = math.ceil(float(sigma) * math.sqrt(2 * math.log(N)) + 2)
     exact = Fraction(sigma)
     assert_fits_and_has_power(
@@ -183,7 +184,7 @@ def test_discrete_gaussian_large_sigma(sigma: float) -> None:
     # For σ >= 10^6 the exact CDF is replaced by the rounded continuous normal,
     # P[X <= x] ≈ Φ((x + 1/2)/σ), whose pmf differs from the discrete Gaussian's by a relative
     # O(1/σ²) <= 1e-12: far below what 10^6 draws can detect.
-    sample = discrete_gaussian(SecureRng(), sigma, N)
+    sample = discrete_gaussian(SeededRng(305), sigma, N)
     width = math.ceil(sigma * 5.2)
 
     def cdf_of(factor: float) -> Callable[[int], mpmath.mpf]:
@@ -196,7 +197,7 @@ def test_discrete_gaussian_large_sigma(sigma: float) -> None:
 def test_tiny_sigma_runs_the_exact_path() -> None:
     # 2σ² underflows float64: every draw is decided in Python integers (and is 0: P[x != 0] is
     # about exp(-2^1199)).
-    sample = discrete_gaussian(SecureRng(), Fraction(1, 2**600), 100)
+    sample = discrete_gaussian(SeededRng(306), Fraction(1, 2**600), 100)
     assert sample.tolist() == [0] * 100
 
 
@@ -206,7 +207,7 @@ def test_scalar_python_paths_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     # path for whole samples and check it against the exact pmfs too.
     monkeypatch.setattr(laplace, "_SCALAR_MAX", 10**9)
     monkeypatch.setattr(gaussian, "_SCALAR_MAX", 10**9)
-    rng = SecureRng()
+    rng = SeededRng(307)
     n = 60_000
     sample = discrete_laplace(rng, 10, n)
     assert_fits_and_has_power(sample, cells(-150, 150), lambda f: laplace_cdf(10 * Fraction(f)))
@@ -242,7 +243,7 @@ def test_small_batches_are_seeded_and_typed() -> None:
 )
 def test_geometric_matches_exact_pmf(numerator: int, denominator: int, n: int) -> None:
     # The last case has t = 2^62 - 1, so U + t·V leaves int64 whenever V >= 2 (exact Python path).
-    sample = geometric(SecureRng(), numerator, denominator, n)
+    sample = geometric(SeededRng(308), numerator, denominator, n)
     gamma = Fraction(numerator, denominator)
     top = math.ceil((math.log(n) + 2) / gamma)
     assert_fits_and_has_power(sample, cells(0, top), lambda f: geometric_cdf(gamma / Fraction(f)))
@@ -256,7 +257,7 @@ def test_geometric_matches_exact_pmf(numerator: int, denominator: int, n: int) -
     "gamma", [Fraction(0), Fraction(1, 10), Fraction(1), Fraction(5, 2), Fraction(40)]
 )
 def test_bernoulli_exp_exact_probability(gamma: Fraction) -> None:
-    trials = bernoulli_exp(SecureRng(), gamma.numerator, gamma.denominator, N)
+    trials = bernoulli_exp(SeededRng(309), gamma.numerator, gamma.denominator, N)
     assert trials.dtype == np.bool_
     assert trials.shape == (N,)
     successes = int(trials.sum())
@@ -274,7 +275,7 @@ def test_bernoulli_exp_exact_probability(gamma: Fraction) -> None:
 
 @pytest.mark.statistical
 def test_bernoulli_exp_arrays_and_large_denominators() -> None:
-    rng = SecureRng()
+    rng = SeededRng(310)
     # per-element numerators and denominators (broadcast), including denominators near 2^63 for
     # which den·k leaves 64 bits in the chain (split into Bernoulli(r/den)·Bernoulli(1/k))
     cases = [(1, 3), (7, 2), (3 * 2**60 + 1, 2**62 - 1), (2**62, 2**63 - 1), (10**18, 10**17 + 3)]
@@ -298,7 +299,7 @@ def test_bernoulli_exp_arrays_and_large_denominators() -> None:
 
 
 def test_bernoulli_exp_huge_gamma_is_fast_and_false() -> None:
-    trials = bernoulli_exp(SecureRng(), 2**63 - 1, 1, 100_000)
+    trials = bernoulli_exp(SeededRng(311), 2**63 - 1, 1, 100_000)
     assert not trials.any()
 
 
@@ -318,7 +319,7 @@ def test_bernoulli_exp_shapes() -> None:
 @pytest.mark.statistical
 @pytest.mark.parametrize(("numerator", "denominator"), [(1, 3), (10**30, 3 * 10**30 + 7)])
 def test_bernoulli_rational_exact_probability(numerator: int, denominator: int) -> None:
-    trials = bernoulli_rational(SecureRng(), numerator, denominator, N)
+    trials = bernoulli_rational(SeededRng(312), numerator, denominator, N)
     successes = int(trials.sum())
     p = MPF(numerator) / denominator
     assert binomial_pvalue(successes, N, p) > ALPHA
@@ -358,7 +359,7 @@ def test_rational_trials_redraw_rejected_words() -> None:
 
 
 def test_python_fallback_agrees_with_vectorised_bernoulli_exp() -> None:
-    rng = SecureRng()
+    rng = SeededRng(313)
     n = 20_000
     for num, den in [(1, 2), (5, 2), (2**70 + 1, 2**69)]:
         successes = sum(bernoulli._bexp_python(rng, num, den) for _ in range(n))
