@@ -227,7 +227,7 @@ def test_dp_bounds_spend_budget_and_update_metadata(pums: Path, shared_data: Pat
 
 
 # ----------------------------------------------------------------------------------------------
-# Statistical tests (alpha = 1e-6 each, with power checks), real SecureRng.
+# Statistical tests (alpha = 1e-6 each, with power checks), seeded.
 
 COUNTS_PER_QUERY = 50
 QUERIES = 120
