@@ -358,15 +358,6 @@ def test_rational_trials_redraw_rejected_words() -> None:
     assert out.tolist() == [True]
 
 
-def test_python_fallback_agrees_with_vectorised_bernoulli_exp() -> None:
-    rng = SeededRng(313)
-    n = 20_000
-    for num, den in [(1, 2), (5, 2), (2**70 + 1, 2**69)]:
-        successes = sum(bernoulli._bexp_python(rng, num, den) for _ in range(n))
-        p = mpmath.exp(-MPF(num) / den)
-        assert binomial_pvalue(successes, n, p) > ALPHA
-
-
 # -- plumbing: determinism, shapes, size 0, parameter errors ---------------------------------------
 
 

@@ -1,7 +1,7 @@
 """Exact Bernoulli trials, the primitives of every other sampler (CKS20 Algorithm 1).
 
 P[True] = n/d for integers n and d (:func:`bernoulli_rational`, and the rational trials below),
-and P[True] = exp(-γ) for a rational γ >= 0 (:func:`bernoulli_exp`, :func:`bernoulli_exp_exact`),
+and P[True] = exp(-γ) for a rational γ >= 0 (:func:`bernoulli_exp`),
 vectorised, with exact Python-integer fallbacks for values beyond 64 bits. See
 :mod:`dpcurator.random.samplers` for the guarantees and the timing caveat.
 """
@@ -9,7 +9,6 @@ vectorised, with exact Python-integer fallbacks for values beyond 64 bits. See
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -18,7 +17,7 @@ import numpy.typing as npt
 from dpcurator._validation import check_int, fail
 from dpcurator.random.rng import Rng
 
-__all__ = ["bernoulli_exp", "bernoulli_exp_exact", "bernoulli_rational"]
+__all__ = ["bernoulli_exp", "bernoulli_rational"]
 
 _U32_MAX: Final = 2**32 - 1
 _U64_MAX: Final = 2**64 - 1
@@ -212,21 +211,6 @@ def _randbelow(rng: Rng, bound: int) -> int:
             return value
 
 
-def _bexp_python(rng: Rng, numerator: int, denominator: int) -> bool:
-    """One Bernoulli(exp(-numerator/denominator)) in Python integers (CKS20 Algorithm 1)."""
-    whole, rest = divmod(numerator, denominator)
-    for _ in range(whole):  # a lazy range: the loop exits at the first failure
-        k = 2
-        while _randbelow(rng, k) == 0:
-            k += 1
-        if k % 2 == 0:
-            return False
-    k = 1
-    while _randbelow(rng, denominator * k) < rest:
-        k += 1
-    return k % 2 == 1
-
-
 # ------------------------------------------------------------------------------------------------
 # Public samplers
 # ------------------------------------------------------------------------------------------------
@@ -359,32 +343,3 @@ def bernoulli_exp(
     flat_den = np.broadcast_to(den, shape).reshape(-1)
     whole, rest = np.divmod(flat_num, flat_den)
     return _bexp_parts(rng, whole, rest, flat_den.astype(np.uint64)).reshape(shape)
-
-
-def bernoulli_exp_exact(rng: Rng, numerators: Sequence[int], denominator: int) -> BoolArray:
-    """Independent trials with P[True] = exp(-n_i / d) exactly, for non-negative integers n_i
-    and one integer d >= 1 of ANY size (where :func:`bernoulli_exp` needs int64 parameters).
-
-    The same construction (Canonne, Kamath & Steinke 2020, Algorithm 1): floor(n_i / d) trials of
-    Bernoulli(exp(-1)) with early exit, then the fractional part. It runs vectorised when
-    d < 2^64 and floor(n_i / d) < 2^63, else one trial at a time in Python integers. Not
-    constant-time (as :func:`bernoulli_exp`).
-
-    Returns:
-        A bool array of shape ``(len(numerators),)``.
-    """
-    owner = "bernoulli_exp_exact"
-    d = check_int(owner, "denominator", denominator, minimum=1)
-    values = [check_int(owner, "numerators", n, minimum=0) for n in numerators]
-    out = np.empty(len(values), dtype=np.bool_)
-    slow = np.arange(len(values))
-    if d <= _U64_MAX:
-        parts = [divmod(n, d) for n in values]
-        fast = np.array([w <= _I64_MAX for w, _ in parts], dtype=np.bool_)
-        whole = np.array([w for w, _ in parts if w <= _I64_MAX], dtype=np.int64)
-        rest = np.array([r for w, r in parts if w <= _I64_MAX], dtype=np.uint64)
-        out[fast] = _bexp_parts(rng, whole, rest, d)
-        slow = np.flatnonzero(~fast)
-    for i in slow:
-        out[i] = _bexp_python(rng, values[i], d)
-    return out
