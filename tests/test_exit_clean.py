@@ -10,6 +10,7 @@ runs only its share of the tests (so a module fixture meant to close it may neve
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -109,6 +110,7 @@ def test_a_test_process_that_collects_every_module_exits_cleanly() -> None:
     ran = subprocess.run(
         [sys.executable, "-m", "pytest", str(TESTS), "-q", *one_test],
         cwd=TESTS.parent,
+        env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},  # the runner's own
         capture_output=True,
         text=True,
         timeout=600,

@@ -54,7 +54,8 @@ def _project(root: Path, *args: str, extra: str = "") -> subprocess.CompletedPro
             """),
             encoding="utf-8",
         )
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}  # the runner's own
+    env["PYTHONPATH"] = str(REPO_ROOT)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
         cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False,
