@@ -160,14 +160,18 @@ def test_interval_coverage_test_has_power() -> None:
 
 
 def test_refined_plan_is_public_and_validated() -> None:
-    plan = RefinedQuantile.plan(0.5, 1.0, 0.0, 1.0, alpha=0.05)
+    # a third of ε on the selection (two levels from a selection ε of 1/2), two thirds on the
+    # interval's counts
+    plan = RefinedQuantile.plan(0.5, 3.0, 0.0, 1.0, alpha=0.05)
     assert [level.bins for level in plan.levels] == [1024, 8192]
     spent = sum(level.mechanism.epsilon for level in plan.levels)
-    assert Fraction(1, 2) * (1 - Fraction(1, 2**38)) <= spent <= Fraction(1, 2)
+    assert 1 - Fraction(1, 2**38) <= spent <= 1
     # ε rounded down to a dyadic: permute-and-flip's coins take the int64 path
     assert all(level.mechanism.epsilon.denominator < 2**45 for level in plan.levels)
     assert plan.interval is not None
-    assert plan.interval.epsilon(plan.p, 1) == Fraction(1, 2)
+    assert plan.interval.epsilon(plan.p, 1) == 2
+    small = RefinedQuantile.plan(0.5, 1.0, 0.0, 1.0, alpha=0.05)
+    assert [level.bins for level in small.levels] == [65536]
     with pytest.raises(ParameterError, match="'upper'"):
         RefinedQuantile.plan(0.5, 1.0, 1.0, 1.0)
     with pytest.raises(ParameterError, match="'lower'"):

@@ -10,7 +10,10 @@ re-recorded (the vectorized code, after it had matched them) when permute-and-fl
 to one uniform word each (:meth:`dpcurator.mechanisms.PermuteAndFlip.coins`): the same exact law
 (tests/test_mechanisms_statistical.py checks the seeded selection frequencies against it) from
 other draws of the stream, so other releases for the same seed. The DuckDB engine's per-bin
-counting (GROUP BY group, bin) was checked against the file before that, unchanged.
+counting (GROUP BY group, bin) was checked against the file before that, unchanged. Re-recorded
+again when the interval's shells became sized from their counts and tested against walk
+thresholds, and the interval's share of ε went from a half to two thirds (issue 28 item 1): the
+grouped path runs the same per-group interval code (``RefinedQuantile.finish``).
 """
 
 from __future__ import annotations

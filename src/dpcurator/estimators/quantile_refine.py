@@ -65,7 +65,7 @@ import numpy.typing as npt
 from dpcurator._validation import check_int, check_probability, check_real, fail
 from dpcurator.core.measures import PureDP
 from dpcurator.core.numbers import dyadic_down, to_fraction
-from dpcurator.estimators.quantile_interval import SHELL_WIDTH, IntervalPlan, bin_edges
+from dpcurator.estimators.quantile_interval import FIRST_SHELL_SHARE, IntervalPlan, bin_edges
 from dpcurator.estimators.quantiles import (
     QuantileBins,
     quantile_scores,
@@ -106,21 +106,16 @@ ONE_LEVEL: tuple[tuple[Fraction, int, int], ...] = ((Fraction(1), 0, 1024),)
 #: resolution decides the lognormal cells and two levels win).
 SMALL_EPSILON = Fraction(1, 2)
 
-#: Growth of the interval's shells on unit bins (integers): they reach 1, 2, 4, ... values from
-#: the choice (measured: 4 made fewer tests, shorter of the bounds at small n·ε, but overshot
-#: by up to 3 values where the quantile's own value barely held it; tests/test_quantile_interval_
-#: oracle.py).
-UNIT_GROWTH = 2
-
-#: Share of a quantile's ε spent on its interval when one is asked for. Half: the interval's
-#: half-width in ranks is several times its counts' noise scale (tail bounds over its tests),
-#: the selection's rank error about 1/ε_sel, so at a fifth (before issue 28) the interval was
-#: ~15 times wider in ranks than the value's own error (Adult's median age at ε = 1: exact
-#: value, interval [19, 50]); halving the selection's ε costs the value a few ranks and narrows
-#: the interval about 2.5 times (tests/test_quantile_interval_oracle.py). Two thirds would
-#: narrow the continuous median's interval by a further ~25% but cost its value ~40% more
-#: error (benchmarks/quantile_intervals.py), so half stays.
-DEFAULT_INTERVAL_SHARE = Fraction(1, 2)
+#: Share of a quantile's ε spent on its interval when one is asked for. The interval certifies
+#: ranks with noisy counts (a rank offset and running shell counts, tested against walk
+#: thresholds), which need several noise scales per side where the selection's rank error is
+#: about 1/ε_sel, so at equal shares the interval stays ~3× the spread of the released values.
+#: Two thirds (issue 28 item 1; half before) makes the intervals 18-45% narrower in absolute
+#: terms and 1.8-3.2× that spread at n >= 2,000 (3-4× at n = 200, ε = 0.3), for 15-35% more
+#: error in the value (``python benchmarks/quantile_intervals.py``; the table is in
+#: docs/estimators.md). A fifth (before issue 28) gave Adult's median age at ε = 1 an exact value
+#: and the interval [19, 50].
+DEFAULT_INTERVAL_SHARE = Fraction(2, 3)
 
 #: A refined level's bins must be wider than this fraction of the bounds' magnitude (float
 #: edges stay distinct); otherwise :func:`choose_levels` keeps one level.
@@ -235,21 +230,13 @@ class RefinedQuantile:
             raise fail("RefinedQuantile.plan", "levels", "shares summing to 1", levels)
         if alpha is not None:
             a = float(check_probability("quantile", "alpha", alpha, open_low=True, open_high=True))
-            # integers: shells reaching 1, g, g², ... values from the choice (g = UNIT_GROWTH)
-            width, growth = (1, UNIT_GROWTH) if unit else (SHELL_WIDTH, 2)
-            shells, reach = 1, width
-            while reach < levels[-1][2]:
-                shells, reach = shells + 1, reach * growth
-            outer = levels[0][2].bit_length() if len(levels) > 1 else 0
             interval = IntervalPlan.for_epsilon(
                 eps * interval_share,
                 level,
                 rows_per_person,
                 a,
-                shells=shells,
-                outer=outer,
-                first_width=width,
-                growth=growth,
+                # unit bins: one value
+                first_distance=1.0 if unit else float((upper - lower) * FIRST_SHELL_SHARE),
             )
         factor = 1 if unit else 2  # centre scores (quantiles.py) or edge scores (above)
         monotonic = one_sided and not unit and level in (0, 1)  # MIN, MAX: see the docstring

@@ -1,0 +1,70 @@
+"""The walk thresholds of quantile intervals (:mod:`dpcurator.estimators.walk_thresholds`),
+against the exact crossing probability of the walk computed here on its own integer lattice."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dpcurator.estimators.walk_thresholds import crossing_thresholds
+
+
+def _discrete_laplace_pmf(scale: float, support: np.ndarray) -> np.ndarray:
+    q = np.exp(-1 / scale)
+    return (1 - q) / (1 + q) * q ** np.abs(support)
+
+
+def _exact_walk(den: int, offset_scale: int, shell_scale: int, steps: int):
+    """(support in ranks, pmf) of den·N_0 and the step kernel of den·Z_i on the lattice."""
+    support = np.arange(-300, 301)
+    first = _discrete_laplace_pmf(offset_scale, support)  # Z_T, in den·ranks
+    kernel = np.zeros(den * (support.size - 1) + 1)
+    kernel[::den] = _discrete_laplace_pmf(shell_scale, support)  # den·Z_i
+    return support, first, kernel
+
+
+def _crossing(den: int, offset_scale: int, shell_scale: int, thresholds: list[float]) -> float:
+    """P[∃m: N_m > t_m], by killing the lattice walk's mass above each boundary."""
+    support, alive, kernel = _exact_walk(den, offset_scale, shell_scale, len(thresholds) - 1)
+    low, crossed = int(support[0]), 0.0
+    for m, t in enumerate(thresholds):
+        if m:
+            alive, low = np.convolve(alive, kernel), low + den * int(support[0])
+        values = (low + np.arange(alive.size)) / den
+        above = values > t
+        crossed += float(alive[above].sum())
+        alive = np.where(above, 0.0, alive)
+    return crossed
+
+
+def _union_thresholds(den: int, offset_scale: int, shell_scale: int, steps: int, level: float):
+    """The marginal (1 - level/(steps + 1))-quantiles of the N_m: the union bound's thresholds."""
+    support, pmf, kernel = _exact_walk(den, offset_scale, shell_scale, steps)
+    low, out = int(support[0]), []
+    for m in range(steps + 1):
+        if m:
+            pmf, low = np.convolve(pmf, kernel), low + den * int(support[0])
+        values = (low + np.arange(pmf.size)) / den
+        tail = pmf[::-1].cumsum()[::-1]  # P[N_m >= value]
+        out.append(float(values[np.argmax(tail <= level / (steps + 1))]))
+    return out
+
+
+@pytest.mark.parametrize(("den", "steps"), [(1, 4), (2, 6), (3, 3)])
+def test_thresholds_are_crossed_with_at_most_the_level(den: int, steps: int) -> None:
+    # Each threshold set is valid for the exact walk (computed on the lattice, no rounding) and
+    # uses most of the level (the calibration is not the union bound's β/(M+1) in disguise), and
+    # no threshold is above the union bound's. Fails with the crossing check dropped from the
+    # search (γ = β is returned), or with the γ search skipped (the union bound's γ).
+    level = 0.05
+    offset_scale, shell_scale = 3 * den, 2
+    thresholds = list(
+        crossing_thresholds(Fraction(offset_scale), den, Fraction(shell_scale), steps, level)
+    )
+    crossing = _crossing(den, offset_scale, shell_scale, thresholds)
+    assert 0.6 * level <= crossing <= level
+    union = _union_thresholds(den, offset_scale, shell_scale, steps, level)
+    assert all(t <= u + 1 / 16 for t, u in zip(thresholds, union, strict=True))
+    assert thresholds[0] < union[0]
