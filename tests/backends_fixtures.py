@@ -10,10 +10,18 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.spark_cluster import JAVA_OPTIONS
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    """A local[2] SparkSession with the UI off and few shuffle partitions (stopped at the end)."""
+    """A local[2] SparkSession with the UI off and few shuffle partitions (stopped at the end).
+
+    Its JVM gets the cluster daemons' options (:data:`tests.spark_cluster.JAVA_OPTIONS`: the
+    client compiler only, the serial collector): the tests' many small one-off queries are
+    mostly class loading and code generation, which the optimising compiler's background
+    threads only slow down on a busy 2-core machine (about half the Spark tests' time there).
+    """
     pyspark_sql = pytest.importorskip("pyspark.sql")
     session = (
         pyspark_sql.SparkSession.builder.master("local[2]")
@@ -23,6 +31,7 @@ def spark() -> Iterator[object]:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.default.parallelism", "2")
         .config("spark.driver.memory", "1g")
+        .config("spark.driver.extraJavaOptions", JAVA_OPTIONS)
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .getOrCreate()
     )

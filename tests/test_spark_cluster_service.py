@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
@@ -27,7 +28,7 @@ from tests.neighbour_queries import Neighbour, demo_frame, differences, failure_
 from tests.neighbour_service import DATASET, ServedTable
 from tests.neighbour_sql import NeighbourQuery
 from tests.service_fixtures import LiveServer
-from tests.spark_cluster import SparkCluster
+from tests.spark_cluster import APP_CONF, SparkCluster
 from tests.test_neighbours import FINDINGS, SERVED_NEIGHBOURS
 
 pytestmark = [
@@ -36,14 +37,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.xdist_group("spark_cluster"),  # the one cluster of the run
 ]
-#: The classic server's application: one 1-core executor per worker, beside the Connect server.
-CLASSIC_CONF = {
-    "spark.cores.max": "2",
-    "spark.executor.cores": "1",
-    "spark.executor.memory": "1g",
-    "spark.ui.enabled": "false",
-    "spark.sql.shuffle.partitions": "4",
-}
 START_WITHIN = 300.0  # seconds for a server to answer (imports and a JVM on a loaded machine)
 
 
@@ -60,7 +53,9 @@ class SparkServedTable(ServedTable):
         self._csv = self.root / "people.csv"
         frame.to_csv(self._csv, index=False)
         url = cluster.master_url if mode == "classic" else cluster.connect_url
-        conf = CLASSIC_CONF if mode == "classic" else {}
+        # the classic server's application: one 1-core executor per worker, beside the Connect
+        # server, its JVMs started as the drivers' (tests.spark_cluster.APP_CONF)
+        conf = APP_CONF if mode == "classic" else {}
         args = [
             "--engine", "spark", "--spark-master", url,
             "--data-root", str(self.root),
@@ -188,16 +183,20 @@ def test_registration_refusals_show_nothing_of_the_engine(served: SparkServedTab
 def neighbours_served(
     spark_cluster: SparkCluster,
 ) -> Iterator[dict[Neighbour | None, SparkServedTable]]:
-    """D and each of SERVED_NEIGHBOURS, each served by its own Spark Connect server process."""
+    """D and each of SERVED_NEIGHBOURS, each served by its own Spark Connect server process
+    (started side by side: each start is mostly waiting for its process and the cluster)."""
     tables: dict[Neighbour | None, pd.DataFrame] = {None: demo_frame()}
     tables.update({n: n.frame() for n in SERVED_NEIGHBOURS})
-    opened: dict[Neighbour | None, SparkServedTable] = {}
+    opened = {
+        key: SparkServedTable(frame, spark_cluster, "connect") for key, frame in tables.items()
+    }
     try:
-        for key, frame in tables.items():
-            opened[key] = SparkServedTable(frame, spark_cluster, "connect").__enter__()
+        with ThreadPoolExecutor(len(opened)) as pool:
+            for started in [pool.submit(table.__enter__) for table in opened.values()]:
+                started.result()
         yield opened
     finally:
-        for table in opened.values():
+        for table in opened.values():  # also a table whose start failed: its server is ended
             table.__exit__(None, None, None)
 
 
@@ -206,7 +205,9 @@ def test_neighbours_observe_the_same_over_http_on_spark(
     neighbours_served: dict[Neighbour | None, SparkServedTable], finding: str
 ) -> None:
     query = FINDINGS[finding]
-    seen = {key: table.observe(query) for key, table in neighbours_served.items()}
+    with ThreadPoolExecutor(len(neighbours_served)) as pool:  # each table its own server
+        observed = pool.map(lambda table: table.observe(query), neighbours_served.values())
+        seen = dict(zip(neighbours_served, observed, strict=True))
     for neighbour in SERVED_NEIGHBOURS:
         found = differences(seen[None], seen[neighbour])
         assert not found, failure_report(query, f"{neighbour}, over HTTP on Spark", found)
