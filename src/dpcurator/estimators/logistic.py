@@ -97,7 +97,7 @@ def ridge_logistic(design: FloatArray, label: FloatArray, ridge: float = RIDGE) 
         hessian = (design * (prob * (1 - prob))[:, None]).T @ design + penalty
         step = np.linalg.solve(hessian, gradient)
         coef = coef + step
-        if np.max(np.abs(step)) < 1e-10:
+        if np.abs(step).max() < 1e-10:
             return coef
     return np.full_like(coef, np.nan)
 
