@@ -178,11 +178,13 @@ class LiveServer:
         self.first_lines: list[str] = []
 
     def start(
-        self, *, wait_lines: int = 0, serving_after_lines: bool = False, within: float = 60
+        self, *, wait_lines: int = 0, serving_after_lines: bool = False, within: float = 180
     ) -> LiveServer:
         """Start the server and wait until /v1/health answers, at most ``within`` seconds
         (``serving_after_lines``: it must answer at once after the first ``wait_lines`` lines
-        of stdout, without waiting)."""
+        of stdout, without waiting). A server that exits fails at once; the wait is for its
+        imports, which took 24-50 s on a loaded 2-core machine (60 s before: two starts timed
+        out under load)."""
         command = [
             sys.executable,
             "-m",
