@@ -3,12 +3,16 @@ against the exact crossing probability of the walk computed here on its own inte
 
 from __future__ import annotations
 
+import math
+import threading
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
+from dpcurator.estimators.quantile_refine import refined_quantile
 from dpcurator.estimators.walk_thresholds import crossing_thresholds
+from dpcurator.random import SeededRng
 
 
 def _discrete_laplace_pmf(scale: float, support: np.ndarray) -> np.ndarray:
@@ -68,3 +72,26 @@ def test_thresholds_are_crossed_with_at_most_the_level(den: int, steps: int) -> 
     union = _union_thresholds(den, offset_scale, shell_scale, steps, level)
     assert all(t <= u + 1 / 16 for t, u in zip(thresholds, union, strict=True))
     assert thresholds[0] < union[0]
+
+
+def test_a_level_below_the_computations_precision_certifies_nothing_in_bounded_time() -> None:
+    # α = 10^-11 asks for a crossing probability below the FFT slack the thresholds add: no
+    # boundary can hold it, so every threshold is infinite and the interval is the bounds,
+    # returned at once. Before, the search halved γ forever (a request that never ended).
+    found: list[object] = []
+
+    def release() -> None:
+        found.append(crossing_thresholds(Fraction(6), 2, Fraction(3), 12, 5e-12))
+        x = np.random.default_rng(0).normal(50, 10, 1_000)
+        found.append(
+            refined_quantile(x, 0.5, 1.0, lower=0, upper=100, alpha=1e-11, rng=SeededRng(1))
+        )
+
+    worker = threading.Thread(target=release, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive()
+    thresholds, (value, low, high) = found
+    assert all(math.isinf(t) for t in thresholds)
+    assert (low, high) == (0.0, 100.0)
+    assert low <= value <= high

@@ -46,13 +46,18 @@ _ROUNDING_SLACK = 1e-9
 #: Bisection steps on log γ between β / (M + 1) and β.
 _SEARCH_STEPS = 12
 
+#: Most halvings of γ below β / (M + 1) before giving up (the thresholds are then infinite: a
+#: level below about (M + 1)·10^-9, the slack's, is asked for; every request does bounded work).
+_MAX_HALVINGS = 64
+
 
 @functools.lru_cache(maxsize=1024)
 def crossing_thresholds(
     offset_scale: Fraction, den: int, shell_scale: Fraction, steps: int, level: float
 ) -> tuple[float, ...]:
     """t_0..t_steps (in ranks) with P[∃m <= steps: N_m > t_m] <= ``level`` for the walk of the
-    module docstring."""
+    module docstring (all infinite, so that no test certifies, when no boundary on the grid can
+    hold ``level``)."""
     widest = max(float(offset_scale) / den, float(shell_scale))
     unit = 2.0 ** math.floor(math.log2(widest / _POINTS_PER_SCALE))
     reach = widest * (math.log(1 / level) + math.log(1e6 * (steps + 1)) + 2)
@@ -71,8 +76,12 @@ def crossing_thresholds(
 
     # the union bound's γ, lowered in the unlikely case the overflow tips it over
     low, high = level / (steps + 1), level
-    while crosses(best := boundary(low)):
+    for _ in range(_MAX_HALVINGS):
+        if not crosses(best := boundary(low)):
+            break
         low, high = low / 2, low
+    else:  # a level at the overflow's and the slack's size: no boundary holds, none certifies
+        return (math.inf,) * (steps + 1)
     for _ in range(_SEARCH_STEPS):
         gamma = math.sqrt(low * high)
         if crosses(candidate := boundary(gamma)):
