@@ -9,9 +9,9 @@ den·C̃_m >= base + den·t_m (``base`` from the noisy rank offset of e_k, t_m t
 :func:`~dpcurator.estimators.walk_thresholds.crossing_thresholds`). Step 0 tests e_k itself.
 
 Sizing (post-processing of noisy counts already drawn, so free): the first shell reaches a
-public width; each later one aims at the count still needed, ``(need - C̃)·(1 + SHELL_MARGIN) +
-SHELL_SLACK`` noise scales, at the density the shells so far show (C̃ over the distance they
-cover, at least one noise scale of count), its reach between :data:`MIN_GROWTH` and
+public width; each later one aims at the count still needed, ``(need - C̃)·(1 + SHELL_MARGIN)``,
+at the density the shells so far show (C̃ over the distance they cover, at least one noise scale
+of count), its reach between :data:`MIN_GROWTH` and
 :data:`MAX_GROWTH` times the previous one. Before, the shells doubled (widths w, w, 2w, 4w, ...),
 whatever the data: an end needing 20 ranks often landed at 39 (at n = 10^4, ε = 1).
 
@@ -38,9 +38,6 @@ import numpy.typing as npt
 
 #: Each shell after the first aims this share beyond the count the next test needs.
 SHELL_MARGIN = 0.15
-
-#: ... plus this many noise scales of count.
-SHELL_SLACK = 0.0
 
 #: A shell's far edge reaches at least this times the previous distance from e_k ...
 MIN_GROWTH = 1.25
@@ -126,22 +123,22 @@ class Side:
     def reaching(self, distance: float, after: int) -> int:
         """The first position past ``after`` at least ``distance`` from e_k (else the last)."""
         target = float(self.edges[self.k]) + self.step * distance
-        if self.step < 0:  # the edges below e_k, going down
-            inner_edges = self.edges[self.k - self.inner : self.k][::-1]
-            found = int(np.searchsorted(-inner_edges, -target, side="left"))
-        else:
-            inner_edges = self.edges[self.k + 1 : self.k + self.inner + 1]
-            found = int(np.searchsorted(inner_edges, target, side="left"))
-        position = found + 1
+        down = self.step < 0
+        inner = self.edges[self.k - self.inner : self.k][::-1] if down else self.edges[self.k + 1 :]
+        position = _before(inner[: self.inner], target, self.step) + 1
         if position > self.inner and self.outer_sums is not None:
-            if self.step < 0:
-                outer = self.outer_edges[: self.outer_start][::-1]
-                found = int(np.searchsorted(-outer, -target, side="left"))
-            else:
-                outer = self.outer_edges[self.outer_start + 1 :]
-                found = int(np.searchsorted(outer, target, side="left"))
-            position = self.inner + found + 1
+            start = self.outer_start
+            outer = self.outer_edges[:start][::-1] if down else self.outer_edges[start + 1 :]
+            position = self.inner + _before(outer, target, self.step) + 1
         return min(max(position, after + 1), self.positions)
+
+
+def _before(edges: npt.NDArray[np.float64], target: float, step: int) -> int:
+    """How many of ``edges`` (in order going out, down for ``step`` < 0) come before the first one
+    at or past ``target``."""
+    if step < 0:
+        return int(np.searchsorted(-edges, -target, side="left"))
+    return int(np.searchsorted(edges, target, side="left"))
 
 
 def walk(
@@ -169,7 +166,7 @@ def walk(
         else:
             need = (base / den + threshold - noisy_total) * (1 + SHELL_MARGIN)
             density = max(noisy_total, noise_scale) / covered
-            distance = covered + (max(need, 0.0) + SHELL_SLACK * noise_scale) / density
+            distance = covered + max(need, 0.0) / density
             distance = min(max(distance, covered * MIN_GROWTH), covered * MAX_GROWTH)
         far = side.reaching(distance, position)
         noisy_total += noisy(side.count(far) - side.count(position))
