@@ -98,7 +98,7 @@ def test_the_monotone_rule_follows_the_relation(p: float) -> None:
         assert refined.interval is not None
         spent = sum(level.mechanism.epsilon for level in refined.levels)
         rows = 2 if relation == "replace_one" else 1  # rows_changed: one person, one or two sides
-        spent += refined.interval.epsilon(refined.p, rows)  # the offset T and the shells
+        spent += refined.interval.epsilon(refined.p, rows)  # the offset T, n and the shells
         assert 1 - Fraction(1, 2**38) <= spent <= 1
     assert (
         not RefinedQuantile.plan(p, 1, 0, 10, integer=True, one_sided=True)

@@ -13,7 +13,9 @@ other draws of the stream, so other releases for the same seed. The DuckDB engin
 counting (GROUP BY group, bin) was checked against the file before that, unchanged. Re-recorded
 again when the interval's shells became sized from their counts and tested against walk
 thresholds, and the interval's share of ε went from a half to two thirds (issue 28 item 1): the
-grouped path runs the same per-group interval code (``RefinedQuantile.finish``).
+grouped path runs the same per-group interval code (``RefinedQuantile.finish``); and when the
+interval's first shells became sized from a noisy number of values (issue 28 item 1, one more
+draw per group).
 """
 
 from __future__ import annotations

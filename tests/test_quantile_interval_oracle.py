@@ -97,6 +97,41 @@ def test_continuous_width_against_the_oracle() -> None:
     assert np.all((lows <= values) & (values <= highs))  # the value lies in its own interval
 
 
+def _normal_runs(
+    n: int, epsilon: float, reps: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """N(50, 10²) data on [0, 100] and ``reps`` released medians with their 90% intervals."""
+    x = np.random.default_rng(n).normal(50, 10, n)
+    rng = SeededRng(n + 1)
+    runs = [
+        refined_quantile(x, 0.5, epsilon, lower=0, upper=100, alpha=CI_ALPHA, rng=rng)
+        for _ in range(reps)
+    ]
+    values, lows, highs = (np.array(column, dtype=np.float64) for column in zip(*runs, strict=True))
+    return x, values, lows, highs
+
+
+@pytest.mark.parametrize(("n", "epsilon"), [(50, 1.0), (200, 0.3)])
+def test_small_samples_first_shells_follow_the_number_of_values(n: int, epsilon: float) -> None:
+    # The first shell of each side is sized from a noisy n (a prior density over the bounds).
+    # Sized as a fixed 1/4096 of the bounds instead, it took 4-5 steps to reach the ranks it
+    # needed: 6.0× and 5.8× this oracle (the released values' 5%-95% spread), against 2.2× and
+    # 3.8× now.
+    _, values, lows, highs = _normal_runs(n, epsilon, 100)
+    oracle = np.quantile(values, [CI_ALPHA / 2, 1 - CI_ALPHA / 2])
+    assert np.median(highs - lows) <= 5 * (oracle[1] - oracle[0])
+
+
+def test_large_samples_first_shells_follow_the_number_of_values() -> None:
+    # At n = 10^5 (ε = 1) a first shell of 1/4096 of the bounds held about 100 values where the
+    # ends need about 12 ranks: the interval held 201 values. Sized from the noisy n: 31.
+    # (The released values' spread is a bin or two here, so the guard counts values.)
+    x, _, lows, highs = _normal_runs(100_000, 1.0, 40)
+    s = np.sort(x)
+    held = np.searchsorted(s, highs, side="right") - np.searchsorted(s, lows, side="left")
+    assert np.median(held) <= 80
+
+
 def _grid_runs() -> list[tuple[float, float, float, float]]:
     """(value, lower end, upper end, sample quantile): one run on each of 4 fresh data sets per
     cell of n ∈ {200, 2000, 10^4} × ε ∈ {0.3, 1} × integer or continuous data × p ∈ {0.25,

@@ -37,7 +37,7 @@ def _walk(counts: np.ndarray, step: int, scripted: list[int]) -> tuple[float | N
         3,
         den=2,
         thresholds=THRESHOLDS,
-        first_distance=0.5,
+        prior_density=28.75,  # a first shell of half a unit: need (3/2 + 11)·1.15 over 0.5
         noise_scale=2.0,
         noisy=noisy,
     )
@@ -89,7 +89,7 @@ def _walk_logged(counts: np.ndarray, step: int) -> tuple[_Logged, list[int], flo
         3,
         den=2,
         thresholds=THRESHOLDS,
-        first_distance=0.5,
+        prior_density=28.75,  # a first shell of half a unit: need (3/2 + 11)·1.15 over 0.5
         noise_scale=2.0,
         noisy=noisy,
     )
@@ -116,7 +116,7 @@ def test_shells_are_consecutive_ranges_going_out() -> None:
 
 def test_a_test_passes_once_the_running_noisy_count_reaches_the_threshold() -> None:
     # base = 3, den = 2: the first shell's noisy 10 gives 2·10 >= 3 + 2·11 (t_1 = 11), so the
-    # end is that shell's far edge, half a unit (first_distance) from e_k = 50.
+    # end is that shell's far edge, half a unit (the prior density's first distance) from e_k = 50.
     counts = np.full(BINS.bins, 1, dtype=np.int64)
     below, _ = _walk(counts, -1, [13])
     above, _ = _walk(counts, 1, [13])

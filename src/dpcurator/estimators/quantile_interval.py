@@ -8,15 +8,20 @@ U at or above (n = L + U), two kinds of statistic get discrete Laplace noise:
 * the rank offset T = (den - num)·L - num·U = den·(L - p·n). One value moves L or U by one, so T
   by at most max(num, den - num); r values per person: L1 sensitivity r·max(num, den - num),
   noise of ε_T = :data:`OFFSET_SHARE`·ε_ci;
-* the counts of disjoint shells of values going out from e_k on each side, each sized from the
-  noisy counts of the shells before it (:mod:`dpcurator.estimators.quantile_shells`; the first
-  reaches one value on unit bins, so that a value held by many people gives an interval of that
-  one value, and :data:`FIRST_SHELL_SHARE` of the bounds' range otherwise). A value is in at most
-  one shell whatever the sizes: L1 sensitivity r over all of them, noise of ε_S = ε_ci - ε_T.
+* the number of values n (L1 sensitivity r), noise of ε_n = :data:`TOTAL_SHARE`·ε_ci. It only
+  sizes the first shells: they assume :data:`DENSITY_PRIOR`·4p(1 - p) times the bounds' average
+  density n/(upper - lower) (:func:`_shape`), with n taken :data:`TOTAL_MARGIN` noise scales
+  above its noisy count;
+* the counts of disjoint shells of values going out from e_k on each side, the first sized at
+  that prior density and each later one from the noisy counts of the shells before it
+  (:mod:`dpcurator.estimators.quantile_shells`; at least one bin, so one value on unit bins,
+  and a value held by many people gives an interval of that one value). A value is in at most
+  one shell whatever the sizes: L1 sensitivity r over all of them, noise of
+  ε_S = ε_ci - ε_T - ε_n.
 
 The interval is ε_ci-DP by the Laplace mechanism's guarantee (Dwork, McSherry, Nissim & Smith
 2006; discrete Laplace: Canonne, Kamath & Steinke 2020), adaptive parallel composition over the
-shells and basic composition with T.
+shells and basic composition with T and n.
 
 With C_m the values between e_k and the far edge e_m of the m-th shell below it (m = 0 is e_k
 itself), F(e_m) = L - C_m values lie below e_m, and x_(⌊ρ⌋) >= e_m (ρ = p·(n - 1)) as soon as
@@ -39,23 +44,23 @@ Before issue 28 item 1 the noisy statistics were L and U themselves (L1 sensitiv
 r·max(p, 1-p) instead, so for the median at a third of ε_ci its noise in ranks is that of L and U
 at two thirds.
 
-Width (α = 0.1; ``python benchmarks/quantile_intervals.py``: 200 runs on one data set against the
-oracle, the 5% and 95% points of the released values plus the gap between x_(⌊ρ⌋) and x_(⌈ρ⌉);
-:data:`OFFSET_SHARE`, :data:`FIRST_SHELL_SHARE` and the sizing rule were chosen there). The
-walk thresholds, the sized shells and two thirds of ε on the interval
+Width (α = 0.1; ``python benchmarks/quantile_intervals.py``: medians over runs on one data set
+against the oracle, the 5% and 95% points of the released values plus the gap between x_(⌊ρ⌋)
+and x_(⌈ρ⌉); :data:`OFFSET_SHARE`, :data:`TOTAL_SHARE`, :data:`DENSITY_PRIOR` and the sizing rule
+were chosen there). The walk thresholds, the sized shells and two thirds of ε on the interval
 (:data:`~dpcurator.estimators.quantile_refine.DEFAULT_INTERVAL_SHARE`) took N(50, 10²) on
-[0, 100], n = 10^4, ε = 1, median from 0.21 (5.1× the oracle) to 0.12 (2.2×); p = 0.9 from 0.39
-(5.0×) to 0.18 (1.6×); n = 2,000, ε = 0.3, p = 0.25 from 4.7 (5.5×) to 2.5 (2.7×); n = 200,
-ε = 0.3 from 75 (17×, an end at a bound) to 28 (4.4×); UCI Adult's ages of its 311
-American-Indian/Eskimo people at ε = 0.3 (the grouped median of benchmarks/adult_workflow.py)
-from 31 ages (7.8×) to 14 (2.3×), its 271 "Other" from 28 (9.3×) to 14 (2.8×); Adult-like ages
-at n = 10^4, ε = 1: the released age itself or it and the next (the oracle's width), unchanged.
-The released values' error grew by 15-35% (a third of ε on the selection instead of a half).
-The interval stays about twice the oracle because certifying ranks needs counts of their own
-(several noise scales per side, summed over a few shells), where the selection (permute-and-flip
-on exact scores) errs by about 1/ε_sel ranks and releases no counts an interval could reuse.
-Coverage is tested at n ∈ {200, 2000, 10^4}, ε ∈ {0.3, 1}, integer and continuous data,
-p ∈ {0.25, 0.5, 0.9} (tests/test_quantile_interval_oracle.py).
+[0, 100], n = 10^4, ε = 1, median from 0.21 (5.1× the oracle) to 0.12; n = 200, ε = 0.3 from 75
+(17×, an end at a bound) to 28; UCI Adult's ages of its 311 American-Indian/Eskimo people at
+ε = 0.3 (the grouped median of benchmarks/adult_workflow.py) from 31 ages to 14. First shells
+sized from the noisy n (before: 1/4096 of the bounds, a thousand values at n = 10^5 and a few
+steps short at n <= 200) then took n = 10^5 from 0.049 (15×) to 0.0076 (2.3×), n = 200 to 19
+(3.1×), n = 50 at ε = 1 from 52 (7×) to 24 (3.2×), lognormal incomes on [0, 10^6] from 488 to
+366, for 3% more at n = 10^4's median (0.13, 2.5×); integer groups kept their widths (14 ages,
+2.8-3.5× an oracle of 4-5 ages). The interval stays 1.5-3.5× the oracle because certifying
+ranks needs counts of their own (several noise scales per side, summed over a few shells), where
+the selection (permute-and-flip on exact scores) errs by about 1/ε_sel ranks and releases no
+counts an interval could reuse. Coverage is tested at n ∈ {200, 2000, 10^4}, ε ∈ {0.3, 1},
+integer and continuous data, p ∈ {0.25, 0.5, 0.9} (tests/test_quantile_interval_oracle.py).
 """
 
 from __future__ import annotations
@@ -72,29 +77,46 @@ from dpcurator.estimators.walk_thresholds import crossing_thresholds
 from dpcurator.mechanisms import Laplace
 from dpcurator.random import Rng
 
-#: The first shell's far edge is this share of the bounds' range from the chosen edge
-#: (continuous data; one value on unit bins); later shells are sized from the counts
-#: (:mod:`dpcurator.estimators.quantile_shells`).
-FIRST_SHELL_SHARE = Fraction(1, 4096)
-
 #: Most shells per side (public: the walk thresholds are computed for this many tests).
 SHELL_STEPS = 12
 
-#: Share of the interval's ε spent on the chosen edge's rank offset T (the rest on its shells).
+#: Share of the interval's ε spent on the chosen edge's rank offset T.
 OFFSET_SHARE = Fraction(1, 3)
+
+#: Share of the interval's ε spent on the number of values n, which sizes the first shells (the
+#: rest of ε goes to the shells). Measured: 1/16 and 1/8 left less for the tests and gave 2-20%
+#: wider intervals; 1/64 a less certain n and up to 13% wider ones at n <= 200.
+TOTAL_SHARE = Fraction(1, 32)
+
+#: The first shell of a side assumes this many times the bounds' average density (n over their
+#: range) at the median: twice a normal's when the bounds span ±5 standard deviations (a first
+#: shell too large lands the end past where it had to be, one too small only costs a step).
+#: Measured (``python benchmarks/quantile_intervals.py``): 4 gave normal data 5-10% narrower
+#: intervals and lognormal incomes under bounds [0, 10^6] 48% wider than 8.
+DENSITY_PRIOR = 8.0
+
+#: ... times 4·p·(1 - p) at the p-quantile (a logistic distribution's density there is
+#: p·(1 - p) over its scale), at least this share of the median's.
+SHAPE_FLOOR = 1 / 16
+
+#: The prior takes n this many noise scales above its noisy count (a smaller first shell, for
+#: the reason above).
+TOTAL_MARGIN = 1
 
 
 @dataclass(frozen=True)
 class IntervalPlan:
     """The noisy counts of the interval: ``offset`` on the chosen edge's rank offset T (in units
-    of 1/den), ``shell_noise`` on up to ``steps`` shells per side, the first reaching
-    ``first_distance`` from the chosen edge (in the data's units)."""
+    of 1/den), ``total`` on the number of values, ``shell_noise`` on up to ``steps`` shells per
+    side; ``span`` is the width of the public bounds (the first shells' prior density is
+    :data:`DENSITY_PRIOR` times the noisy n over it)."""
 
     offset: Laplace
+    total: Laplace
     shell_noise: Laplace
     alpha: float
+    span: float
     steps: int = SHELL_STEPS
-    first_distance: float = 1.0
 
     @classmethod
     def for_epsilon(
@@ -104,18 +126,22 @@ class IntervalPlan:
         rows_per_person: int,
         alpha: float,
         *,
-        first_distance: float,
+        span: float,
     ) -> IntervalPlan:
         """The counts at ``epsilon`` in all: :data:`OFFSET_SHARE` of it on T (L1 sensitivity
-        r·max(num, den - num)), the rest on the shells (L1 sensitivity r)."""
+        r·max(num, den - num)), :data:`TOTAL_SHARE` on n and the rest on the shells (L1
+        sensitivity r each)."""
         offset = Laplace.for_epsilon(epsilon * OFFSET_SHARE, offset_sensitivity(p, rows_per_person))
-        shell_noise = Laplace.for_epsilon(epsilon * (1 - OFFSET_SHARE), rows_per_person)
-        return cls(offset, shell_noise, alpha, SHELL_STEPS, first_distance)
+        total = Laplace.for_epsilon(epsilon * TOTAL_SHARE, rows_per_person)
+        shells = Laplace.for_epsilon(epsilon * (1 - OFFSET_SHARE - TOTAL_SHARE), rows_per_person)
+        return cls(offset, total, shells, alpha, span)
 
     def epsilon(self, p: Fraction, rows_per_person: int) -> Fraction:
-        """The ε of the interval's counts (basic composition of T's and the shells' noise)."""
-        return self.offset.epsilon(offset_sensitivity(p, rows_per_person)) + (
-            self.shell_noise.epsilon(rows_per_person)
+        """The ε of the interval's counts (basic composition of T's, n's and the shells' noise)."""
+        return (
+            self.offset.epsilon(offset_sensitivity(p, rows_per_person))
+            + self.total.epsilon(rows_per_person)
+            + self.shell_noise.epsilon(rows_per_person)
         )
 
     def thresholds(self, p: Fraction, alpha: float | None = None) -> list[float]:
@@ -148,14 +174,15 @@ class IntervalPlan:
         # den·(L - p·n) = (den - num)·L - num·U, in Python integers, clamped to ±2^62
         lower_count, total = sums.between(0, k), sums.between(0, bins.bins)
         offset = (den - num) * lower_count - num * (total - lower_count)
-        clamp = min(max(offset, -(2**62)), 2**62)
-        noisy_offset = int(self.offset.release_integers(np.array([clamp], np.int64), rng)[0])
+        noisy_offset = _release(self.offset, offset, rng)
+        noisy_total = _release(self.total, total, rng)
         thresholds = self.thresholds(p, alpha)
         scale = float(self.shell_noise.scale)
+        assumed_total = max(noisy_total + TOTAL_MARGIN * float(self.total.scale), 1.0)
+        prior_density = DENSITY_PRIOR * _shape(p) * assumed_total / self.span
 
         def noisy(count: int) -> int:
-            exact = np.array([min(max(count, -(2**62)), 2**62)], np.int64)
-            return int(self.shell_noise.release_integers(exact, rng)[0])
+            return _release(self.shell_noise, count, rng)
 
         # lower end: den·(F(e) - ρ) = T - den·C_m + num <= 0 certified, i.e. den·C̃_m >= T̃ + num;
         # upper end: den·(F(e) - ρ - 1) = T + den·C_m + num - den >= 0, den·C̃_m >= den - num - T̃
@@ -167,13 +194,25 @@ class IntervalPlan:
                 base,
                 den=den,
                 thresholds=thresholds,
-                first_distance=self.first_distance,
+                prior_density=prior_density,
                 noise_scale=scale,
                 noisy=noisy,
             )
 
         low, high = end(below, noisy_offset + num), end(above, den - num - noisy_offset)
         return limits[0] if low is None else low, limits[1] if high is None else high
+
+
+def _shape(p: Fraction) -> float:
+    """The prior density at the p-quantile relative to the median's: 4·p·(1 - p), at least
+    :data:`SHAPE_FLOOR`."""
+    return max(4 * float(p * (1 - p)), SHAPE_FLOOR)
+
+
+def _release(noise: Laplace, count: int, rng: Rng | None) -> int:
+    """``count`` (a Python integer, clamped to ±2^62) with ``noise``."""
+    exact = np.array([min(max(count, -(2**62)), 2**62)], np.int64)
+    return int(noise.release_integers(exact, rng)[0])
 
 
 def _sides(

@@ -8,12 +8,13 @@ once the noisy running count C̃_m of the values between e_m and e_k satisfies
 den·C̃_m >= base + den·t_m (``base`` from the noisy rank offset of e_k, t_m the walk thresholds of
 :func:`~dpcurator.estimators.walk_thresholds.crossing_thresholds`). Step 0 tests e_k itself.
 
-Sizing (post-processing of noisy counts already drawn, so free): the first shell reaches a
-public width; each later one aims at the count still needed, ``(need - C̃)·(1 + SHELL_MARGIN)``,
-at the density the shells so far show (C̃ over the distance they cover, at least one noise scale
-of count), its reach between :data:`MIN_GROWTH` and
-:data:`MAX_GROWTH` times the previous one. Before, the shells doubled (widths w, w, 2w, 4w, ...),
-whatever the data: an end needing 20 ranks often landed at 39 (at n = 10^4, ε = 1).
+Sizing (post-processing of noisy outputs already drawn, so free): every shell aims at the count
+still needed, ``(need - C̃)·(1 + SHELL_MARGIN)``. The first at a prior density (from the noisy
+number of values, :mod:`dpcurator.estimators.quantile_interval`); each later one at the density
+the shells so far show (C̃ over the distance they cover, at least one noise scale of count), its
+reach between :data:`MIN_GROWTH` and :data:`MAX_GROWTH` times the previous one. Before, the
+shells doubled (widths w, w, 2w, 4w, ...), whatever the data: an end needing 20 ranks often
+landed at 39 (at n = 10^4, ε = 1).
 
 Privacy: the shells are disjoint ranges of values, chosen from earlier noisy outputs only, so a
 value lies in at most one shell whatever is drawn; with L1 sensitivity r per count, all shells of
@@ -147,13 +148,14 @@ def walk(
     *,
     den: int,
     thresholds: list[float],
-    first_distance: float,
+    prior_density: float,
     noise_scale: float,
     noisy: Callable[[int], int],
 ) -> float | None:
     """The certified end of ``side`` (None: no test passed; the end is then the public bound):
-    step 0 tests e_k, step m >= 1 adds a shell sized as in the module docstring and tests its far
-    edge, certified once den·C̃_m >= base + den·t_m; ``noisy`` releases one shell's count."""
+    step 0 tests e_k, step m >= 1 adds a shell sized as in the module docstring (the first at
+    ``prior_density`` values per unit) and tests its far edge, certified once
+    den·C̃_m >= base + den·t_m; ``noisy`` releases one shell's count."""
     if base + den * thresholds[0] <= 0:
         return side.edge(0)
     noisy_total, position = 0, 0
@@ -161,12 +163,12 @@ def walk(
         if position >= side.positions:
             return None
         covered = side.distance(position)
+        need = max(base / den + threshold - noisy_total, 0.0) * (1 + SHELL_MARGIN)
         if covered <= 0:  # the first shell (or edges too close for floats to tell apart)
-            distance = first_distance
+            distance = need / prior_density
         else:
-            need = (base / den + threshold - noisy_total) * (1 + SHELL_MARGIN)
             density = max(noisy_total, noise_scale) / covered
-            distance = covered + max(need, 0.0) / density
+            distance = covered + need / density
             distance = min(max(distance, covered * MIN_GROWTH), covered * MAX_GROWTH)
         far = side.reaching(distance, position)
         noisy_total += noisy(side.count(far) - side.count(position))
