@@ -176,6 +176,10 @@ def test_refined_plan_is_public_and_validated() -> None:
         RefinedQuantile.plan(0.5, 1.0, 1.0, 1.0)
     with pytest.raises(ParameterError, match="'lower'"):
         RefinedQuantile.plan(0.5, 1.0, float("nan"), 1.0)
+    # bounds whose width overflows a float: before, edges of inf and NaN (a released value of
+    # inf and a numpy warning); now refused before anything runs
+    with pytest.raises(ParameterError, match="upper - lower must be a finite number"):
+        RefinedQuantile.plan(0.5, 1.0, -1e308, 1e308, alpha=0.05)
 
 
 def test_interval_shells_continue_outside_the_last_window() -> None:

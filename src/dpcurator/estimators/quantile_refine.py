@@ -62,7 +62,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from dpcurator._validation import check_int, check_probability, check_real, fail
+from dpcurator._validation import check_int, check_probability, fail
 from dpcurator.core.measures import PureDP
 from dpcurator.core.numbers import dyadic_down, to_fraction
 from dpcurator.estimators.quantile_interval import IntervalPlan, bin_edges
@@ -115,8 +115,9 @@ SMALL_EPSILON = Fraction(1, 2)
 #: error in the value (``python benchmarks/quantile_intervals.py``; the table is in
 #: docs/sql.md). A fifth (before issue 28) gave Adult's median age at ε = 1 an exact value
 #: and the interval [19, 50]. Three quarters (measured with the first shells sized from the
-#: noisy n) would narrow the intervals by another 8-20% for 26-85% more root-mean-square error
-#: in the value (2,000 selections at ε/4 against ε/3 on the benchmark's data): not adopted.
+#: noisy n) would narrow the intervals by another 4-19% (0.9-1.9× the spread of a value that is
+#: itself worse) for 25-55% more median error and 26-85% more root-mean-square error in the
+#: value (2,000 selections at ε/4 against ε/3 on the benchmark's data): not adopted.
 DEFAULT_INTERVAL_SHARE = Fraction(2, 3)
 
 #: A refined level's bins must be wider than this fraction of the bounds' magnitude (float
@@ -216,9 +217,7 @@ class RefinedQuantile:
         integers."""
         level = rational_level(p)
         eps = to_fraction(epsilon)
-        check_real("RefinedQuantile.plan", "lower", lower)
-        if not float(check_real("RefinedQuantile.plan", "upper", upper)) > float(lower):
-            raise fail("RefinedQuantile.plan", "upper", f"> lower ({lower})", upper)
+        check_bounds("RefinedQuantile.plan", lower, upper)
         check_int("RefinedQuantile.plan", "rows_per_person", rows_per_person, minimum=1)
         interval = None
         selection = eps if alpha is None else eps * (1 - interval_share)

@@ -31,6 +31,7 @@ an edge and e_k only makes its test harder to pass).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -165,7 +166,7 @@ def walk(
         covered = side.distance(position)
         need = max(base / den + threshold - noisy_total, 0.0) * (1 + SHELL_MARGIN)
         if covered <= 0:  # the first shell (or edges too close for floats to tell apart)
-            distance = need / prior_density
+            distance = need / prior_density if prior_density > 0 else math.inf
         else:
             density = max(noisy_total, noise_scale) / covered
             distance = covered + need / density

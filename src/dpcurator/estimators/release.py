@@ -142,11 +142,14 @@ def as_float_array(owner: str, name: str, data: object, *, ndim: int) -> FloatAr
 
 
 def check_bounds(owner: str, lower: object, upper: object) -> tuple[float, float]:
-    """Public finite bounds with lower < upper."""
+    """Public finite bounds with lower < upper, and a finite upper - lower."""
     low = float(check_real(owner, "lower", lower))
     high = float(check_real(owner, "upper", upper))
     if not low < high:
         raise fail(owner, "upper", f"> lower ({low})", upper)
+    if not math.isfinite(high - low):
+        raise fail(owner, "upper", f"within about 1.8e308 of lower ({low})", upper,
+                   "upper - lower must be a finite number: narrow the bounds.")  # fmt: skip
     return low, high
 
 
