@@ -109,14 +109,13 @@ TOTAL_MARGIN = 1
 class IntervalPlan:
     """The noisy counts of the interval: ``offset`` on the chosen edge's rank offset T (in units
     of 1/den), ``total`` on the number of values, ``shell_noise`` on up to ``steps`` shells per
-    side; ``span`` is the width of the public bounds (the first shells' prior density is
-    :data:`DENSITY_PRIOR` times the noisy n over it)."""
+    side (the first shells' prior density is :data:`DENSITY_PRIOR` times the noisy n over the
+    width of the public limits :meth:`bounds` is given)."""
 
     offset: Laplace
     total: Laplace
     shell_noise: Laplace
     alpha: float
-    span: float
     steps: int = SHELL_STEPS
 
     @classmethod
@@ -126,8 +125,6 @@ class IntervalPlan:
         p: Fraction,
         rows_per_person: int,
         alpha: float,
-        *,
-        span: float,
     ) -> IntervalPlan:
         """The counts at ``epsilon`` in all: :data:`OFFSET_SHARE` of it on T (L1 sensitivity
         r·max(num, den - num)), :data:`TOTAL_SHARE` on n and the rest on the shells (L1
@@ -135,7 +132,7 @@ class IntervalPlan:
         offset = Laplace.for_epsilon(epsilon * OFFSET_SHARE, offset_sensitivity(p, rows_per_person))
         total = Laplace.for_epsilon(epsilon * TOTAL_SHARE, rows_per_person)
         shells = Laplace.for_epsilon(epsilon * (1 - OFFSET_SHARE - TOTAL_SHARE), rows_per_person)
-        return cls(offset, total, shells, alpha, span)
+        return cls(offset, total, shells, alpha)
 
     def epsilon(self, p: Fraction, rows_per_person: int) -> Fraction:
         """The ε of the interval's counts (basic composition of T's, n's and the shells' noise)."""
@@ -180,7 +177,7 @@ class IntervalPlan:
         thresholds = self.thresholds(p, alpha)
         scale = float(self.shell_noise.scale)
         assumed_total = max(noisy_total + TOTAL_MARGIN * float(self.total.scale), 1.0)
-        prior_density = DENSITY_PRIOR * _shape(p) * assumed_total / self.span
+        prior_density = DENSITY_PRIOR * _shape(p) * assumed_total / (limits[1] - limits[0])
 
         def noisy(count: int) -> int:
             return _release(self.shell_noise, count, rng)

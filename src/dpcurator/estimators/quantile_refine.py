@@ -236,7 +236,6 @@ class RefinedQuantile:
                 level,
                 rows_per_person,
                 a,
-                span=float(upper) - float(lower),
             )
         factor = 1 if unit else 2  # centre scores (quantiles.py) or edge scores (above)
         monotonic = one_sided and not unit and level in (0, 1)  # MIN, MAX: see the docstring
