@@ -15,7 +15,8 @@ again when the interval's shells became sized from their counts and tested again
 thresholds, and the interval's share of ε went from a half to two thirds (issue 28 item 1): the
 grouped path runs the same per-group interval code (``RefinedQuantile.finish``); and when the
 interval's first shells became sized from a noisy number of values (issue 28 item 1, one more
-draw per group).
+draw per group), and when the walk thresholds weighted the early tests (the same values, other
+interval ends).
 """
 
 from __future__ import annotations

@@ -10,10 +10,12 @@ boundary-crossing probability, and :func:`crossing_thresholds` makes that at mos
 
 Before, each test got β / (M + 1) by the union bound. The tests share Z_T and their earlier
 shells, so they are strongly correlated and the union bound counted nearly the same event M + 1
-times: the thresholds here are the marginal (1 - γ)-quantiles of the N_m for the largest γ whose
-crossing probability, computed exactly, is at most β (γ >= β / (M + 1), so never above the
-union bound's). For a median's interval at ε_ci = 1/2 with 20 tests per side, the first
-thresholds drop from 16.0, 20.5 and 23.5 ranks to 11.5, 15.5 and 18.5.
+times: the thresholds here are the marginal (1 - γ·w_m)-quantiles of the N_m, for public weights
+w_m and the largest γ whose crossing probability, computed exactly, is at most β (γ·w_m >=
+β·w_m / Σw, the weighted union bound's, so never above its thresholds). For a median's interval
+at ε_ci = 1/2 with 20 equally weighted tests per side, the first thresholds drop from 16.0, 20.5
+and 23.5 ranks to 11.5, 15.5 and 18.5. Unequal weights move level to the tests that certify most
+ends (:data:`~dpcurator.estimators.quantile_interval.STEP_WEIGHTS`).
 
 Computation (an upper bound, so the guarantee holds exactly): every step V is rounded UP to a grid
 of u ranks (a power of two, about a 32nd of the widest noise scale; integer steps stay exact when
@@ -43,24 +45,29 @@ _POINTS_PER_SCALE = 32
 #: Added per step to the computed crossing probability for the FFT's floating-point error.
 _ROUNDING_SLACK = 1e-9
 
-#: Bisection steps on log γ between β / (M + 1) and β.
+#: Bisection steps on log γ between β / Σw and β / max(w).
 _SEARCH_STEPS = 12
 
-#: Most halvings of γ below β / (M + 1) before giving up (the thresholds are then infinite: a
+#: Most halvings of γ below β / Σw before giving up (the thresholds are then infinite: a
 #: level below about (M + 1)·10^-9, the slack's, is asked for; every request does bounded work).
 _MAX_HALVINGS = 64
 
 
 @functools.lru_cache(maxsize=1024)
 def crossing_thresholds(
-    offset_scale: Fraction, den: int, shell_scale: Fraction, steps: int, level: float
+    offset_scale: Fraction,
+    den: int,
+    shell_scale: Fraction,
+    weights: tuple[float, ...],
+    level: float,
 ) -> tuple[float, ...]:
-    """t_0..t_steps (in ranks) with P[∃m <= steps: N_m > t_m] <= ``level`` for the walk of the
-    module docstring (all infinite, so that no test certifies, when no boundary on the grid can
-    hold ``level``)."""
+    """t_0..t_M (in ranks, M = len(``weights``) - 1) with P[∃m <= M: N_m > t_m] <= ``level``
+    for the walk of the module docstring, t_m the marginal (1 - γ·w_m)-quantile of N_m (all
+    infinite, so that no test certifies, when no boundary on the grid can hold ``level``)."""
+    steps = len(weights) - 1
     widest = max(float(offset_scale) / den, float(shell_scale))
     unit = 2.0 ** math.floor(math.log2(widest / _POINTS_PER_SCALE))
-    reach = widest * (math.log(1 / level) + math.log(1e6 * (steps + 1)) + 2)
+    reach = widest * (math.log(1 / level) + math.log(1e6 * sum(weights) / min(weights)) + 2)
     span = math.ceil(reach / unit)
     first, first_over = _rounded_up(offset_scale, Fraction(1, den), unit, span)
     step, step_over = _rounded_up(shell_scale, Fraction(1), unit, span)
@@ -68,14 +75,14 @@ def crossing_thresholds(
     tails = _marginal_tails(first, step, steps, span)
 
     def boundary(gamma: float) -> list[int]:
-        # the first grid index whose tail is at most γ (each tail ends with a 0)
-        return [int(np.argmax(tail <= gamma)) for tail in tails]
+        # the first grid index whose tail is at most γ·w_m (each tail ends with a 0)
+        return [int(np.argmax(tail <= gamma * w)) for tail, w in zip(tails, weights, strict=True)]
 
     def crosses(candidate: list[int]) -> bool:
         return _crossing(first, step, candidate, span) + overflow > level
 
-    # the union bound's γ, lowered in the unlikely case the overflow tips it over
-    low, high = level / (steps + 1), level
+    # the weighted union bound's γ, lowered in the unlikely case the overflow tips it over
+    low, high = level / sum(weights), level / max(weights)
     for _ in range(_MAX_HALVINGS):
         if not crosses(best := boundary(low)):
             break
