@@ -72,7 +72,7 @@ class EventGrid:
         """The batch in grid units, clamped (counts: 0/1); no check of the persons."""
         array = np.asarray(values, dtype=np.float64).reshape(-1)
         if self.counting:
-            counted: npt.NDArray[np.int64] = (np.nan_to_num(array, nan=0.0) != 0).astype(np.int64)
+            counted: npt.NDArray[np.int64] = ((array != 0) & ~np.isnan(array)).astype(np.int64)
             return counted
         filled = np.where(np.isnan(array), self.lower, array)
         clamped = np.clip(filled, self.lower, self.upper)
