@@ -50,9 +50,8 @@ from scipy.optimize import minimize_scalar
 
 from dpcurator._validation import check_int, check_positive, check_probability
 from dpcurator.core.numbers import float_up, to_fraction
-from dpcurator.mechanisms import Laplace
 from dpcurator.random import Rng, default_rng
-from dpcurator.streams._events import EventGrid, GridStream, check_batch
+from dpcurator.streams._events import EventGrid, GridStream, check_batch, node_noise
 
 __all__ = ["ContinualSum", "sum_of_laplace_halfwidth"]
 
@@ -118,7 +117,7 @@ class ContinualSum(GridStream):
         self.grid.check_horizon(self.horizon, horizon)
         self.levels = self.horizon.bit_length()
         self.sensitivity = self.grid.events * self.levels * self.grid.span
-        self.mechanism = Laplace.for_epsilon(eps, self.sensitivity)
+        self.mechanism = node_noise(eps, self.sensitivity)
         self.time = 0
         self._total = 0  # exact running sum in grid units
         self._anchor = [0] * self.levels  # running sum at the last multiple of 2^(j+1)
