@@ -88,10 +88,12 @@ def add_noise(
         else values.astype(np.int64)
     )
     total = wide + noise  # wraps silently on overflow; repaired below
-    over = (wide > 0) & (noise > 0) & (total < 0)
-    under = (wide < 0) & (noise < 0) & (total >= 0)
-    total[over] = _I64_MAX
-    total[under | (total < -_I64_MAX)] = -_I64_MAX
+    # The sum wrapped exactly where both terms' signs differ from its sign; it then saturates
+    # towards the terms' common sign.
+    wrapped = ((wide ^ total) & (noise ^ total)) < 0
+    if wrapped.any():
+        total[wrapped] = np.where(wide[wrapped] > 0, _I64_MAX, -_I64_MAX)
+    np.maximum(total, -_I64_MAX, out=total)  # -2^63 itself, whose negation does not fit
     return total
 
 

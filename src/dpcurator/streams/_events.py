@@ -12,18 +12,45 @@ public and neighbouring streams (all events of one person) differ in at most k s
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
 from dpcurator._validation import check_int, check_positive, check_real, fail
 from dpcurator.core.numbers import to_fraction
+from dpcurator.mechanisms import Laplace
 
 #: Largest |running sum| in grid units that the int64 arithmetic of the trees accepts.
 MAX_UNITS = 2**62
+
+
+def _layout(
+    owner: str, lower: object, upper: object, resolution: object
+) -> tuple[float, float, Fraction, int, int]:
+    """The checked bounds as floats, the grid step and the bounds in grid units (floor of the
+    lower, ceiling of the upper); raises ParameterError naming the bad parameter."""
+    low = float(check_real(owner, "lower", lower))
+    high = float(check_real(owner, "upper", upper))
+    if not high > low:
+        raise fail(owner, "upper", f"> lower ({low})", upper)
+    if resolution is None:
+        step = Fraction(2) ** (math.floor(math.log2(high - low)) - 16)
+    else:
+        step = to_fraction(check_positive(owner, "resolution", resolution))
+        if step.numerator & (step.numerator - 1) or step.denominator & (step.denominator - 1):
+            raise fail(owner, "resolution", "a power of two (2**k)", resolution)
+    return low, high, step, math.floor(to_fraction(low) / step), math.ceil(to_fraction(high) / step)
+
+
+#: Bounds of these exact types (None: the default resolution) have their layout computed once:
+#: a stream per run of a simulation or per request would otherwise redo the exact arithmetic.
+_CACHED_TYPES: Final = (int, float, Fraction, type(None))
+_cached_layout = functools.lru_cache(maxsize=256, typed=True)(_layout)
 
 
 class EventGrid:
@@ -46,19 +73,16 @@ class EventGrid:
             if max_events_per_person is None
             else check_int(owner, "max_events_per_person", max_events_per_person, minimum=1)
         )
-        self.lower = float(check_real(owner, "lower", lower))
-        self.upper = float(check_real(owner, "upper", upper))
-        if not self.upper > self.lower:
-            raise fail(owner, "upper", f"> lower ({self.lower})", upper)
-        if resolution is None:
-            step = Fraction(2) ** (math.floor(math.log2(self.upper - self.lower)) - 16)
+        bounds = (lower, upper, resolution)
+        if all(type(value) in _CACHED_TYPES for value in bounds):
+            layout = _cached_layout(owner, *bounds)
         else:
-            step = to_fraction(check_positive(owner, "resolution", resolution))
-            if step.numerator & (step.numerator - 1) or step.denominator & (step.denominator - 1):
-                raise fail(owner, "resolution", "a power of two (2**k)", resolution)
-        self.resolution = step
-        self.lo_units = math.floor(to_fraction(self.lower) / step)
-        self.hi_units = math.ceil(to_fraction(self.upper) / step)
+            layout = _layout(owner, *bounds)
+        _, _, self.resolution, self.lo_units, self.hi_units = layout
+        self.lower, self.upper = (
+            float(lower),
+            float(upper),
+        )  # checked; -0.0 kept (a cache key = 0.0)
         self.span = self.hi_units - self.lo_units  # what one event can move, in grid units
         self.null_units = min(max(0, self.lo_units), self.hi_units)  # 0 clamped to the bounds
         self.events_per_person: dict[int | str, int] = {}  # user level: events kept so far
@@ -72,7 +96,7 @@ class EventGrid:
         """The batch in grid units, clamped (counts: 0/1); no check of the persons."""
         array = np.asarray(values, dtype=np.float64).reshape(-1)
         if self.counting:
-            counted: npt.NDArray[np.int64] = (np.nan_to_num(array, nan=0.0) != 0).astype(np.int64)
+            counted: npt.NDArray[np.int64] = ((array != 0) & ~np.isnan(array)).astype(np.int64)
             return counted
         filled = np.where(np.isnan(array), self.lower, array)
         clamped = np.clip(filled, self.lower, self.upper)
@@ -127,6 +151,14 @@ class EventGrid:
     def rounding(self, time: int) -> float:
         """How far the grid can move the clamped running sum at ``time`` (0 for counts)."""
         return 0.0 if self.counting else time * float(self.resolution) / 2
+
+
+@functools.lru_cache(maxsize=256)
+def node_noise(epsilon: Fraction, sensitivity: int) -> Laplace:
+    """The Laplace noise that makes a tree's releases ε-DP for its ``sensitivity`` (an immutable
+    mechanism of public parameters, built once per pair: a stream per run of a simulation or per
+    request would otherwise redo its exact arithmetic and checks)."""
+    return Laplace.for_epsilon(epsilon, sensitivity)
 
 
 def check_batch(owner: str, time: int, size: int, horizon: int) -> None:

@@ -43,9 +43,8 @@ from scipy.optimize import minimize_scalar
 
 from dpcurator._validation import check_int, check_positive, check_probability
 from dpcurator.core.numbers import float_up, to_fraction
-from dpcurator.mechanisms import Laplace
 from dpcurator.random import Rng, default_rng
-from dpcurator.streams._events import EventGrid, GridStream, check_batch
+from dpcurator.streams._events import EventGrid, GridStream, check_batch, node_noise
 from dpcurator.streams.tree import laplace_log_mgf
 
 __all__ = ["KaryContinualSum", "best_branching", "tree_variance_factors"]
@@ -136,7 +135,7 @@ class KaryContinualSum(GridStream):
         self.grid.check_horizon(self.horizon, horizon)
         self.levels = _levels(self.horizon, self.branching)
         self.sensitivity = self.grid.events * self.levels * self.grid.span
-        self.mechanism = Laplace.for_epsilon(eps, self.sensitivity)
+        self.mechanism = node_noise(eps, self.sensitivity)
         self.ratios = _ratios(self.branching, self.levels)
         self.time = 0
         self._total = 0  # exact running sum in grid units

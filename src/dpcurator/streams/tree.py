@@ -50,9 +50,8 @@ from scipy.optimize import minimize_scalar
 
 from dpcurator._validation import check_int, check_positive, check_probability
 from dpcurator.core.numbers import float_up, to_fraction
-from dpcurator.mechanisms import Laplace
 from dpcurator.random import Rng, default_rng
-from dpcurator.streams._events import EventGrid, GridStream, check_batch
+from dpcurator.streams._events import EventGrid, GridStream, check_batch, node_noise
 
 __all__ = ["ContinualSum", "sum_of_laplace_halfwidth"]
 
@@ -118,7 +117,7 @@ class ContinualSum(GridStream):
         self.grid.check_horizon(self.horizon, horizon)
         self.levels = self.horizon.bit_length()
         self.sensitivity = self.grid.events * self.levels * self.grid.span
-        self.mechanism = Laplace.for_epsilon(eps, self.sensitivity)
+        self.mechanism = node_noise(eps, self.sensitivity)
         self.time = 0
         self._total = 0  # exact running sum in grid units
         self._anchor = [0] * self.levels  # running sum at the last multiple of 2^(j+1)
@@ -191,22 +190,18 @@ class ContinualSum(GridStream):
         """
         width = 1 << level
         end = start + len(times)
-        first = ((start >> level) + 1) << level  # first multiple of 2^j after start
-        ends = np.arange(first, end + 1, width, dtype=np.int64)
-        ends = ends[(ends >> level) & 1 == 1]
-        starts = ends - width
-        begin = np.where(
-            starts >= start, prefix[np.maximum(starts - start, 0)], self._anchor[level]
-        )
-        sums = prefix[ends - start] - begin
-        noisy = self.mechanism.release_integers(sums.astype(np.int64), rng)
-        # Value of level j at each time: the newest completed left interval, if bit j of t is set.
-        out = np.zeros(len(times), dtype=np.float64)
-        in_use = (times >> level) & 1 == 1
-        index = np.searchsorted(ends, times, side="right") - 1
-        from_batch = in_use & (index >= 0)
-        out[from_batch] = noisy[index[from_batch]]
-        out[in_use & (index < 0)] = self._node[level]
+        odd = (start >> level) + 1  # the first multiple of 2^j after start, in units of 2^j...
+        odd += 1 - (odd & 1)  # ...moved to the first odd one (a left child's end)
+        ends = np.arange(odd << level, end + 1, width << 1, dtype=np.int64)
+        begin = prefix[np.maximum(ends - width - start, 0)]
+        if ends.size and (odd << level) - width < start:  # began in an earlier batch
+            begin[0] = self._anchor[level]
+        noisy = self.mechanism.release_integers(prefix[ends - start] - begin, rng)
+        # Value of level j at each time: the newest completed left interval, if bit j of t is set
+        # (index 0 of ``pool``: the one completed before this batch).
+        pool = np.concatenate(([self._node[level]], noisy))
+        index = np.searchsorted(ends, times, side="right")
+        out = np.where((times >> level) & 1 == 1, pool[index], 0).astype(np.float64)
         if noisy.size:
             self._node[level] = int(noisy[-1])
         boundary = (end >> (level + 1)) << (level + 1)
