@@ -79,10 +79,8 @@ class EventGrid:
         else:
             layout = _layout(owner, *bounds)
         _, _, self.resolution, self.lo_units, self.hi_units = layout
-        self.lower, self.upper = (
-            float(lower),
-            float(upper),
-        )  # checked; -0.0 kept (a cache key = 0.0)
+        # checked above; read again so that -0.0 stays -0.0 (the cache holds it as 0.0)
+        self.lower, self.upper = float(lower), float(upper)
         self.span = self.hi_units - self.lo_units  # what one event can move, in grid units
         self.null_units = min(max(0, self.lo_units), self.hi_units)  # 0 clamped to the bounds
         self.events_per_person: dict[int | str, int] = {}  # user level: events kept so far
