@@ -408,59 +408,89 @@ class Kind:
     seeds: int = 1
 
 
-def session(kind: Kind, table: pd.DataFrame, meta: dpc.Metadata, rng: SeededRng) -> dpc.Session:
-    """A fresh session on ``table`` with a budget of 4·``kind.amount`` (ε, or ρ-zCDP)."""
-    if kind.budget == "rho":
-        budget = PrivacyFilter(ZCDP(kind.amount * 4), ZCDPAccountant())
-        return dpc.Session.from_data(table, metadata=meta, budget_filter=budget, rng=rng)
-    return dpc.Session.from_data(
-        table, metadata=meta, budget=dpc.Budget(kind.amount * 4, 1e-3), rng=rng
-    )
+class Engines:
+    """The engine of each tiny table (its DuckDB copy, loaded by ``Session.from_data``), opened
+    once and shared by the runs of a test module: each run is a new :class:`dpcurator.Session`
+    on that engine with its own budget filter and seed. The engine holds the table, read only
+    (its caches of built SQL and of bounding columns computed on first use hold no released
+    value: :meth:`.DuckDBBackend._flag`), so a run sees what a fresh open would; opening it
+    (~70 ms of CPU: a DuckDB database, the typed copy with its key codes) was most of a
+    typical row's time when every run opened its own."""
+
+    def __init__(self) -> None:
+        self._opened: dict[tuple[str, str], dpc.Session] = {}
+
+    def __enter__(self) -> Engines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for opened in self._opened.values():
+            opened.close()
+        self._opened.clear()
+
+    def session(
+        self, kind: Kind, table: pd.DataFrame, meta: dpc.Metadata, rng: SeededRng
+    ) -> dpc.Session:
+        """A fresh session on ``table``'s engine with a budget of 4·``kind.amount`` (ε, or
+        ρ-zCDP)."""
+        key = (repr(meta), table.to_json())
+        if key not in self._opened:
+            self._opened[key] = dpc.Session.from_data(table, metadata=meta, budget=dpc.Budget(1))
+        engine = self._opened[key]._backend
+        if kind.budget == "rho":
+            budget = PrivacyFilter(ZCDP(kind.amount * 4), ZCDPAccountant())
+            return dpc.Session(engine, meta, budget_filter=budget, rng=rng)
+        return dpc.Session(engine, meta, budget=dpc.Budget(kind.amount * 4, 1e-3), rng=rng)
 
 
-def run(
+@pytest.fixture(scope="module", name="engines")
+def module_engines() -> Iterator[Engines]:
+    """The fixture ``engines``: the tiny tables' engines, opened once for the rows of a test
+    module (which imports it)."""
+    with Engines() as opened:
+        yield opened
+
+
+def run(  # noqa: PLR0917 (the kind, the table and its engines, the seed, the patch)
     kind: Kind,
     table: pd.DataFrame,
     meta: dpc.Metadata,
     seed: int,
     patch: pytest.MonkeyPatch,
+    engines: Engines,
     *,
     replay: list[Draw] | None = None,
 ) -> tuple[list[Draw], object]:
     """The draws and the charge of one release of ``kind`` on ``table`` (replaying ``replay``'s
     outputs when given)."""
     rng = SeededRng(seed)
-    opened = session(kind, table, meta, rng)
-    try:
-        with patch.context() as scoped, Tap(replay).installed(scoped) as tap:
-            kind.release(opened, rng)
-        return tap.draws, opened.spent()
-    finally:
-        opened.close()
+    opened = engines.session(kind, table, meta, rng)
+    with patch.context() as scoped, Tap(replay).installed(scoped) as tap:
+        kind.release(opened, rng)
+    return tap.draws, opened.spent()
 
 
-def audit(kind: Kind, relation: str, level: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def audit(
+    kind: Kind, relation: str, level: str, monkeypatch: pytest.MonkeyPatch, engines: Engines
+) -> list[str]:
     """The pairs on which ``kind`` lost more than it charged (empty: it conforms), after
-    checking that an unsupported relation or unit is refused, free."""
+    checking that an unsupported relation or unit is refused, free (sessions on ``engines``)."""
     meta = metadata(relation, level, len(_base(level)))
     if relation not in kind.relations or level not in kind.levels:
-        opened = session(kind, frame(_base(level), level), meta, SeededRng(0))
-        try:
-            before = opened.spent()
-            with pytest.raises(UnsupportedQueryError):
-                kind.release(opened, SeededRng(0))
-            assert opened.spent() == before, f"{kind.name}: a refusal was charged"
-        finally:
-            opened.close()
+        opened = engines.session(kind, frame(_base(level), level), meta, SeededRng(0))
+        before = opened.spent()
+        with pytest.raises(UnsupportedQueryError):
+            kind.release(opened, SeededRng(0))
+        assert opened.spent() == before, f"{kind.name}: a refusal was charged"
         return []
     failures = []
     pairs = list(enumerate(neighbours(relation, level)))
     first: dict[int, tuple[list[Draw], object]] = {}  # D is the same table in every pair
     for seed, (index, (table, other)) in itertools.product(range(kind.seeds), pairs):
         if seed not in first:
-            first[seed] = run(kind, table, meta, SEED + seed, monkeypatch)
+            first[seed] = run(kind, table, meta, SEED + seed, monkeypatch, engines)
         draws, charge = first[seed]
-        other_draws, _ = run(kind, other, meta, SEED + seed, monkeypatch, replay=draws)
+        other_draws, _ = run(kind, other, meta, SEED + seed, monkeypatch, engines, replay=draws)
         observed = loss(draws, other_draws)
         assert observed.paired >= 1, f"{kind.name}: no mechanism invocation was recorded"
         if not within(charge, observed):

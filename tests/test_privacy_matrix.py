@@ -43,6 +43,7 @@ from tests.privacy_matrix import (
     LEVELS,
     RELATIONS,
     SEED,
+    Engines,
     Kind,
     Tap,
     _base,
@@ -50,6 +51,7 @@ from tests.privacy_matrix import (
     frame,
     loss,
     metadata,
+    module_engines,  # noqa: F401 (the fixture engines)
     neighbours,
     within,
 )
@@ -256,10 +258,10 @@ CASES = [
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "relation", "level"), CASES)
 def test_release_kind_conforms(
-    name: str, relation: str, level: str, monkeypatch: pytest.MonkeyPatch
+    name: str, relation: str, level: str, monkeypatch: pytest.MonkeyPatch, engines: Engines
 ) -> None:
     """On every pair of worst-case neighbours, the release loses at most what it charges."""
-    assert audit(KINDS[name], relation, level, monkeypatch) == []
+    assert audit(KINDS[name], relation, level, monkeypatch, engines) == []
 
 
 # ----------------------------------------------------------------------------------------------

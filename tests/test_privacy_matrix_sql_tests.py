@@ -12,7 +12,14 @@ import pytest
 
 import dpcurator as dpc
 from dpcurator.query.frontend.sql import TEST_FUNCTIONS
-from tests.privacy_matrix import LEVELS, RELATIONS, Kind, audit
+from tests.privacy_matrix import (
+    LEVELS,
+    RELATIONS,
+    Engines,
+    Kind,
+    audit,
+    module_engines,  # noqa: F401 (the fixture engines)
+)
 
 
 def _test(text: str) -> Kind:
@@ -48,7 +55,7 @@ def test_every_sql_test_function_has_a_row() -> None:
 @pytest.mark.parametrize("relation", RELATIONS)
 @pytest.mark.parametrize("name", sorted(KINDS))
 def test_sql_hypothesis_test_conforms(
-    name: str, relation: str, level: str, monkeypatch: pytest.MonkeyPatch
+    name: str, relation: str, level: str, monkeypatch: pytest.MonkeyPatch, engines: Engines
 ) -> None:
     """On every pair of worst-case neighbours, the test loses at most the ε it charges."""
-    assert audit(KINDS[name], relation, level, monkeypatch) == []
+    assert audit(KINDS[name], relation, level, monkeypatch, engines) == []
