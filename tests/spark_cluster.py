@@ -229,10 +229,10 @@ def _port_open(port: int) -> bool:
 
 def start_cluster(root: Path, *, worker_memory: str = "2g", connect: bool = True) -> SparkCluster:
     """Start a master and :data:`WORKERS` workers on loopback (and a Spark Connect
-    server running its jobs on them), returning once every worker is registered. The Connect
-    server starts beside the workers (its JVM coming up while they register, and while a classic
-    driver starts): :meth:`SparkCluster.wait_for_connect` before using it. Stops whatever it
-    started if any part fails."""
+    server running its jobs on them), returning once every worker is registered and the
+    Connect server is launched: its JVM comes up while a classic driver's does
+    (:meth:`SparkCluster.wait_for_connect` before using it). Stops whatever it started if any
+    part fails."""
     root = root.resolve()
     for sub in ("logs", "work", "local"):
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -253,6 +253,9 @@ def start_cluster(root: Path, *, worker_memory: str = "2g", connect: bool = True
                 "--webui-port", str(free_port()), "--cores", str(CORES), "--memory", worker_memory,
                 "--work-dir", str(root / "work"), cluster.master_url,
             )  # fmt: skip
+        # the Connect server once both workers are registered: the master places an application's
+        # executors on the workers alive when it registers, and one on each is the design (APP_CONF)
+        cluster.wait("registered", lambda: cluster.alive_workers() == WORKERS)
         if connect:
             cluster.launch(
                 "connect", "spark-submit", "--class", CONNECT_CLASS,
@@ -266,7 +269,6 @@ def start_cluster(root: Path, *, worker_memory: str = "2g", connect: bool = True
                     }
                 ),
             )  # fmt: skip
-        cluster.wait("registered", lambda: cluster.alive_workers() == WORKERS)
     except BaseException:
         cluster.stop()
         raise
