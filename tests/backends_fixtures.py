@@ -2,6 +2,9 @@
 
 Import the fixture into a test module (``from tests.backends_fixtures import spark``); the
 session is started on first use only, so runs that deselect ``-m "not spark"`` never start a JVM.
+A module importing it is in the ``xdist_group`` "spark_local" (its module-level ``pytestmark``), so
+that ``pytest -n 2 --dist loadgroup`` runs all of them on one worker: one JVM start and one warm-up
+(class loading, first code generation) per run, not one per worker.
 """
 
 from __future__ import annotations

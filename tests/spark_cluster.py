@@ -46,6 +46,7 @@ APP_CONF = {  # each application: one 1-core executor on each worker (so two sha
     "spark.sql.shuffle.partitions": "4",
 }
 START_TIMEOUT = 120.0  # seconds for the daemons to come up on a loaded 2-core machine
+POLL = 0.1  # seconds between checks of a starting daemon (each a connect or a JSON request)
 EXIT_GRACE = 20.0  # seconds for executors to exit after their worker
 DRIVER_TIMEOUT = 900.0  # seconds for the drivers' checks (a hang: they take minutes at most)
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -158,8 +159,12 @@ class SparkCluster:
                     return
             except OSError:
                 pass  # not listening yet
-            time.sleep(0.5)
+            time.sleep(POLL)
         raise RuntimeError(f"Spark cluster not {ready} after {START_TIMEOUT} s:\n{self.logs()}")
+
+    def wait_for_connect(self) -> None:
+        """Return once the Connect server (started by :func:`start_cluster`) answers."""
+        self.wait("serving Connect", lambda: _port_open(self.connect_port))
 
     def logs(self) -> str:
         """The tail of every daemon's log (for failure messages)."""
@@ -225,7 +230,9 @@ def _port_open(port: int) -> bool:
 def start_cluster(root: Path, *, worker_memory: str = "2g", connect: bool = True) -> SparkCluster:
     """Start a master and :data:`WORKERS` workers on loopback (and a Spark Connect
     server running its jobs on them), returning once every worker is registered and the
-    Connect server answers. Stops whatever it started if any part fails."""
+    Connect server is launched: its JVM comes up while a classic driver's does
+    (:meth:`SparkCluster.wait_for_connect` before using it). Stops whatever it started if any
+    part fails."""
     root = root.resolve()
     for sub in ("logs", "work", "local"):
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -246,6 +253,8 @@ def start_cluster(root: Path, *, worker_memory: str = "2g", connect: bool = True
                 "--webui-port", str(free_port()), "--cores", str(CORES), "--memory", worker_memory,
                 "--work-dir", str(root / "work"), cluster.master_url,
             )  # fmt: skip
+        # the Connect server once both workers are registered: the master places an application's
+        # executors on the workers alive when it registers, and one on each is the design (APP_CONF)
         cluster.wait("registered", lambda: cluster.alive_workers() == WORKERS)
         if connect:
             cluster.launch(
@@ -260,7 +269,6 @@ def start_cluster(root: Path, *, worker_memory: str = "2g", connect: bool = True
                     }
                 ),
             )  # fmt: skip
-            cluster.wait("serving Connect", lambda: _port_open(cluster.connect_port))
     except BaseException:
         cluster.stop()
         raise
@@ -279,16 +287,25 @@ def run_drivers(cluster: SparkCluster, modes: tuple[str, ...]) -> dict[str, obje
     env = cluster.env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     running = {}
-    for mode in modes:
-        url = cluster.master_url if mode == "classic" else cluster.connect_url
-        output = cluster.root / f"driver-{mode}.pickle"
-        # in the cluster's directory, so that stop() also sees a driver JVM left behind
-        cluster.launch(
-            f"driver-{mode}",
-            sys.executable, "-m", "tests.spark_cluster_driver", mode, url, str(output),
-            env=env,
-        )  # fmt: skip
-        running[mode] = (cluster.processes.pop(), output)
+    try:
+        for mode in modes:  # a classic driver starts while the Connect server may still start
+            if mode == "classic":
+                url = cluster.master_url
+            else:
+                cluster.wait_for_connect()
+                url = cluster.connect_url
+            output = cluster.root / f"driver-{mode}.pickle"
+            # in the cluster's directory, so that stop() also sees a driver JVM left behind
+            cluster.launch(
+                f"driver-{mode}",
+                sys.executable, "-m", "tests.spark_cluster_driver", mode, url, str(output),
+                env=env,
+            )  # fmt: skip
+            running[mode] = (cluster.processes.pop(), output)
+    except BaseException:
+        for process, _ in running.values():
+            _end(process)
+        raise
     deadline = time.monotonic() + DRIVER_TIMEOUT
     results = {}
     for mode, (process, output) in running.items():

@@ -1,11 +1,12 @@
 """The checks run through a real Spark cluster, and the driver process that runs them.
 
-:func:`outcomes` evaluates every case of :data:`CASES` on one engine: a representative subset of
-the engine conformance plans (grouped counts, sums, histograms, derived groups, public keys,
-NULL/NaN fills, strings, bounded plans), over-bound contribution bounding (checked by the
-counts that do not depend on which rows an engine keeps), the totality edge values under ANSI
-mode on and off, D and D minus pid 4322 under adversarial plans, an engine failure's text, and
-user-level :class:`dpcurator.Session` releases with a seeded RNG. The tests compare the
+:func:`outcomes` evaluates the cases on one engine (a classic driver those in :data:`CLASSIC`):
+a representative subset of the engine conformance plans (grouped counts, sums, histograms,
+derived groups, public keys, NULL/NaN fills, strings, bounded plans), over-bound contribution
+bounding (checked by the counts that do not depend on which rows an engine keeps), the totality
+edge values under ANSI mode on and off, D and D minus pid 4322 under adversarial plans, and
+user-level :class:`dpcurator.Session` releases with a seeded RNG; :func:`failure_text` an engine
+failure's text (both drivers). The tests compare the
 outcomes on the cluster with those of the in-memory oracle, computed in the test process.
 
 Run as ``python -m tests.spark_cluster_driver classic spark://HOST:PORT OUT`` (a classic driver)
@@ -42,6 +43,18 @@ CONFORMANCE = (
     "within_bounds_adult",
 )  # fmt: skip
 ANSI = ("true", "false")
+#: The cases a classic driver runs: those whose outcome depends on the work being split between
+#: executors in the workers' JVMs (partial aggregates merged after a shuffle between them, each
+#: person's rows brought together before bounding, an executor's failure reaching the driver,
+#: user-level releases end to end). A classic driver evaluates every other case's plan exactly as
+#: local Spark does, where it is checked already: the plans by test_backends_conformance.py::
+#: test_matches_oracle[spark-*], ANSI off by test_backends_spark_totality.py::
+#: test_edge_values_match_the_oracle[legacy-*], the neighbours by ::test_neighbours_never_raise.
+#: A Connect client runs every case: its plans reach Spark through Spark Connect only here.
+CLASSIC = (
+    "plan:histogram", "over_bound_rows", "over_bound_groups", "edge_values:ansi=true",
+    "session:demo", "session:adult_bounded",
+)  # fmt: skip
 NEIGHBOUR = "people minus the victim"  # the demo table without pid 4322
 NEIGHBOUR_PLANS = ("overflow_in_bounded_value", "floor_of_infinity", "division_by_zero")
 FAILURE = "engine_failure_text"  # a Spark-only case: see failure_text
@@ -117,8 +130,11 @@ def failure_text(engine: Engine) -> tuple[str, str]:
     return "answered", ""
 
 
-def outcomes(engine: Engine, tables: dict[str, pa.Table]) -> dict[str, object]:
-    """Every case's outcome on ``engine``: a comparable value, or the error's class and text."""
+def outcomes(
+    engine: Engine, tables: dict[str, pa.Table], names: tuple[str, ...] | None = None
+) -> dict[str, object]:
+    """Each case's outcome on ``engine`` (those in ``names``, default all): a comparable value,
+    or the error's class and text."""
     opened: dict[str, Backend] = {}
     demo = pa_csv.read_csv(dpcurator.demo_path("people.csv"))
     tables = {
@@ -126,15 +142,16 @@ def outcomes(engine: Engine, tables: dict[str, pa.Table]) -> dict[str, object]:
         "people": demo,
         NEIGHBOUR: demo.filter(pc.not_equal(demo["pid"], totality.VICTIM)),
     }
-    results = {name: _outcome(case) for name, case in _cases(engine, tables, opened).items()}
+    cases = _cases(engine, tables, opened)
+    results = {name: _outcome(cases[name]) for name in names or cases}
     for backend in opened.values():
         backend.close()
     return results
 
 
-def case_ids() -> list[str]:
-    """The names of the cases (nothing is evaluated)."""
-    return list(_cases(memory_engine(), {}, {}))
+def case_ids(mode: str) -> list[str]:
+    """The names of the cases a driver of ``mode`` runs (nothing is evaluated)."""
+    return list(CLASSIC) if mode == "classic" else list(_cases(memory_engine(), {}, {}))
 
 
 def _cases(
@@ -220,7 +237,7 @@ def main(argv: list[str]) -> int:
     """``MODE URL OUTPUT``: evaluate every case on the cluster and pickle the outcomes."""
     mode, url, output = argv
     engine = spark_engine(mode, url)
-    results = outcomes(engine, conformance.load_tables(SHARED_DATA))
+    results = outcomes(engine, conformance.load_tables(SHARED_DATA), tuple(case_ids(mode)))
     results[FAILURE] = failure_text(engine)
     with Path(output).open("wb") as handle:
         pickle.dump(results, handle)

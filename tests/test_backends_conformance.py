@@ -57,9 +57,10 @@ from tests.conformance_cases import (
     total,
 )
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:PySpark does not yet fully support pandas:FutureWarning"
-)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+    pytest.mark.xdist_group("spark_local"),  # one local Spark per run: backends_fixtures
+]
 
 ENGINES = [
     "memory",

@@ -32,9 +32,10 @@ from dpcurator.query.ir import (
 )
 from tests.backends_fixtures import spark  # noqa: F401  (session fixture)
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:PySpark does not yet fully support pandas:FutureWarning"
-)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+    pytest.mark.xdist_group("spark_local"),  # one local Spark per run: backends_fixtures
+]
 
 LOCAL_ENGINES = ["memory", "duckdb", "polars"]
 PLAN = AggregatePlan(

@@ -16,6 +16,7 @@ from dpcurator.query.backends import open_backend
 from dpcurator.query.ir import AggregatePlan, Col, ExactAggregate, GroupColumn
 from tests.backends_fixtures import spark  # noqa: F401  (session fixture)
 
+pytestmark = pytest.mark.xdist_group("spark_local")  # one local Spark per run: backends_fixtures
 ENGINES = ["memory", "duckdb", "polars", pytest.param("spark", marks=pytest.mark.spark)]
 TIES = [0.5, 1.5, 2.5, -0.5, -2.5, 3.5, 0.25, 0.75, -0.25, 999.5]
 EDGES = [math.nan, None, math.inf, -math.inf, 7.0, -7.0, 1.0]

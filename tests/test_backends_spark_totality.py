@@ -40,6 +40,7 @@ from tests.backends_fixtures import spark  # noqa: F401  (session fixture)
 pytestmark = [
     pytest.mark.spark,
     pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+    pytest.mark.xdist_group("spark_local"),  # one local Spark per run: backends_fixtures
 ]
 
 INT64_MAX = 2**63 - 1

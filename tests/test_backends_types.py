@@ -26,9 +26,10 @@ from dpcurator.query.session import Session
 from dpcurator.random import SeededRng
 from tests.backends_fixtures import spark  # noqa: F401  (session fixture)
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:PySpark does not yet fully support pandas:FutureWarning"
-)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+    pytest.mark.xdist_group("spark_local"),  # one local Spark per run: backends_fixtures
+]
 
 ENGINES = ["memory", "duckdb", "polars", pytest.param("spark", marks=pytest.mark.spark)]
 COUNT = (ExactAggregate("n", "count"),)

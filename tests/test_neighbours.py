@@ -35,6 +35,8 @@ from tests.neighbour_sql import INT64_MAX, QUANTILE_QUERIES, VICTIM, NeighbourQu
 
 __all__ = ["spark"]
 
+pytestmark = pytest.mark.xdist_group("spark_local")  # one local Spark per run: backends_fixtures
+
 LOCAL_ENGINES = ("duckdb", "duckdb-plain", "polars", "memory")
 
 

@@ -52,6 +52,8 @@ class SparkServedTable(ServedTable):
         self.root = Path(self._dir.name)
         self._csv = self.root / "people.csv"
         frame.to_csv(self._csv, index=False)
+        if mode == "connect":
+            cluster.wait_for_connect()
         url = cluster.master_url if mode == "classic" else cluster.connect_url
         # the classic server's application: one 1-core executor per worker, beside the Connect
         # server, its JVMs started as the drivers' (tests.spark_cluster.APP_CONF)

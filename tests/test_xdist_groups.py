@@ -1,5 +1,6 @@
 """``pytest -n 2 --dist loadgroup`` keeps an ``xdist_group`` on one worker (tests/xdist_groups.py):
-the Spark cluster's two modules share one cluster only if they share one worker."""
+the Spark cluster's two modules share one cluster only if they share one worker, and the modules
+using the local SparkSession one JVM."""
 
 from __future__ import annotations
 
@@ -33,6 +34,20 @@ def test_the_spark_cluster_modules_are_one_group() -> None:
     groups = module_groups(REPO_ROOT)
     assert groups["tests/test_spark_cluster.py"] == "spark_cluster"
     assert groups["tests/test_spark_cluster_service.py"] == "spark_cluster"
+
+
+def test_the_local_spark_modules_are_one_group() -> None:
+    """Every module using the local SparkSession fixture (tests.backends_fixtures) is in the
+    group "spark_local", and nothing else: each worker running one of them starts its own JVM."""
+    using = {
+        path.relative_to(REPO_ROOT).as_posix()
+        for path in (REPO_ROOT / "tests").glob("test_*.py")
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.startswith("from tests.backends_fixtures import spark")
+    }
+    grouped = {path for path, group in module_groups(REPO_ROOT).items() if group == "spark_local"}
+    assert "tests/test_backends_conformance.py" in using
+    assert grouped == using
 
 
 def _project(root: Path, *args: str, extra: str = "") -> subprocess.CompletedProcess[str]:
