@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import pickle
+import re
 import signal
 import socket
 import subprocess
@@ -110,6 +111,8 @@ class SparkCluster:
             SPARK_WORKER_DIR=str(self.root / "work"),
             SPARK_LOCAL_DIRS=str(self.root / "local"),
             SPARK_DAEMON_JAVA_OPTS=JAVA_OPTIONS,
+            # no REST submission server: its fixed port 6066 clashed between concurrent clusters
+            SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
             PYSPARK_PYTHON=sys.executable,
             PYSPARK_DRIVER_PYTHON=sys.executable,
         )
@@ -222,6 +225,16 @@ def _end(process: subprocess.Popen[bytes]) -> None:
             os.killpg(process.pid, signal.SIGKILL)
 
 
+#: The master's log line naming the port a service bound.
+_BOUND = re.compile(r"Successfully started service '(\w+)' on port (\d+)")
+
+
+def _bound_ports(log: Path) -> dict[str, int]:
+    """The ports the master's named services bound, from its log so far."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return {name: int(port) for name, port in _BOUND.findall(text)}
+
+
 def _port_open(port: int) -> bool:
     with socket.create_connection(("127.0.0.1", port), timeout=2):
         return True
@@ -243,8 +256,18 @@ def start_cluster(root: Path, *, worker_memory: str = "2g", connect: bool = True
             "master", "spark-class", master, "--host", "127.0.0.1",
             "--port", str(cluster.master_port), "--webui-port", str(cluster.ui_port),
         )  # fmt: skip
-        # the web UI too: a worker's free port picked before it bound could be the UI's, and the
-        # master's JSON state would then be read from that worker's HTML page
+        # Spark moves a service whose port another process took meanwhile to the next one: the
+        # ports are read from the master's log, else the master's JSON state could be read from
+        # whatever holds the port picked here (a worker's HTML page was seen)
+        bound: dict[str, int] = {}
+
+        def master_bound() -> bool:
+            bound.update(_bound_ports(root / "logs" / "master.log"))
+            return {"sparkMaster", "MasterUI"} <= bound.keys()
+
+        cluster.wait("bound", master_bound)
+        cluster.master_port, cluster.ui_port = bound["sparkMaster"], bound["MasterUI"]
+        # the web UI too: a worker's free port picked before it bound could be the UI's
         cluster.wait("up", lambda: _port_open(cluster.master_port) and _port_open(cluster.ui_port))
         for index in range(WORKERS):
             cluster.launch(
