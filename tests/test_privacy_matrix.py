@@ -193,10 +193,10 @@ def _sparse(numeric: bool) -> Kind:
             [s.exact for s in scalars], PureEvent(question.epsilon), description="sparse vector"
         )
         answers = [s.value(r) for s, r in zip(scalars, results, strict=True)]
-        flags = sparse_flags(answers, mechanism, question.positives)
+        flags = sparse_flags(answers, mechanism, question.positives, rng)
         if values is None:
             return flags
-        return flags, _numeric_values(answers, flags, values)
+        return flags, _numeric_values(answers, flags, values, rng)
 
     # the numeric values: one Laplace for c values, each Δ-sensitive at ε/c
     return Kind(f"sparse vector (numeric={numeric})", release, total_only=numeric)

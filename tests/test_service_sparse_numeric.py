@@ -12,6 +12,9 @@ import pytest
 
 from dpcurator.core.measures import ApproxDP
 from dpcurator.mechanisms import Laplace
+from dpcurator.mechanisms.sparse_vector import AboveThreshold
+from dpcurator.random import SeededRng
+from dpcurator.service.stores.sparse import _numeric_values, sparse_flags
 from tests.service_kit import Kit, people_kit
 
 ALL = "SELECT COUNT(*) AS n FROM people"  # 2000 rows
@@ -56,3 +59,20 @@ def test_flags_only_without_numeric(kit: Kit) -> None:
     body = {"queries": [ALL, NONE], "threshold": 1000, "c": 1, "epsilon": 0.5}
     release = kit.alice.post("/v1/datasets/people/sparse-vector", json=body).json()["release"]
     assert sorted(release) == ["above", "positives"]
+
+
+def test_the_threshold_runs_and_values_draw_from_the_sessions_generator() -> None:
+    # A seeded session (the conformance matrix's) gets the same flags and values for the same
+    # seed; before, both drew from the process's secure generator, so the matrix's sparse rows
+    # were not reproducible. Fails with the generator dropped from either call.
+    runs = AboveThreshold(Fraction(1, 2), 1, 5.0)
+    values = Laplace.for_epsilon(Fraction(1), 1)
+    answers = [4.0, 5.0, 6.0, 5.5, 4.5, 5.2] * 3
+
+    def release(seed: int) -> tuple[list[object], list[float | None]]:
+        rng = SeededRng(seed)
+        flags = sparse_flags(answers, runs, 3, rng)
+        return flags, _numeric_values(answers, flags, values, rng)
+
+    assert release(3) == release(3)
+    assert release(3) != release(4)

@@ -43,6 +43,7 @@ from dpcurator.query.ir import AggregatePlan, ExactResult
 from dpcurator.query.plan.limits import MAX_SPARSE_QUERIES
 from dpcurator.query.plan.planner import Plan
 from dpcurator.query.session import Session
+from dpcurator.random import Rng
 from dpcurator.service.auth import Identity
 from dpcurator.service.curator import DatasetRuntime
 from dpcurator.service.operations import Answer, CuratorService
@@ -149,15 +150,18 @@ def plan_sparse(
     return scalars, mechanism, question.values_mechanism(sensitivity)
 
 
-def sparse_flags(answers: list[float], mechanism: AboveThreshold, positives: int) -> list[Any]:
-    """Sparse: up to ``positives`` runs of AboveThreshold, each restarting after a positive.
+def sparse_flags(
+    answers: list[float], mechanism: AboveThreshold, positives: int, rng: Rng | None = None
+) -> list[Any]:
+    """Sparse: up to ``positives`` runs of AboveThreshold, each restarting after a positive
+    (noise from ``rng``, the session's: the secure default unless a seed was given).
 
     One flag per answer: True (above), False (below) or None (not examined: after the halt).
     """
     flags: list[Any] = [None] * len(answers)
     start = 0
     for _ in range(positives):
-        hit = mechanism.first_above(answers[start:])
+        hit = mechanism.first_above(answers[start:], rng)
         if hit is None:
             flags[start:] = [False] * (len(answers) - start)
             break
@@ -197,10 +201,10 @@ def answer_sparse(
             [s.exact for s in scalars], PureEvent(question.epsilon), description="sparse vector"
         )
         answers = [s.value(r) for s, r in zip(scalars, results, strict=True)]
-        flags = sparse_flags(answers, mechanism, question.positives)
+        flags = sparse_flags(answers, mechanism, question.positives, session.rng)
         release: dict[str, Any] = {"above": flags, "positives": sum(1 for f in flags if f)}
         if values is not None:
-            release["values"] = _numeric_values(answers, flags, values)
+            release["values"] = _numeric_values(answers, flags, values, session.rng)
             release["ci_halfwidth"] = values.ci_halfwidth_floats(0.05)
         return release
 
@@ -217,12 +221,14 @@ def answer_sparse(
     )
 
 
-def _numeric_values(answers: list[float], flags: list[Any], values: Laplace) -> list[float | None]:
+def _numeric_values(
+    answers: list[float], flags: list[Any], values: Laplace, rng: Rng | None = None
+) -> list[float | None]:
     """A noisy value for each positive, None elsewhere (a NaN answer counts as 0, as in the
-    threshold test: total)."""
+    threshold test: total; noise from ``rng``, as :func:`sparse_flags`)."""
     positives = [i for i, flag in enumerate(flags) if flag]
     exact = [0.0 if math.isnan(answers[i]) else answers[i] for i in positives]
-    noisy = values.release_floats(exact)
+    noisy = values.release_floats(exact, rng)
     out: list[float | None] = [None] * len(flags)
     for i, value in zip(positives, noisy, strict=True):
         out[i] = float(value)
