@@ -64,6 +64,13 @@ def test_resolution_must_be_a_power_of_two() -> None:
         ContinualSum(epsilon=1, horizon=4, resolution=0.3)
 
 
+def test_bounds_wider_than_a_float_are_refused_by_name() -> None:
+    # Streams check their bounds with the estimators' check: before, a width of inf reached the
+    # default resolution's log2 and raised OverflowError.
+    with pytest.raises(ParameterError, match=r"'upper'.*narrow the bounds"):
+        ContinualSum(epsilon=1, horizon=4, lower=-1e308, upper=1e308)
+
+
 def _errors(time: int, reps: int) -> np.ndarray:
     rng = SeededRng(4)
     events = np.ones(time, dtype=np.int64)

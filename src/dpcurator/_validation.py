@@ -110,3 +110,15 @@ def unknown_fields(where: str, unknown: Iterable[object], known: Iterable[str]) 
     return ParameterError(
         f"{where} has {noun} {', '.join(named)}. Its fields are: {', '.join(choices)}."
     )
+
+
+def check_bounds(owner: str, lower: object, upper: object) -> tuple[float, float]:
+    """Public finite bounds with lower < upper, and a finite upper - lower."""
+    low = float(check_real(owner, "lower", lower))
+    high = float(check_real(owner, "upper", upper))
+    if not low < high:
+        raise fail(owner, "upper", f"> lower ({low})", upper)
+    if not math.isfinite(high - low):
+        raise fail(owner, "upper", f"within about 1.8e308 of lower ({low})", upper,
+                   "upper - lower must be a finite number: narrow the bounds.")  # fmt: skip
+    return low, high

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from dpcurator._validation import check_real, fail
+from dpcurator._validation import check_bounds, fail
 from dpcurator.core.measures import Measure
 from dpcurator.estimators.clipping import ClippingBias
 from dpcurator.mechanisms import Gaussian
@@ -139,18 +139,6 @@ def as_float_array(owner: str, name: str, data: object, *, ndim: int) -> FloatAr
     if array.ndim != ndim:
         raise fail(owner, name, f"{ndim}-dimensional", array.shape)
     return array
-
-
-def check_bounds(owner: str, lower: object, upper: object) -> tuple[float, float]:
-    """Public finite bounds with lower < upper, and a finite upper - lower."""
-    low = float(check_real(owner, "lower", lower))
-    high = float(check_real(owner, "upper", upper))
-    if not low < high:
-        raise fail(owner, "upper", f"> lower ({low})", upper)
-    if not math.isfinite(high - low):
-        raise fail(owner, "upper", f"within about 1.8e308 of lower ({low})", upper,
-                   "upper - lower must be a finite number: narrow the bounds.")  # fmt: skip
-    return low, high
 
 
 def clamp_fill(values: FloatArray, lower: float, upper: float, fill: float) -> FloatArray:

@@ -21,7 +21,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from dpcurator._validation import check_int, check_positive, check_real, fail
+from dpcurator._validation import check_bounds, check_int, check_positive, fail
 from dpcurator.core.numbers import to_fraction
 from dpcurator.mechanisms import Laplace
 
@@ -31,20 +31,17 @@ MAX_UNITS = 2**62
 
 def _layout(
     owner: str, lower: object, upper: object, resolution: object
-) -> tuple[float, float, Fraction, int, int]:
-    """The checked bounds as floats, the grid step and the bounds in grid units (floor of the
-    lower, ceiling of the upper); raises ParameterError naming the bad parameter."""
-    low = float(check_real(owner, "lower", lower))
-    high = float(check_real(owner, "upper", upper))
-    if not high > low:
-        raise fail(owner, "upper", f"> lower ({low})", upper)
+) -> tuple[Fraction, int, int]:
+    """The grid step and the checked bounds in grid units (floor of the lower, ceiling of the
+    upper); raises ParameterError naming the bad parameter."""
+    low, high = check_bounds(owner, lower, upper)
     if resolution is None:
         step = Fraction(2) ** (math.floor(math.log2(high - low)) - 16)
     else:
         step = to_fraction(check_positive(owner, "resolution", resolution))
         if step.numerator & (step.numerator - 1) or step.denominator & (step.denominator - 1):
             raise fail(owner, "resolution", "a power of two (2**k)", resolution)
-    return low, high, step, math.floor(to_fraction(low) / step), math.ceil(to_fraction(high) / step)
+    return step, math.floor(to_fraction(low) / step), math.ceil(to_fraction(high) / step)
 
 
 #: Bounds of these exact types (None: the default resolution) have their layout computed once:
@@ -78,7 +75,7 @@ class EventGrid:
             layout = _cached_layout(owner, *bounds)
         else:
             layout = _layout(owner, *bounds)
-        _, _, self.resolution, self.lo_units, self.hi_units = layout
+        self.resolution, self.lo_units, self.hi_units = layout
         # checked above; read again so that -0.0 stays -0.0 (the cache holds it as 0.0)
         self.lower, self.upper = float(lower), float(upper)
         self.span = self.hi_units - self.lo_units  # what one event can move, in grid units
